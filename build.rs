@@ -1,0 +1,13 @@
+//! Generates the CRI v1 client and server from `proto/cri-subset.proto`.
+//! protox parses the file in-process, so a build needs no system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/cri-subset.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let fds = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! kata-live: turn a Kata Containers runtime handler on and off on a live CRI-O node,
+//! prove the result through the CRI socket, and roll back when the proof fails.
+//!
+//! One module per real-world thing; the flows in [`install`] and [`uninstall`] compose them.
+
+pub mod cli;
+pub mod config;
+pub mod cri;
+pub mod crio;
+pub mod exit;
+pub mod fsutil;
+pub mod host;
+pub mod kubelet;
+pub mod logging;
+pub mod rpm_ostree;
+pub mod systemd;
