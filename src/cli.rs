@@ -1,1 +1,123 @@
-//! TODO(skeleton): cli
+//! The command line (clap derive). The man page and shell completions are generated from
+//! [`Cli::command`], so this file is their single source.
+
+use crate::exit::ExitCode;
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+fn after_help() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "{}\nConfiguration: TOML fragments in /usr/lib/kata-live/config.d/ and /etc/kata-live/config.d/\n\
+             (see `kata-live config`). Logs go to the journal: journalctl -t kata-live",
+            ExitCode::help_table()
+        )
+    })
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kata-live",
+    version,
+    about = "Turn the Kata runtime handler on or off on a live CRI-O node, with proof, without a reboot",
+    long_about = None,
+    after_help = after_help(),
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Prefix for every host file path (config, drop-in, state, sockets).
+    #[arg(long, global = true, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+    /// The procfs to read processes from (not under --root).
+    #[arg(
+        long = "proc",
+        global = true,
+        value_name = "DIR",
+        default_value = "/proc"
+    )]
+    pub proc_dir: PathBuf,
+    /// Print the plan from the observed state and change nothing.
+    #[arg(long, global = true)]
+    pub dry_run: bool,
+    /// Machine-readable output (status, verify, config).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More detail (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Only warnings and errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+impl Global {
+    pub fn verbosity(&self) -> i8 {
+        if self.quiet {
+            -1
+        } else {
+            self.verbose.min(3) as i8
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Install the package live, declare the handler, restart CRI-O, and prove it.
+    Install(RunArgs),
+    /// Remove the handler (refused while pods use it), restart CRI-O, prove, remove the package.
+    Uninstall(UninstallArgs),
+    /// Show package, drop-in, handler, kubelet connection and the last run's result.
+    Status,
+    /// Prove (without changing anything) that the running CRI-O serves the handler.
+    Verify,
+    /// Print the merged configuration and which file set each value.
+    Config,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Run in this process even when it would die with CRI-O (no hand-off to a transient unit).
+    #[arg(long)]
+    pub no_detach: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UninstallArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Uninstall even while pods run under the handler (they will fail).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The clap command, for the man page and completions.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_lists_every_exit_code() {
+        let help = Cli::command().render_long_help().to_string();
+        for c in ExitCode::ALL {
+            assert!(help.contains(c.describe()), "missing {c:?} in --help");
+        }
+    }
+}

@@ -6,8 +6,11 @@
 //! away), and all fragments are applied in lexical order of file name. Tables merge key by
 //! key; any other value (arrays included) replaces the earlier one.
 
+use crate::host::Host;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -295,7 +298,451 @@ impl Default for Config {
     }
 }
 
-/// Placeholder so dependents compile; replaced by the loader.
-pub fn _fragment_dirs(root: &Path) -> Vec<PathBuf> {
-    FRAGMENT_DIRS.iter().map(|d| root.join(d)).collect()
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Source {
+    Default,
+    File(PathBuf),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("built-in default"),
+            Source::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{path}: key `{key}`: {message}")]
+    Key {
+        path: Source,
+        key: String,
+        message: String,
+    },
+    #[error(
+        "{path}: refusing a config file {problem}; fix with `chown root:root` and `chmod go-w`"
+    )]
+    Unsafe { path: PathBuf, problem: String },
+}
+
+impl ConfigError {
+    fn key(source: &Source, key: &str, message: impl Into<String>) -> Self {
+        ConfigError::Key {
+            path: source.clone(),
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The merged configuration, the fragments it came from and, per leaf key (dotted path),
+/// which one set it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub fragments: Vec<PathBuf>,
+    pub provenance: BTreeMap<String, Source>,
+}
+
+impl Loaded {
+    pub fn source_of(&self, key: &str) -> Source {
+        self.provenance.get(key).cloned().unwrap_or(Source::Default)
+    }
+
+    /// The merged configuration as TOML, each value annotated with where it came from.
+    pub fn render_annotated(&self) -> String {
+        let mut out =
+            String::from("# kata-live configuration, merged. Fragments read, in order:\n");
+        if self.fragments.is_empty() {
+            out.push_str("#   (none: built-in defaults only)\n");
+        }
+        for f in &self.fragments {
+            out.push_str(&format!("#   {}\n", f.display()));
+        }
+        let table = match toml::Table::try_from(&self.config) {
+            Ok(t) => t,
+            Err(e) => return format!("{out}# cannot render: {e}\n"),
+        };
+        render_table(&mut out, "", &table, &self.provenance);
+        out
+    }
+}
+
+fn render_table(out: &mut String, prefix: &str, t: &toml::Table, prov: &BTreeMap<String, Source>) {
+    let mut leaves = toml::Table::new();
+    let mut subtables = Vec::new();
+    for (k, v) in t {
+        match v {
+            toml::Value::Table(sub) => subtables.push((k, sub)),
+            other => {
+                leaves.insert(k.clone(), other.clone());
+            }
+        }
+    }
+    if !leaves.is_empty() {
+        if !prefix.is_empty() {
+            out.push_str(&format!("\n[{prefix}]\n"));
+        }
+        for (k, v) in &leaves {
+            let full = join_key(prefix, k);
+            let src = prov.get(&full).cloned().unwrap_or(Source::Default);
+            let mut one = toml::Table::new();
+            one.insert(k.clone(), v.clone());
+            let line = toml::to_string(&one).unwrap_or_default();
+            out.push_str(&format!("{}  # {src}\n", line.trim_end()));
+        }
+    }
+    for (k, sub) in subtables {
+        render_table(out, &join_key(prefix, k), sub, prov);
+    }
+}
+
+fn join_key(prefix: &str, k: &str) -> String {
+    if prefix.is_empty() {
+        k.to_string()
+    } else {
+        format!("{prefix}.{k}")
+    }
+}
+
+/// The fragment files, masked and ordered by systemd's rules.
+pub fn fragment_paths(host: &Host) -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = FRAGMENT_DIRS.iter().map(|d| host.path(d)).collect();
+    liboverdrop::scan(&dirs, "", &["toml"], true)
+        .into_values()
+        .collect()
+}
+
+/// Loads built-in defaults, then every fragment; on a real root (`--root /`) refuses
+/// fragments that are not owned by root or are writable by group or others.
+pub fn load(host: &Host) -> Result<Loaded, ConfigError> {
+    let paths = fragment_paths(host);
+    let mut texts = Vec::with_capacity(paths.len());
+    for p in &paths {
+        if host.is_real_root() {
+            check_ownership(p)?;
+        }
+        let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        texts.push((p.clone(), text));
+    }
+    load_fragments(&texts)
+}
+
+fn check_ownership(p: &Path) -> Result<(), ConfigError> {
+    let m = std::fs::metadata(p).map_err(|source| ConfigError::Read {
+        path: p.to_path_buf(),
+        source,
+    })?;
+    if m.uid() != 0 {
+        return Err(ConfigError::Unsafe {
+            path: p.to_path_buf(),
+            problem: format!("owned by uid {}, not root", m.uid()),
+        });
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(ConfigError::Unsafe {
+            path: p.to_path_buf(),
+            problem: format!("writable by group or others (mode {:o})", m.mode() & 0o7777),
+        });
+    }
+    Ok(())
+}
+
+/// Merges fragments (path, TOML text), in the given order, over the defaults, and
+/// validates the result. Pure: the unit of the property tests.
+pub fn load_fragments(fragments: &[(PathBuf, String)]) -> Result<Loaded, ConfigError> {
+    let mut merged = toml::Table::try_from(Config::default())
+        .map_err(|e| ConfigError::key(&Source::Default, "", e.to_string()))?;
+    let mut provenance = BTreeMap::new();
+    for (path, text) in fragments {
+        let src = Source::File(path.clone());
+        let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        merge(&mut merged, table, "", &src, &mut provenance);
+        // Deserialize after each fragment: the first failure is this fragment's fault.
+        to_config(&merged, &src)?;
+    }
+    let config = to_config(&merged, &Source::Default)?;
+    let loaded = Loaded {
+        config,
+        fragments: fragments.iter().map(|(p, _)| p.clone()).collect(),
+        provenance,
+    };
+    validate(&loaded)?;
+    Ok(loaded)
+}
+
+fn merge(
+    into: &mut toml::Table,
+    from: toml::Table,
+    prefix: &str,
+    src: &Source,
+    prov: &mut BTreeMap<String, Source>,
+) {
+    for (k, v) in from {
+        let key = join_key(prefix, &k);
+        match (into.get_mut(&k), v) {
+            (Some(toml::Value::Table(dst)), toml::Value::Table(t)) => {
+                merge(dst, t, &key, src, prov);
+            }
+            (_, v) => {
+                record_leaves(&key, &v, src, prov);
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
+fn record_leaves(key: &str, v: &toml::Value, src: &Source, prov: &mut BTreeMap<String, Source>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                record_leaves(&join_key(key, k), v, src, prov);
+            }
+        }
+        _ => {
+            prov.insert(key.to_string(), src.clone());
+        }
+    }
+}
+
+fn to_config(merged: &toml::Table, src: &Source) -> Result<Config, ConfigError> {
+    let de = toml::Value::Table(merged.clone());
+    serde_path_to_error::deserialize::<_, Config>(de).map_err(|e| {
+        let key = e.path().to_string();
+        ConfigError::key(src, &key, e.into_inner().to_string())
+    })
+}
+
+/// A DNS-1123 label, as Kubernetes requires of a RuntimeClass handler.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// `containerd-shim-[A-Za-z0-9+-]+`, CRI-O's rule for the binary of a `vm` handler.
+pub fn is_shim_binary_name(name: &str) -> bool {
+    name.strip_prefix("containerd-shim-").is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'-')
+    })
+}
+
+fn validate(l: &Loaded) -> Result<(), ConfigError> {
+    let c = &l.config;
+    let err = |key: &str, msg: String| Err(ConfigError::key(&l.source_of(key), key, msg));
+
+    if !is_dns1123_label(&c.handler.name) {
+        return err(
+            "handler.name",
+            format!(
+                "{:?} is not a DNS-1123 label (lower-case letters, digits and '-', 1 to 63 characters, starting and ending alphanumeric)",
+                c.handler.name
+            ),
+        );
+    }
+    let mut paths: Vec<(&str, &Path)> = vec![
+        ("handler.drop_in", &c.handler.drop_in),
+        ("handler.crio.runtime_path", &c.handler.crio.runtime_path),
+        ("handler.crio.runtime_root", &c.handler.crio.runtime_root),
+        ("package.rpm_ostree", &c.package.rpm_ostree),
+        ("cri.socket", &c.cri.socket),
+    ];
+    if let Some(p) = &c.handler.crio.runtime_config_path {
+        paths.push(("handler.crio.runtime_config_path", p));
+    }
+    if let Some(p) = &c.package.local_rpm_dir {
+        paths.push(("package.local_rpm_dir", p));
+    }
+    for (i, m) in c.post_install.selinux_modules.iter().enumerate() {
+        if !m.path.is_absolute() {
+            return err(
+                "post_install.selinux_modules",
+                format!("entry {i}: path {:?} must be absolute", m.path),
+            );
+        }
+    }
+    for p in &c.post_install.tmpfiles {
+        if !p.is_absolute() {
+            return err(
+                "post_install.tmpfiles",
+                format!("{p:?} must be an absolute path"),
+            );
+        }
+    }
+    for (key, p) in paths {
+        if !p.is_absolute() {
+            return err(key, format!("{p:?} must be an absolute path"));
+        }
+    }
+    if !c.handler.drop_in.starts_with("/etc/crio/crio.conf.d") {
+        tracing::warn!(
+            drop_in = %c.handler.drop_in.display(),
+            "the drop-in is outside /etc/crio/crio.conf.d: CRI-O will only read it if its own configuration points there"
+        );
+    }
+    if c.handler.crio.runtime_type == RuntimeType::Vm {
+        let name = c
+            .handler
+            .crio
+            .runtime_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !is_shim_binary_name(&name) {
+            return err(
+                "handler.crio.runtime_path",
+                format!("runtime_type \"vm\" needs a binary named containerd-shim-*, got {name:?}"),
+            );
+        }
+        if c.handler.crio.runtime_config_path.is_none() {
+            return err(
+                "handler.crio.runtime_config_path",
+                "runtime_type \"vm\" needs runtime_config_path".into(),
+            );
+        }
+    }
+    if !c.package.skip && c.package.names.is_empty() && c.package.local_rpm_dir.is_none() {
+        return err(
+            "package.names",
+            "no package to install: list names, set local_rpm_dir, or set package.skip = true"
+                .into(),
+        );
+    }
+    for (key, v) in [
+        ("deadlines.lock", c.deadlines.lock),
+        ("deadlines.preflight", c.deadlines.preflight),
+        ("deadlines.package", c.deadlines.package),
+        ("deadlines.post_install", c.deadlines.post_install),
+        ("deadlines.visibility", c.deadlines.visibility),
+        ("deadlines.restart", c.deadlines.restart),
+        ("deadlines.cri_ready", c.deadlines.cri_ready),
+        ("deadlines.kubelet", c.deadlines.kubelet),
+        ("deadlines.canary", c.deadlines.canary),
+        ("deadlines.rollback", c.deadlines.rollback),
+        ("kubelet.stable_window", c.kubelet.stable_window),
+    ] {
+        // Upper bound: a day. Anything longer is a typo, and Duration would overflow far later.
+        if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+            return err(
+                key,
+                format!("{v} must be a number of seconds > 0 and <= 86400"),
+            );
+        }
+    }
+    for (key, unit) in [
+        ("units.crio", &c.units.crio),
+        ("units.kubelet", &c.units.kubelet),
+    ] {
+        if unit.is_empty() || unit.contains('/') || !unit.contains('.') {
+            return err(
+                key,
+                format!("{unit:?} is not a systemd unit name (e.g. crio.service)"),
+            );
+        }
+    }
+    if !(c.kubelet.healthz_url.starts_with("http://")) {
+        return err(
+            "kubelet.healthz_url",
+            "only plain http:// URLs are supported".into(),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frag(name: &str, text: &str) -> (PathBuf, String) {
+        (
+            PathBuf::from(format!("/etc/kata-live/config.d/{name}")),
+            text.to_string(),
+        )
+    }
+
+    #[test]
+    fn defaults_are_openshift_kata_remote() {
+        let l = load_fragments(&[]).unwrap();
+        let c = &l.config.handler;
+        assert_eq!(c.name, "kata-remote");
+        assert_eq!(c.drop_in, Path::new("/etc/crio/crio.conf.d/50-kata-remote"));
+        assert_eq!(
+            c.crio.runtime_path,
+            Path::new("/usr/bin/containerd-shim-kata-v2")
+        );
+        assert_eq!(c.crio.runtime_type, RuntimeType::Vm);
+        assert_eq!(c.crio.runtime_root, Path::new("/run/vc"));
+        assert_eq!(
+            c.crio.runtime_config_path.as_deref(),
+            Some(Path::new("/opt/kata/configuration-remote.toml"))
+        );
+        assert!(c.crio.privileged_without_host_devices);
+        assert!(c.crio.runtime_pull_image);
+        assert_eq!(
+            c.crio.allowed_annotations,
+            vec!["io.kubernetes.cri-o.Devices"]
+        );
+        assert_eq!(l.source_of("handler.name"), Source::Default);
+    }
+
+    #[test]
+    fn later_fragment_wins_and_provenance_follows() {
+        let l = load_fragments(&[
+            frag(
+                "10-a.toml",
+                "[handler]\nname = \"kata-a\"\n[deadlines]\nlock = 5\n",
+            ),
+            frag("20-b.toml", "[handler]\nname = \"kata-b\"\n"),
+        ])
+        .unwrap();
+        assert_eq!(l.config.handler.name, "kata-b");
+        assert_eq!(l.config.deadlines.lock, 5.0);
+        assert_eq!(
+            l.source_of("handler.name"),
+            Source::File("/etc/kata-live/config.d/20-b.toml".into())
+        );
+        assert_eq!(
+            l.source_of("deadlines.lock"),
+            Source::File("/etc/kata-live/config.d/10-a.toml".into())
+        );
+        let shown = l.render_annotated();
+        assert!(
+            shown.contains("name = \"kata-b\"  # /etc/kata-live/config.d/20-b.toml"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_key() {
+        let e = load_fragments(&[frag("10-x.toml", "[handler.crio]\nruntime_pth = \"/x\"\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/etc/kata-live/config.d/10-x.toml"), "{e}");
+        assert!(e.contains("runtime_pth"), "{e}");
+    }
 }

@@ -3,6 +3,7 @@
 //!
 //! One module per real-world thing; the flows in [`install`] and [`uninstall`] compose them.
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod cri;

@@ -1,1 +1,129 @@
-//! TODO(skeleton): logging
+//! Logging: structured records to the journal (with a MESSAGE_ID per event kind, so that
+//! `journalctl MESSAGE_ID=...` and the catalog work), and human lines on stderr. When
+//! stderr already is the journal (a unit's output, per JOURNAL_STREAM), only the
+//! structured layer is kept, so no line is logged twice.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer};
+
+/// MESSAGE_IDs, one per event kind. Never change one: operators filter on them, and the
+/// catalog (packaging) explains each.
+pub mod ids {
+    pub const STARTED: &str = "2cdf8cbe46034e34ba73f1725bac0fc3";
+    pub const SUCCEEDED: &str = "556da62eebd54ec986eb5c0ecf81f5ad";
+    pub const FAILED: &str = "1e51da56e3304f33afd012aff9dc972b";
+    pub const ROLLED_BACK: &str = "b51c7b50710f4c7781d8d79d85c6c7d9";
+    pub const ROLLBACK_FAILED: &str = "d82c69e6b5c84a218c3941c6b7fff968";
+    pub const REFUSED: &str = "3a00b16f49974554a12100a080630147";
+    pub const STEP: &str = "cf89fdb183d24ac3b89deb5346c88f56";
+    pub const CRIO_RESTARTED: &str = "c1b84c691025410bbd05d7564016bb29";
+
+    /// (id, symbolic name) for the catalog and the docs.
+    pub const ALL: [(&str, &str); 8] = [
+        (STARTED, "STARTED"),
+        (SUCCEEDED, "SUCCEEDED"),
+        (FAILED, "FAILED"),
+        (ROLLED_BACK, "ROLLED_BACK"),
+        (ROLLBACK_FAILED, "ROLLBACK_FAILED"),
+        (REFUSED, "REFUSED"),
+        (STEP, "STEP"),
+        (CRIO_RESTARTED, "CRIO_RESTARTED"),
+    ];
+}
+
+pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
+
+/// `-q` gives -1, each `-v` adds one.
+pub fn level_for(verbosity: i8) -> &'static str {
+    match verbosity {
+        i8::MIN..=-1 => "warn",
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    }
+}
+
+/// True when fd 2 is the stream systemd set up for the journal (JOURNAL_STREAM="dev:ino").
+pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
+    let Some((dev, ino)) = journal_stream.and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    match nix::sys::stat::fstat(std::io::stderr().as_fd()) {
+        Ok(st) => st.st_dev == dev && st.st_ino == ino,
+        Err(_) => false,
+    }
+}
+
+/// Installs the global subscriber. `KATA_LIVE_LOG` (EnvFilter syntax) overrides the level.
+pub fn init(verbosity: i8) {
+    let filter = || {
+        EnvFilter::try_from_env("KATA_LIVE_LOG")
+            .unwrap_or_else(|_| EnvFilter::new(format!("kata_live={}", level_for(verbosity))))
+    };
+    let journald = if Path::new(JOURNAL_SOCKET).exists() {
+        tracing_journald::layer().ok().map(|l| {
+            l.with_syslog_identifier("kata-live".into())
+                // Without a prefix, `message_id` becomes the journal's own MESSAGE_ID.
+                .with_field_prefix(None)
+                .with_filter(filter())
+        })
+    } else {
+        None
+    };
+    let to_journal = journald.is_some();
+    let stderr_layer =
+        if to_journal && stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref()) {
+            None
+        } else {
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_target(false)
+                    .without_time()
+                    .with_filter(filter()),
+            )
+        };
+    // A second init (tests) is harmless: keep the first subscriber.
+    let _ = tracing_subscriber::registry()
+        .with(journald)
+        .with(stderr_layer)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels() {
+        assert_eq!(level_for(-1), "warn");
+        assert_eq!(level_for(0), "info");
+        assert_eq!(level_for(2), "trace");
+    }
+
+    #[test]
+    fn journal_stream_parsing() {
+        assert!(!stderr_is_journal(None));
+        assert!(!stderr_is_journal(Some("garbage")));
+        assert!(!stderr_is_journal(Some("1:2")));
+        let st = nix::sys::stat::fstat(std::io::stderr().as_fd()).unwrap();
+        let v = format!("{}:{}", st.st_dev, st.st_ino);
+        assert!(stderr_is_journal(Some(&v)));
+    }
+
+    #[test]
+    fn message_ids_are_distinct_128_bit_hex() {
+        let mut seen = std::collections::HashSet::new();
+        for (id, _) in ids::ALL {
+            assert_eq!(id.len(), 32);
+            assert!(id
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            assert!(seen.insert(id));
+        }
+    }
+}

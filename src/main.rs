@@ -1,1 +1,8 @@
-fn main() {}
+use clap::Parser;
+use kata_live::{app, cli::Cli, logging};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.global.verbosity());
+    app::run(cli).into()
+}
