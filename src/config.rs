@@ -17,7 +17,7 @@ use std::time::Duration;
 /// Directories scanned for fragments, lowest priority first (relative to the root).
 pub const FRAGMENT_DIRS: [&str; 2] = ["usr/lib/kata-live/config.d", "etc/kata-live/config.d"];
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub handler: Handler,
@@ -283,21 +283,6 @@ impl Default for Deadlines {
     }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            handler: Handler::default(),
-            package: Package::default(),
-            post_install: PostInstall::default(),
-            units: Units::default(),
-            cri: Cri::default(),
-            kubelet: Kubelet::default(),
-            activation: Activation::default(),
-            deadlines: Deadlines::default(),
-        }
-    }
-}
-
 /// Where a value came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
@@ -443,7 +428,7 @@ pub fn load(host: &Host) -> Result<Loaded, ConfigError> {
     load_fragments(&texts)
 }
 
-fn check_ownership(p: &Path) -> Result<(), ConfigError> {
+pub fn check_ownership(p: &Path) -> Result<(), ConfigError> {
     let m = std::fs::metadata(p).map_err(|source| ConfigError::Read {
         path: p.to_path_buf(),
         source,
