@@ -207,7 +207,7 @@ proptest! {
             // /etc masks /usr/lib whatever the order they were written in.
             let entry = effective.get(&fname);
             let etc_already = entry.is_some_and(|(ep, _, _)| ep.starts_with(r.path().join("etc")));
-            if !(etc_already && !*in_etc) {
+            if !etc_already || *in_etc {
                 effective.insert(fname, (p, *lock, name.clone()));
             }
         }
