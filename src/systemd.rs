@@ -17,3 +17,10 @@ pub struct UnitState {
     pub exec_main_start_us: u64,
     pub n_restarts: u32,
 }
+
+/// sd_notify progress (placeholder until the D-Bus client lands; same API).
+pub mod notify {
+    pub fn status(msg: &str) {
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(msg)]);
+    }
+}

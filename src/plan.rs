@@ -1,0 +1,303 @@
+//! Pure decisions of the flows: given what was observed, what to do, and whether what was
+//! observed afterwards proves the result. No I/O here, so every branch is unit-tested.
+//!
+//! Why restart and not reload: CRI-O's reload updates the handler table that `Status`
+//! reports but not the one `RunPodSandbox` checks (cri-o #10202), so a handler listed after
+//! a reload proves nothing. A handler listed by a CRI-O process that *started* after the
+//! drop-in was written and after the runtime binary became visible is trustworthy: that is
+//! the fact both decisions below rest on.
+
+use crate::config::ActivationStrategy;
+use serde::Serialize;
+
+/// What is known when deciding whether CRI-O must be (re)activated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivationInputs {
+    /// The drop-in changed in this run (created, updated or removed).
+    pub drop_in_changed: bool,
+    /// rpm-ostree made the package live in this run.
+    pub package_newly_live: bool,
+    /// CRI-O's ExecMainStartTimestamp (µs since the epoch); 0 when not running.
+    pub crio_started_us: u64,
+    /// The newest of: the drop-in's mtime, the runtime binary's and config's ctime/mtime.
+    /// For uninstall, when the drop-in was removed (0 when unknown).
+    pub newest_artifact_us: u64,
+    /// Does the running CRI-O list the handler? None: it does not report handlers.
+    pub handler_listed: Option<bool>,
+    /// The state the operation wants: listed (install) or not (uninstall).
+    pub want_listed: bool,
+    pub strategy: ActivationStrategy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", content = "why", rename_all = "kebab-case")]
+pub enum Activation {
+    /// The running CRI-O already started with everything in place: no restart.
+    Nothing(String),
+    Restart(String),
+    /// Opt-in: reload, then a canary on the handler itself (which the reload bug cannot
+    /// fool); a restart follows if the canary fails.
+    ReloadThenCanary(String),
+}
+
+pub fn decide_activation(i: &ActivationInputs) -> Activation {
+    let act = |why: String| match (i.strategy, i.want_listed) {
+        // A reload cannot be proven for removal (the RunPodSandbox table keeps the handler).
+        (ActivationStrategy::ReloadWithCanary, true) => Activation::ReloadThenCanary(why),
+        _ => Activation::Restart(why),
+    };
+    if i.crio_started_us == 0 {
+        return Activation::Restart("CRI-O is not running".into());
+    }
+    if i.drop_in_changed {
+        return act("the drop-in changed in this run".into());
+    }
+    if i.package_newly_live {
+        return act("the package became live in this run".into());
+    }
+    if i.crio_started_us <= i.newest_artifact_us {
+        return act(
+            "the running CRI-O started before the drop-in or the runtime files were in place"
+                .into(),
+        );
+    }
+    // Whether the handler is listed is for the proof to judge: restarting a CRI-O that
+    // already saw everything cannot change what it lists.
+    Activation::Nothing(
+        "nothing changed and the running CRI-O started after the drop-in and the runtime files"
+            .into(),
+    )
+}
+
+/// Observations after activation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProofInputs {
+    pub want_listed: bool,
+    /// The running CRI-O started after the newest artifact (and after our restart, if any).
+    pub crio_newer_than_artifacts: bool,
+    pub handler_listed: Option<bool>,
+    pub runtime_ready: bool,
+    pub network_ready: bool,
+    /// None when the kubelet proof held; otherwise what is missing.
+    pub kubelet_missing: Option<String>,
+    pub pods_lost: Vec<String>,
+    /// Some(Err) when the canary ran and failed.
+    pub canary: Option<Result<(), String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    pub proven: bool,
+    /// Each piece of evidence that is missing, said plainly.
+    pub missing: Vec<String>,
+}
+
+pub fn verdict(p: &ProofInputs) -> Verdict {
+    let mut missing = Vec::new();
+    if !p.crio_newer_than_artifacts {
+        missing
+            .push("the running CRI-O did not start after the drop-in and the runtime files".into());
+    }
+    match (p.handler_listed, p.want_listed) {
+        (None, _) => missing.push(
+            "CRI-O does not report runtime handlers (CRI API older than Kubernetes 1.30): the handler cannot be proven".into(),
+        ),
+        (Some(false), true) => missing.push(
+            "CRI-O does not list the handler: it ignored it (look for `is being ignored` in `journalctl -u crio`)".into(),
+        ),
+        (Some(true), false) => missing.push(
+            "CRI-O still lists the handler: another drop-in declares it".into(),
+        ),
+        _ => {}
+    }
+    if !p.runtime_ready {
+        missing.push("CRI-O reports RuntimeReady=false".into());
+    }
+    if !p.network_ready {
+        missing.push("CRI-O reports NetworkReady=false".into());
+    }
+    if let Some(k) = &p.kubelet_missing {
+        missing.push(format!("kubelet: {k}"));
+    }
+    if !p.pods_lost.is_empty() {
+        missing.push(format!("pods lost: {}", p.pods_lost.join(", ")));
+    }
+    if let Some(Err(e)) = &p.canary {
+        missing.push(format!("canary sandbox failed: {e}"));
+    }
+    Verdict {
+        proven: missing.is_empty(),
+        missing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> ActivationInputs {
+        ActivationInputs {
+            drop_in_changed: false,
+            package_newly_live: false,
+            crio_started_us: 2_000,
+            newest_artifact_us: 1_000,
+            handler_listed: Some(true),
+            want_listed: true,
+            strategy: ActivationStrategy::Restart,
+        }
+    }
+
+    #[test]
+    fn no_change_and_newer_crio_means_no_restart() {
+        assert!(matches!(decide_activation(&base()), Activation::Nothing(_)));
+    }
+
+    #[test]
+    fn any_change_or_older_crio_restarts() {
+        for i in [
+            ActivationInputs {
+                drop_in_changed: true,
+                ..base()
+            },
+            ActivationInputs {
+                package_newly_live: true,
+                ..base()
+            },
+            ActivationInputs {
+                crio_started_us: 1_000,
+                ..base()
+            },
+            ActivationInputs {
+                crio_started_us: 0,
+                ..base()
+            },
+        ] {
+            assert!(
+                matches!(decide_activation(&i), Activation::Restart(_)),
+                "{i:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_crash_after_the_restart_needs_no_second_one() {
+        // Interrupted run: the drop-in is already ours (unchanged now) and CRI-O restarted
+        // after it was written. The re-run must not restart again.
+        let i = ActivationInputs {
+            crio_started_us: 5_000,
+            newest_artifact_us: 4_000,
+            ..base()
+        };
+        assert!(matches!(decide_activation(&i), Activation::Nothing(_)));
+        // Interrupted before the restart: CRI-O is older than the drop-in.
+        let i = ActivationInputs {
+            crio_started_us: 3_000,
+            newest_artifact_us: 4_000,
+            ..base()
+        };
+        assert!(matches!(decide_activation(&i), Activation::Restart(_)));
+    }
+
+    #[test]
+    fn reload_is_opt_in_and_never_for_removal() {
+        let i = ActivationInputs {
+            drop_in_changed: true,
+            strategy: ActivationStrategy::ReloadWithCanary,
+            ..base()
+        };
+        assert!(matches!(
+            decide_activation(&i),
+            Activation::ReloadThenCanary(_)
+        ));
+        let i = ActivationInputs {
+            want_listed: false,
+            ..i
+        };
+        assert!(matches!(decide_activation(&i), Activation::Restart(_)));
+    }
+
+    fn proven() -> ProofInputs {
+        ProofInputs {
+            want_listed: true,
+            crio_newer_than_artifacts: true,
+            handler_listed: Some(true),
+            runtime_ready: true,
+            network_ready: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn verdict_needs_every_piece() {
+        assert!(verdict(&proven()).proven);
+        let cases = [
+            ProofInputs {
+                crio_newer_than_artifacts: false,
+                ..proven()
+            },
+            ProofInputs {
+                handler_listed: None,
+                ..proven()
+            },
+            ProofInputs {
+                handler_listed: Some(false),
+                ..proven()
+            },
+            ProofInputs {
+                runtime_ready: false,
+                ..proven()
+            },
+            ProofInputs {
+                network_ready: false,
+                ..proven()
+            },
+            ProofInputs {
+                kubelet_missing: Some("no connection".into()),
+                ..proven()
+            },
+            ProofInputs {
+                pods_lost: vec!["default/web".into()],
+                ..proven()
+            },
+            ProofInputs {
+                canary: Some(Err("timeout".into())),
+                ..proven()
+            },
+        ];
+        for c in cases {
+            let v = verdict(&c);
+            assert!(!v.proven, "{c:?}");
+            assert_eq!(v.missing.len(), 1, "{c:?}: {:?}", v.missing);
+        }
+    }
+
+    #[test]
+    fn unknown_is_never_listed() {
+        let v = verdict(&ProofInputs {
+            handler_listed: None,
+            ..proven()
+        });
+        assert!(v.missing[0].contains("older than Kubernetes 1.30"));
+        let v = verdict(&ProofInputs {
+            handler_listed: None,
+            want_listed: false,
+            ..proven()
+        });
+        assert!(!v.proven);
+    }
+
+    #[test]
+    fn uninstall_wants_the_handler_gone() {
+        let p = ProofInputs {
+            want_listed: false,
+            handler_listed: Some(false),
+            ..proven()
+        };
+        assert!(verdict(&p).proven);
+        let p = ProofInputs {
+            want_listed: false,
+            ..proven()
+        };
+        assert!(!verdict(&p).proven);
+    }
+}

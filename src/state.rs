@@ -1,0 +1,200 @@
+//! The state journal (`/var/lib/kata-live/state.json`): written before each side effect, so
+//! a run killed at any point (kill -9, node hiccup) leaves enough behind for the next run
+//! to converge to the same end state, restoring from the oldest backup and restarting CRI-O
+//! only where the running one has not seen the change.
+
+use crate::fsutil::{self, FsError};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+pub const STATE_DIR: &str = "/var/lib/kata-live";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Operation {
+    Install,
+    Uninstall,
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Operation::Install => "install",
+            Operation::Uninstall => "uninstall",
+        })
+    }
+}
+
+/// The step a run had reached (the side effect it was about to make, or made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    Preflight,
+    Package,
+    DropIn,
+    Activate,
+    Prove,
+    RemovePackage,
+    Rollback,
+}
+
+/// CRI-O's identity as systemd reports it: a restart changes both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitIdentity {
+    pub invocation_id: String,
+    pub main_pid: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
+    pub operation: Operation,
+    pub pid: u32,
+    pub started: String,
+    pub phase: Phase,
+    /// The drop-in's pre-change content is in the backup store.
+    pub backup_saved: bool,
+    /// rpm-ostree made the package live in this operation (CRI-O must see the binary).
+    pub package_newly_live: bool,
+    /// CRI-O before the operation touched anything.
+    pub crio_before: Option<UnitIdentity>,
+}
+
+impl Journal {
+    pub fn new(operation: Operation) -> Self {
+        Journal {
+            operation,
+            pid: std::process::id(),
+            started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            phase: Phase::Preflight,
+            backup_saved: false,
+            package_newly_live: false,
+            crio_before: None,
+        }
+    }
+
+    /// The journal a new run starts from, given what an interrupted run left. The same
+    /// operation resumes: its backup is the true pre-change state and is kept. Another
+    /// operation abandons the interrupted one's intent, so it starts afresh.
+    pub fn resume(previous: Option<Journal>, operation: Operation) -> (Journal, Option<Journal>) {
+        match previous {
+            Some(p) if p.operation == operation => {
+                let mut j = Journal::new(operation);
+                j.backup_saved = p.backup_saved;
+                j.package_newly_live = p.package_newly_live;
+                j.crio_before = p.crio_before.clone();
+                (j, Some(p))
+            }
+            other => (Journal::new(operation), other),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JournalStore {
+    root: PathBuf,
+    path: PathBuf,
+}
+
+impl JournalStore {
+    /// `state_dir` is the root-prefixed state directory.
+    pub fn new(root: impl Into<PathBuf>, state_dir: &Path) -> Self {
+        JournalStore {
+            root: root.into(),
+            path: state_dir.join("state.json"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A journal that cannot be parsed is reported, not ignored: it may guard a backup.
+    pub fn load(&self) -> Result<Option<Journal>, StateError> {
+        let Some(bytes) = fsutil::read_nofollow(&self.path).map_err(|source| StateError::Fs {
+            path: self.path.clone(),
+            source,
+        })?
+        else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StateError::Corrupt {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    pub fn save(&self, j: &Journal) -> Result<(), StateError> {
+        let bytes = serde_json::to_vec_pretty(j).map_err(|e| StateError::Corrupt {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        fsutil::write_atomic(&self.root, &self.path, &bytes, 0o600).map_err(|source| {
+            StateError::Fs {
+                path: self.path.clone(),
+                source,
+            }
+        })
+    }
+
+    pub fn clear(&self) -> Result<(), StateError> {
+        fsutil::remove_file(&self.root, &self.path)
+            .map(|_| ())
+            .map_err(|source| StateError::Fs {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state journal {path}: {source}")]
+    Fs {
+        path: PathBuf,
+        #[source]
+        source: FsError,
+    },
+    #[error("state journal {path} is unreadable ({reason}); it may guard a backup of the CRI-O drop-in under the same directory: inspect both, then remove the journal")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_operation_keeps_the_backup_another_starts_afresh() {
+        let mut old = Journal::new(Operation::Install);
+        old.backup_saved = true;
+        old.phase = Phase::Activate;
+        old.crio_before = Some(UnitIdentity {
+            invocation_id: "a".into(),
+            main_pid: 7,
+        });
+        let (j, prev) = Journal::resume(Some(old.clone()), Operation::Install);
+        assert!(j.backup_saved);
+        assert_eq!(j.crio_before, old.crio_before);
+        assert_eq!(j.phase, Phase::Preflight);
+        assert_eq!(prev, Some(old.clone()));
+        let (j, _) = Journal::resume(Some(old), Operation::Uninstall);
+        assert!(!j.backup_saved);
+        assert_eq!(j.crio_before, None);
+    }
+
+    #[test]
+    fn round_trip_and_corruption() {
+        let d = tempfile::tempdir().unwrap();
+        let s = JournalStore::new(d.path(), &d.path().join("var/lib/kata-live"));
+        assert_eq!(s.load().unwrap(), None);
+        let j = Journal::new(Operation::Uninstall);
+        s.save(&j).unwrap();
+        assert_eq!(s.load().unwrap(), Some(j));
+        std::fs::write(s.path(), b"{not json").unwrap();
+        assert!(matches!(s.load(), Err(StateError::Corrupt { .. })));
+        s.clear().unwrap();
+        assert_eq!(s.load().unwrap(), None);
+    }
+}
