@@ -45,8 +45,9 @@ pub struct CriClient {
 
 impl CriClient {
     /// Connects to the runtime's socket. `/run/crio/crio.sock` and `/var/run/crio/crio.sock`
-    /// both work: the kernel resolves the `/var/run` symlink. The connection is established
-    /// now (so a missing socket is reported here), within `connect_deadline`.
+    /// both work: the kernel resolves the `/var/run` symlink. The socket connection is
+    /// established now (so a missing or refusing socket is reported here), within
+    /// `connect_deadline`; whether the peer speaks CRI shows at the first call.
     pub async fn connect(
         socket: &Path,
         connect_deadline: Duration,
@@ -61,9 +62,8 @@ impl CriClient {
             }
         });
         // The URI is never dialled (the connector ignores it); it only fills :authority.
-        let endpoint = Endpoint::from_static("http://localhost")
-            .connect_timeout(connect_deadline)
-            .timeout(call_timeout);
+        // Per-call deadlines are ours (see `unary`), not the endpoint's.
+        let endpoint = Endpoint::from_static("http://localhost").connect_timeout(connect_deadline);
         let deadline_err = || CriError::Deadline {
             socket: socket.to_path_buf(),
             call: "connect",
@@ -126,7 +126,15 @@ impl CriClient {
         match tokio::time::timeout(timeout, f(self.inner.clone(), request)).await {
             Err(_elapsed) => Err(deadline()),
             Ok(Ok(resp)) => Ok(resp.into_inner()),
-            Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => Err(deadline()),
+            // The server (or tonic's timeout layer, which says "Timeout expired") honoured
+            // the grpc-timeout we sent.
+            Ok(Err(status))
+                if status.code() == tonic::Code::DeadlineExceeded
+                    || (status.code() == tonic::Code::Cancelled
+                        && status.message() == "Timeout expired") =>
+            {
+                Err(deadline())
+            }
             Ok(Err(status)) => Err(from_status(&self.socket, call, status)),
         }
     }

@@ -157,6 +157,8 @@ impl CriError {
                 source.kind(),
                 io::ErrorKind::ConnectionReset
                     | io::ErrorKind::ConnectionAborted
+                    // A full listen backlog: the runtime is alive but swamped.
+                    | io::ErrorKind::WouldBlock
                     | io::ErrorKind::Interrupted
                     | io::ErrorKind::TimedOut
             ),

@@ -46,6 +46,9 @@ pub struct CriState {
     pub delays: HashMap<CriCall, Duration>,
     pub errors: HashMap<CriCall, (tonic::Code, String)>,
     pub run_requests: Vec<proto::RunPodSandboxRequest>,
+    /// `RunPodSandbox` creates the sandbox, then fails with this (a runtime that times out
+    /// or fails late and leaves the sandbox behind).
+    pub run_fails_after_create: Option<(tonic::Code, String)>,
     next_id: u64,
 }
 
@@ -68,6 +71,7 @@ impl Default for CriState {
             delays: HashMap::new(),
             errors: HashMap::new(),
             run_requests: Vec::new(),
+            run_fails_after_create: None,
             next_id: 1,
         }
     }
@@ -214,6 +218,9 @@ impl RuntimeService for Service {
                 runtime_handler: req.runtime_handler,
             },
         );
+        if let Some((code, msg)) = st.run_fails_after_create.clone() {
+            return Err(Status::new(code, msg));
+        }
         Ok(Response::new(proto::RunPodSandboxResponse { pod_sandbox_id: id }))
     }
 
@@ -561,6 +568,10 @@ impl TestCri {
             }
             s.run_handlers.retain(|h| h != name);
         })
+    }
+
+    pub fn set_run_fails_after_create(&self, error: Option<(tonic::Code, &str)>) {
+        self.with_state(|s| s.run_fails_after_create = error.map(|(c, m)| (c, m.to_string())))
     }
 
     pub fn set_sandboxes_become_ready(&self, ready: bool) {
