@@ -13,4 +13,6 @@ pub mod host;
 pub mod kubelet;
 pub mod logging;
 pub mod rpm_ostree;
+pub mod scriptlets;
+pub mod visibility;
 pub mod systemd;
