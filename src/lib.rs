@@ -14,5 +14,5 @@ pub mod kubelet;
 pub mod logging;
 pub mod rpm_ostree;
 pub mod scriptlets;
-pub mod visibility;
 pub mod systemd;
+pub mod visibility;

@@ -51,7 +51,9 @@ pub enum ScriptletError {
         status: String,
         output: String,
     },
-    #[error("`{command}` did not finish before the post-install deadline ({deadline:?}); it was killed")]
+    #[error(
+        "`{command}` did not finish before the post-install deadline ({deadline:?}); it was killed"
+    )]
     Timeout { command: String, deadline: Duration },
     #[error("SELinux module file {path} (module {module}) does not exist: is the package live?")]
     ModuleFileMissing { module: String, path: PathBuf },
@@ -66,7 +68,9 @@ pub enum StepOutcome {
     /// Ran a command that is idempotent by itself (changes nothing already in place).
     Ensured,
     /// Already in place; `why` says what showed it.
-    Skipped { why: String },
+    Skipped {
+        why: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -205,7 +209,7 @@ pub async fn run_scriptlets(
         let loaded = parse_semodule_list(&r.run(&tools.semodule, &["-l".into()]).await?);
         for m in &cfg.selinux_modules {
             let what = format!("selinux-module {}", m.name);
-            if loaded.iter().any(|l| *l == m.name) {
+            if loaded.contains(&m.name) {
                 report.steps.push(Step {
                     what,
                     outcome: StepOutcome::Skipped {

@@ -35,7 +35,12 @@ pub struct Missing {
 impl fmt::Display for Missing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.seen {
-            Seen::Host => write!(f, "{} is not visible on the host (checked {})", self.path.display(), self.checked.display()),
+            Seen::Host => write!(
+                f,
+                "{} is not visible on the host (checked {})",
+                self.path.display(),
+                self.checked.display()
+            ),
             Seen::CrioMountNs { pid } => write!(
                 f,
                 "{} is not visible in CRI-O's mount namespace (pid {pid}, checked {})",

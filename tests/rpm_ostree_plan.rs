@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use kata_live::config::{Package, PackageRemoval};
 use kata_live::rpm_ostree::{
-    parse_status, plan_install, plan_remove, InstallPlan, PackageState, RemovePlan,
-    RpmOstreeError, Status,
+    parse_status, plan_install, plan_remove, InstallPlan, PackageState, RemovePlan, RpmOstreeError,
+    Status,
 };
 use proptest::prelude::*;
 
@@ -69,7 +69,9 @@ fn booted_only_installs_live() {
 #[test]
 fn local_rpms_are_installed_by_file() {
     let st = fixture("booted-only");
-    let rpms = [PathBuf::from("/var/lib/kata-live/rpms/kata-containers-3.8.0-1.el9.x86_64.rpm")];
+    let rpms = [PathBuf::from(
+        "/var/lib/kata-live/rpms/kata-containers-3.8.0-1.el9.x86_64.rpm",
+    )];
     let mut p = pkg();
     p.names.clear();
     match plan_install(&st, &p, &rpms).unwrap() {
@@ -81,7 +83,10 @@ fn local_rpms_are_installed_by_file() {
     }
     // And a local package applied live counts as live.
     let st = fixture("local-live-replaced");
-    assert_eq!(plan_install(&st, &p, &rpms).unwrap(), InstallPlan::AlreadyLive);
+    assert_eq!(
+        plan_install(&st, &p, &rpms).unwrap(),
+        InstallPlan::AlreadyLive
+    );
 }
 
 #[test]
@@ -116,13 +121,19 @@ fn some_pending_some_absent_installs_only_the_absent() {
 fn live_replaced_is_already_live() {
     let st = fixture("live-replaced");
     assert_eq!(st.package_state("kata-containers"), PackageState::Live);
-    assert_eq!(plan_install(&st, &pkg(), &[]).unwrap(), InstallPlan::AlreadyLive);
+    assert_eq!(
+        plan_install(&st, &pkg(), &[]).unwrap(),
+        InstallPlan::AlreadyLive
+    );
 }
 
 #[test]
 fn booted_with_the_package_is_already_live() {
     let st = fixture("booted-layered");
-    assert_eq!(plan_install(&st, &pkg(), &[]).unwrap(), InstallPlan::AlreadyLive);
+    assert_eq!(
+        plan_install(&st, &pkg(), &[]).unwrap(),
+        InstallPlan::AlreadyLive
+    );
 }
 
 #[test]
@@ -165,7 +176,10 @@ fn skip_needs_no_status_decision() {
         plan_install(&fixture("live-inprogress"), &p, &[]).unwrap(),
         InstallPlan::Skip
     );
-    assert_eq!(plan_remove(&fixture("live-replaced"), &p).unwrap(), RemovePlan::Keep);
+    assert_eq!(
+        plan_remove(&fixture("live-replaced"), &p).unwrap(),
+        RemovePlan::Keep
+    );
 }
 
 #[test]
@@ -211,7 +225,11 @@ fn remove_live_when_only_pending_needs_no_apply() {
 #[test]
 fn remove_next_boot_stages() {
     assert_eq!(
-        plan_remove(&fixture("booted-layered"), &removal(PackageRemoval::NextBoot)).unwrap(),
+        plan_remove(
+            &fixture("booted-layered"),
+            &removal(PackageRemoval::NextBoot)
+        )
+        .unwrap(),
         RemovePlan::Stage {
             argv: Some(s(&["uninstall", "--idempotent", "kata-containers"]))
         }
@@ -220,8 +238,11 @@ fn remove_next_boot_stages() {
 
 #[test]
 fn remove_local_package_by_nevra() {
-    match plan_remove(&fixture("local-live-replaced"), &removal(PackageRemoval::NextBoot))
-        .unwrap()
+    match plan_remove(
+        &fixture("local-live-replaced"),
+        &removal(PackageRemoval::NextBoot),
+    )
+    .unwrap()
     {
         RemovePlan::Stage { argv: Some(argv) } => {
             assert_eq!(argv.last().unwrap(), "kata-containers-3.8.0-1.el9.x86_64")
@@ -331,4 +352,29 @@ proptest! {
             let _ = plan_install(&st, &pkg(), &[]);
         }
     }
+}
+
+/// After install --apply-live, a later `uninstall` replaces the pending deployment that
+/// `live-replaced` points to: the running tree can no longer be read from the status.
+#[test]
+fn superseded_live_commit_forces_apply_live_on_removal() {
+    let path = format!(
+        "{}/tests/fixtures/rpm-ostree/live-replaced.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["deployments"][0]["checksum"] = "c0ffee".into();
+    v["deployments"][0]["requested-packages"] = serde_json::json!([]);
+    v["deployments"][0]["packages"] = serde_json::json!([]);
+    let st = parse_status(&v.to_string()).unwrap();
+    assert!(!st.live_tree_known());
+    assert_eq!(
+        plan_remove(&st, &removal(PackageRemoval::Live)).unwrap(),
+        RemovePlan::Live {
+            uninstall_argv: None,
+            apply_argv: Some(s(&["apply-live", "--allow-replacement"])),
+            names: s(&["kata-containers"]),
+        }
+    );
 }

@@ -151,6 +151,19 @@ impl Status {
             .unwrap_or(&self.booted)
     }
 
+    /// False when the booted deployment has a live-applied commit that no listed
+    /// deployment has (a later install/uninstall replaced the pending deployment it came
+    /// from): what is in the running `/usr` cannot be read from the status then.
+    pub fn live_tree_known(&self) -> bool {
+        self.booted
+            .live_replaced
+            .as_deref()
+            .is_none_or(|c| self.deployments.iter().any(|d| d.checksum == c))
+    }
+
+    /// Where `name` stands. When the live tree is unknown this answers from the booted
+    /// deployment: callers that must not over-report a removal check
+    /// [`Status::live_tree_known`].
     pub fn package_state(&self, name: &str) -> PackageState {
         if self.running_deployment().has_package(name) {
             PackageState::Live

@@ -99,9 +99,15 @@ pub enum InstallPlan {
     AlreadyLive,
     /// Every package is layered in the pending deployment; apply that live.
     /// `names`: the packages expected live afterwards.
-    ApplyPendingLive { argv: Vec<String>, names: Vec<String> },
+    ApplyPendingLive {
+        argv: Vec<String>,
+        names: Vec<String>,
+    },
     /// Layer and apply live in one go.
-    InstallLive { argv: Vec<String>, names: Vec<String> },
+    InstallLive {
+        argv: Vec<String>,
+        names: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -233,13 +239,16 @@ pub fn plan_remove(status: &Status, pkg: &Package) -> Result<RemovePlan, RpmOstr
     check_live_state(status)?;
     let names = pkg.names.clone();
     let default = status.default_deployment();
-    let requested: Vec<String> = names.iter().filter_map(|n| default.request_for(n)).collect();
+    let requested: Vec<String> = names
+        .iter()
+        .filter_map(|n| default.request_for(n))
+        .collect();
     let live: Vec<String> = names
         .iter()
         .filter(|n| status.package_state(n) == PackageState::Live)
         .cloned()
         .collect();
-    if requested.is_empty() && live.is_empty() {
+    if requested.is_empty() && live.is_empty() && status.live_tree_known() {
         return Ok(RemovePlan::NotInstalled);
     }
     let uninstall_argv = (!requested.is_empty()).then(|| {
@@ -250,8 +259,12 @@ pub fn plan_remove(status: &Status, pkg: &Package) -> Result<RemovePlan, RpmOstr
     Ok(match pkg.uninstall {
         PackageRemoval::Live => RemovePlan::Live {
             uninstall_argv,
-            apply_argv: (!live.is_empty())
-                .then(|| ["apply-live", "--allow-replacement"].map(String::from).into()),
+            // An unknown live tree may hold the packages: apply-live to be sure.
+            apply_argv: (!live.is_empty() || !status.live_tree_known()).then(|| {
+                ["apply-live", "--allow-replacement"]
+                    .map(String::from)
+                    .into()
+            }),
             names,
         },
         PackageRemoval::NextBoot | PackageRemoval::Keep => RemovePlan::Stage {
@@ -389,9 +402,7 @@ impl RpmOstree {
     }
 
     async fn status_until(&self, until: Instant) -> Result<Status, RpmOstreeError> {
-        let out = self
-            .run(&["status".into(), "--json".into()], until)
-            .await?;
+        let out = self.run(&["status".into(), "--json".into()], until).await?;
         parse_status(&out.stdout)
     }
 
@@ -502,7 +513,8 @@ impl RpmOstree {
                 let still: Vec<String> = names
                     .iter()
                     .filter(|n| {
-                        status.package_state(n) == PackageState::Live
+                        !status.live_tree_known()
+                            || status.package_state(n) == PackageState::Live
                             || status.default_deployment().request_for(n).is_some()
                     })
                     .cloned()
