@@ -8,7 +8,7 @@ use std::time::Duration;
 use kata_live::config::{Package, PackageRemoval};
 use kata_live::host::Host;
 use kata_live::rpm_ostree::{
-    PackageOutcome, PackageState, RemovalOutcome, RpmOstree, RpmOstreeError,
+    list_local_rpms, PackageOutcome, PackageState, RemovalOutcome, RpmOstree, RpmOstreeError,
 };
 use kata_live::visibility::wait_visible;
 
@@ -352,4 +352,52 @@ async fn files_of_a_live_apply_appear_after_the_configured_delay() {
     wait_visible(&e.host(), &[shim], None, Duration::from_secs(30))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn local_rpms_install_and_remove_by_nevra() {
+    let e = env();
+    let rpms_dir = e.root.join("var/lib/kata-live/rpms");
+    std::fs::create_dir_all(&rpms_dir).unwrap();
+    assert!(matches!(
+        list_local_rpms(&rpms_dir),
+        Err(RpmOstreeError::NoLocalRpms { .. })
+    ));
+    std::fs::write(
+        rpms_dir.join("kata-containers-3.8.0-1.el9.x86_64.rpm"),
+        "rpm",
+    )
+    .unwrap();
+    std::fs::write(rpms_dir.join("README"), "not an rpm").unwrap();
+    let rpms = list_local_rpms(&rpms_dir).unwrap();
+    assert_eq!(rpms.len(), 1);
+    let mut p = pkg();
+    p.local_rpm_dir = Some("/var/lib/kata-live/rpms".into());
+    assert_eq!(
+        e.rpm.install(&p, &rpms, DEADLINE).await.unwrap(),
+        PackageOutcome::NewlyLive
+    );
+    let st = e.rpm.status(DEADLINE).await.unwrap();
+    assert_eq!(
+        st.running_deployment().requested_local_packages,
+        ["kata-containers-3.8.0-1.el9.x86_64"]
+    );
+    assert_eq!(
+        e.rpm.install(&p, &rpms, DEADLINE).await.unwrap(),
+        PackageOutcome::AlreadyLive
+    );
+    p.uninstall = PackageRemoval::Live;
+    assert_eq!(
+        e.rpm.remove(&p, DEADLINE).await.unwrap(),
+        RemovalOutcome::RemovedLive
+    );
+    let calls = e.mutating_calls();
+    assert_eq!(
+        calls[calls.len() - 2],
+        [
+            "uninstall",
+            "--idempotent",
+            "kata-containers-3.8.0-1.el9.x86_64"
+        ]
+    );
 }

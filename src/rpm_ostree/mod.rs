@@ -152,14 +152,16 @@ pub enum RemovalOutcome {
 }
 
 fn check_live_state(status: &Status) -> Result<(), RpmOstreeError> {
+    // A running transaction first: its own live apply shows as live-inprogress too.
+    if status.transaction_active {
+        return Err(RpmOstreeError::TransactionActive);
+    }
     if let Some(commit) = &status.booted.live_inprogress {
         return Err(RpmOstreeError::LiveInProgress {
             commit: commit.clone(),
+            // apply-live only accepts the interrupted target again (rpm-ostree live.rs).
             recovery: format!("rpm-ostree apply-live --target {commit}"),
         });
-    }
-    if status.transaction_active {
-        return Err(RpmOstreeError::TransactionActive);
     }
     Ok(())
 }

@@ -5,8 +5,9 @@
 //! - `state.json`: the `rpm-ostree status --json` document it answers with (created with
 //!   one booted deployment and no layered package when missing);
 //! - `calls.log`: one JSON array of argv per call, appended;
-//! - `files`: lines `PACKAGE ABSOLUTE-PATH`, the files a package brings; created when
-//!   the package goes live, removed when it leaves the running tree;
+//! - `files`: lines `PACKAGE ABSOLUTE-PATH [SOURCE]`, the files a package brings;
+//!   created when the package goes live (a copy of SOURCE when given, else a small
+//!   executable placeholder), removed when it leaves the running tree;
 //! - `delay`: seconds (float) before the files of a live apply appear; they are created
 //!   by a detached background process, as a live apply's files reached CRI-O late;
 //! - fault markers (the file existing switches it on): `fail` (mutating commands exit 1
@@ -273,7 +274,8 @@ impl Fake {
                     println!("No change.");
                 }
                 self.save(&state)?;
-                if o.flags.contains("--apply-live") {
+                let has_pending = self.booted_idx(&state)? > 0;
+                if o.flags.contains("--apply-live") && (changed || has_pending) {
                     self.apply_live(&mut state, None, false)?;
                 } else if changed {
                     println!("Run \"systemctl reboot\" to start a reboot");
@@ -457,8 +459,9 @@ impl Fake {
         let live = serde_json::to_string(&after).map_err(|e| e.to_string())?;
         std::fs::write(self.path("live-packages.json"), live).map_err(|e| e.to_string())?;
         let files = self.files()?;
-        for (pkg, path) in &files {
+        for (pkg, spec) in &files {
             if removed.contains(&pkg) {
+                let path = spec.split_whitespace().next().unwrap_or(spec);
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -481,6 +484,8 @@ impl Fake {
         serde_json::from_str(&body).map_err(|e| e.to_string())
     }
 
+    /// `(package, "PATH[ SOURCE]")` pairs; the second part is passed as is to the
+    /// background creator.
     fn files(&self) -> Res<Vec<(String, String)>> {
         let body = match std::fs::read_to_string(self.path("files")) {
             Ok(b) => b,
@@ -489,7 +494,7 @@ impl Fake {
         };
         Ok(body
             .lines()
-            .filter_map(|l| l.split_once(char::is_whitespace))
+            .filter_map(|l| l.trim().split_once(char::is_whitespace))
             .map(|(p, f)| (p.to_string(), f.trim().to_string()))
             .collect())
     }
@@ -517,17 +522,27 @@ impl Fake {
         };
         let secs: f64 = delay.parse().unwrap_or(0.0);
         std::thread::sleep(Duration::from_secs_f64(secs.max(0.0)));
-        for f in files {
-            let p = Path::new(f);
+        for spec in files {
+            let mut words = spec.split_whitespace();
+            let Some(p) = words.next().map(Path::new) else {
+                continue;
+            };
             if let Some(parent) = p.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
-            if std::fs::write(p, "# created by fake-rpm-ostree (live apply)\n").is_ok() {
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::PermissionsExt;
-                    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
-                }
+            // Atomically, so that a watcher never sees half a file.
+            let tmp = p.with_file_name(format!(
+                ".{}.fake-rpm-ostree",
+                p.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+            ));
+            let written = match words.next() {
+                Some(source) => std::fs::copy(source, &tmp).map(|_| ()),
+                None => std::fs::write(&tmp, "#!/bin/sh\n# placeholder from fake-rpm-ostree\n"),
+            };
+            if written.is_ok() {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
+                let _ = std::fs::rename(&tmp, p);
             }
         }
         ExitCode::SUCCESS
