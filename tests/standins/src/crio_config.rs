@@ -241,9 +241,11 @@ pub fn validate_handler(
     if h.runtime_path.is_empty() {
         match fs.look_path(name) {
             Some(p) => h.runtime_path = p,
-            None => return Err(format!(
+            None => {
+                return Err(format!(
                 "{name:?} not found in $PATH: exec: {name:?}: executable file not found in $PATH"
-            )),
+            ))
+            }
         }
     } else if fs.not_found(&h.runtime_path) {
         return Err(format!(
