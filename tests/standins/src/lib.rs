@@ -1,4 +1,4 @@
-pub fn placeholder() {}
+//! Test-only stand-ins: never shipped in the RPM.
 
 pub mod cri_server;
 pub mod crio_config;
