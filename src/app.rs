@@ -4,7 +4,12 @@ use crate::cli::{Cli, Command};
 use crate::config::{self, ConfigError, Loaded};
 use crate::crio::{self, CrioError, DropIn};
 use crate::exit::ExitCode;
+use crate::flow::Ctx;
 use crate::host::Host;
+use crate::rpm_ostree::RpmOstree;
+use crate::scriptlets::Tools;
+use crate::systemd::{handoff, Systemd, SystemdError};
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -12,16 +17,20 @@ pub enum AppError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Crio(#[from] CrioError),
-    #[error("{0}")]
-    NotImplemented(String),
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 impl AppError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
             AppError::Config(_) => ExitCode::Usage,
-            AppError::Crio(_) => ExitCode::Internal,
-            AppError::NotImplemented(_) => ExitCode::NotImplemented,
+            AppError::Systemd(SystemdError::HandOffBusy { .. }) => ExitCode::LockBusy,
+            // Nothing can be observed or changed without systemd: refused, node untouched.
+            AppError::Systemd(SystemdError::NoBus { .. }) => ExitCode::PreflightRefused,
+            AppError::Crio(_) | AppError::Systemd(_) | AppError::Runtime(_) => ExitCode::Internal,
         }
     }
 }
@@ -47,30 +56,93 @@ pub fn run(cli: Cli) -> ExitCode {
 
 fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
     let loaded = config::load(host)?;
-    match &cli.command {
-        Command::Config => {
-            print_config(&loaded, cli.global.json);
-            Ok(ExitCode::Ok)
-        }
-        Command::Install(_) if cli.global.dry_run => {
-            dry_run_install(&loaded, host)?;
-            Ok(ExitCode::Ok)
-        }
-        Command::Install(_) => Err(AppError::NotImplemented(
-            "install: the package, activation and proof steps are not in this build yet; \
-             `kata-live install --dry-run` shows the drop-in it would write"
-                .into(),
-        )),
-        Command::Uninstall(_) => Err(AppError::NotImplemented(
-            "uninstall is not in this build yet".into(),
-        )),
-        Command::Status => Err(AppError::NotImplemented(
-            "status is not in this build yet; `kata-live config` shows the configuration".into(),
-        )),
-        Command::Verify => Err(AppError::NotImplemented(
-            "verify is not in this build yet".into(),
-        )),
+    if let Command::Config = cli.command {
+        print_config(&loaded, cli.global.json);
+        return Ok(ExitCode::Ok);
     }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AppError::Runtime)?;
+    rt.block_on(dispatch_async(cli, host, loaded))
+}
+
+async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCode, AppError> {
+    let systemd = Systemd::system().await?;
+    let ctx = Ctx {
+        host: host.clone(),
+        rpm_ostree: RpmOstree::new(host.path(&loaded.config.package.rpm_ostree)),
+        cfg: loaded.config,
+        dry_run: cli.global.dry_run,
+        systemd,
+        tools: Tools::default(),
+    };
+    match &cli.command {
+        Command::Install(a) => {
+            if let Some(code) = hand_off(&ctx, "install", a.no_detach).await? {
+                return Ok(code);
+            }
+            Ok(crate::install::run(&ctx).await)
+        }
+        Command::Uninstall(a) => {
+            if let Some(code) = hand_off(&ctx, "uninstall", a.run.no_detach).await? {
+                return Ok(code);
+            }
+            Ok(crate::uninstall::run(&ctx, a.force).await)
+        }
+        Command::Status => Ok(crate::status::status(&ctx, cli.global.json).await),
+        Command::Verify => Ok(crate::status::verify(&ctx, cli.global.json).await),
+        Command::Config => Ok(ExitCode::Ok),
+    }
+}
+
+/// When this process would die with CRI-O (a debug pod, a container), hands the same
+/// command to a transient unit of the host's systemd, follows it, and returns its exit code.
+async fn hand_off(ctx: &Ctx, sub: &str, no_detach: bool) -> Result<Option<ExitCode>, AppError> {
+    if ctx.dry_run {
+        return Ok(None);
+    }
+    let cgroup = handoff::read_self_cgroup(&ctx.host.proc).unwrap_or_default();
+    match handoff::should_hand_off(&cgroup, no_detach, "kata-live") {
+        handoff::Decision::RunInPlace(why) => {
+            tracing::debug!("running in place: {why}");
+            Ok(None)
+        }
+        handoff::Decision::HandOff(why) => {
+            let unit = handoff::handoff_unit_name(sub);
+            eprintln!("kata-live: {why}; handing the run to the host's systemd as {unit}");
+            let mut argv: Vec<String> = std::env::args().collect();
+            if let Ok(exe) = std::env::current_exe() {
+                if let Some(first) = argv.first_mut() {
+                    *first = exe.to_string_lossy().into_owned();
+                }
+            }
+            argv.push("--no-detach".into());
+            let d = &ctx.cfg.deadlines;
+            let total = d.lock
+                + d.preflight
+                + d.package
+                + d.post_install
+                + d.visibility
+                + d.restart
+                + d.cri_ready
+                + d.kubelet
+                + d.canary
+                + 2.0 * d.rollback;
+            let status =
+                handoff::run_transient(&ctx.systemd, &unit, &argv, Duration::from_secs_f64(total))
+                    .await?;
+            eprintln!("kata-live: {unit} finished with exit code {status}; `journalctl -u {unit}` has its log");
+            Ok(Some(exit_from_status(status)))
+        }
+    }
+}
+
+fn exit_from_status(status: i32) -> ExitCode {
+    ExitCode::ALL
+        .into_iter()
+        .find(|c| i32::from(c.code()) == status)
+        .unwrap_or(ExitCode::Internal)
 }
 
 fn print_config(loaded: &Loaded, json: bool) {
@@ -86,21 +158,9 @@ fn print_config(loaded: &Loaded, json: bool) {
     }
 }
 
-fn dry_run_install(loaded: &Loaded, host: &Host) -> Result<(), AppError> {
-    let cfg = &loaded.config;
-    let drop_in = DropIn::new(&host.root, host.path(&cfg.handler.drop_in));
-    let desired = crio::render(&cfg.handler)?;
-    let current = drop_in.read()?;
-    let state = crio::classify(current.as_deref(), &desired);
-    let verdict = match state {
-        crio::DropInState::Ours => "skip: already holds exactly this content",
-        crio::DropInState::Absent => "would create",
-        crio::DropInState::Differs => "would update (ours, older content)",
-        crio::DropInState::Foreign => "would replace (not written by kata-live; backed up first)",
-    };
-    println!(
-        "drop-in {}: {verdict}\n--- content ---\n{desired}---",
-        drop_in.path().display()
-    );
-    Ok(())
+/// The drop-in's state as `status` reports it.
+pub fn drop_in_state(ctx: &Ctx) -> Result<crio::DropInState, AppError> {
+    let drop_in = DropIn::new(&ctx.host.root, ctx.host.path(&ctx.cfg.handler.drop_in));
+    let desired = crio::render(&ctx.cfg.handler)?;
+    Ok(crio::classify(drop_in.read()?.as_deref(), &desired))
 }

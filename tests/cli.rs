@@ -92,21 +92,16 @@ fn config_shows_provenance() {
 }
 
 #[test]
-fn dry_run_install_changes_nothing() {
+fn without_a_system_bus_install_is_refused_and_changes_nothing() {
     let r = tempfile::tempdir().unwrap();
+    let bus = r.path().join("no-such-bus");
     kata_live()
+        .env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", bus.display()))
         .arg("--root")
         .arg(r.path())
-        .args(["install", "--dry-run"])
+        .args(["install", "--no-detach"])
         .assert()
-        .success()
-        .stdout(predicate::str::contains("would create"))
-        .stdout(predicate::str::contains(
-            "[crio.runtime.runtimes.kata-remote]",
-        ));
-    assert_eq!(
-        fs::read_dir(r.path()).unwrap().count(),
-        0,
-        "dry run wrote something"
-    );
+        .code(10)
+        .stderr(predicate::str::contains("chroot /host"));
+    assert_eq!(fs::read_dir(r.path()).unwrap().count(), 0, "wrote something");
 }

@@ -1,0 +1,580 @@
+//! The steps that install and uninstall share: preflight, activation, proof and rollback.
+//! Each step observes through the modules (systemd, CRI, kubelet), asks [`crate::plan`]
+//! what the observations mean, and reports through [`Reporter`].
+
+use crate::config::Config;
+use crate::cri::{self, CriClient, HandlerPresence, PodSnapshot, RuntimeView};
+use crate::crio::{Backup, BackupStore, DropIn};
+use crate::exit::ExitCode;
+use crate::host::Host;
+use crate::kubelet::{self, Evidence};
+use crate::logging::ids;
+use crate::plan::{self, Activation};
+use crate::report::{Reporter, RunResult, StepOutcome};
+use crate::rpm_ostree::RpmOstree;
+use crate::scriptlets::Tools;
+use crate::state::{JournalStore, STATE_DIR};
+use crate::systemd::{notify, Systemd, SystemdError, UnitState};
+use serde::Serialize;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Everything a flow works with; every path goes through `host`.
+pub struct Ctx {
+    pub host: Host,
+    pub cfg: Config,
+    pub dry_run: bool,
+    pub systemd: Systemd,
+    pub rpm_ostree: RpmOstree,
+    pub tools: Tools,
+}
+
+/// How a flow failed. Each variant maps to one documented exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    #[error("refused, nothing was changed: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Lock(#[from] crate::lock::LockError),
+    #[error("package step failed, CRI-O configuration untouched: {0}")]
+    Package(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("CRI-O could not be activated with the change ({error}); {rollback}")]
+    Activation { error: String, rollback: Rollback },
+    #[error("the change is not proven: {missing}; {rollback}")]
+    NotProven { missing: String, rollback: Rollback },
+}
+
+/// What a rollback achieved.
+#[derive(Debug)]
+pub enum Rollback {
+    /// The previous configuration is back and proven.
+    Done,
+    /// It failed: the node is in the state described, and needs a human.
+    Failed(String),
+}
+
+impl std::fmt::Display for Rollback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rollback::Done => {
+                f.write_str("rolled back: the previous configuration is restored and proven")
+            }
+            Rollback::Failed(s) => write!(f, "ROLLBACK FAILED: {s}"),
+        }
+    }
+}
+
+impl FlowError {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            FlowError::Refused(_) => ExitCode::PreflightRefused,
+            FlowError::Lock(crate::lock::LockError::Busy { .. }) => ExitCode::LockBusy,
+            FlowError::Lock(_) | FlowError::Internal(_) => ExitCode::Internal,
+            FlowError::Package(_) => ExitCode::PackageStep,
+            FlowError::Activation {
+                rollback: Rollback::Done,
+                ..
+            } => ExitCode::Activation,
+            FlowError::NotProven {
+                rollback: Rollback::Done,
+                ..
+            } => ExitCode::RolledBack,
+            FlowError::Activation { .. } | FlowError::NotProven { .. } => ExitCode::RollbackFailed,
+        }
+    }
+
+    pub fn run_result(&self) -> RunResult {
+        match self.exit_code() {
+            ExitCode::PreflightRefused | ExitCode::LockBusy => RunResult::Refused,
+            ExitCode::Activation | ExitCode::RolledBack => RunResult::RolledBack,
+            ExitCode::RollbackFailed => RunResult::RollbackFailed,
+            _ => RunResult::Failed,
+        }
+    }
+}
+
+pub fn internal(what: &str) -> impl FnOnce(&dyn std::fmt::Display) -> FlowError + '_ {
+    move |e| FlowError::Internal(format!("{what}: {e}"))
+}
+
+impl Ctx {
+    pub fn deadline(secs: f64) -> Duration {
+        Duration::from_secs_f64(secs)
+    }
+
+    pub fn drop_in(&self) -> DropIn {
+        DropIn::new(&self.host.root, self.host.path(&self.cfg.handler.drop_in))
+    }
+
+    pub fn backups(&self) -> BackupStore {
+        BackupStore::new(&self.host.root, &self.host.path(STATE_DIR))
+    }
+
+    pub fn journals(&self) -> JournalStore {
+        JournalStore::new(&self.host.root, &self.host.path(STATE_DIR))
+    }
+
+    /// Connects to CRI-O, retrying while its socket comes back after a restart.
+    pub async fn cri(&self, deadline: Duration) -> Result<CriClient, cri::CriError> {
+        let socket = self.host.path(&self.cfg.cri.socket);
+        let call = Duration::from_secs(10).min(deadline);
+        cri::retry_until(deadline, "connect to CRI-O", || {
+            CriClient::connect(&socket, Duration::from_secs(2).min(deadline), call)
+        })
+        .await
+    }
+
+    pub async fn unit(&self, unit: &str) -> Result<UnitState, SystemdError> {
+        self.systemd.unit_state(unit).await
+    }
+}
+
+/// The node as preflight found it: what the proof and the rollback compare against.
+#[derive(Debug, Clone, Serialize)]
+pub struct Baseline {
+    pub crio: UnitState,
+    pub kubelet: UnitState,
+    pub view: RuntimeView,
+    pub pods: PodSnapshot,
+    pub kubelet_evidence: Evidence,
+}
+
+/// Refuses a node that is already unhealthy, so that a rollout never makes a bad node worse.
+pub async fn preflight(ctx: &Ctx, rep: &mut Reporter) -> Result<Baseline, FlowError> {
+    rep.begin("preflight", "checking CRI-O, kubelet and pods");
+    let res = preflight_inner(ctx).await;
+    match &res {
+        Ok(b) => {
+            rep.evidence("preflight", b);
+            rep.end(
+                StepOutcome::Ran,
+                format!(
+                    "CRI-O {} ready, kubelet connected, {} ready sandboxes, handler {}",
+                    b.view.runtime_version,
+                    b.pods.ready_sandboxes().count(),
+                    presence_word(b.view.handler_presence)
+                ),
+            );
+        }
+        Err(e) => rep.end(StepOutcome::Failed, e.to_string()),
+    }
+    res
+}
+
+fn presence_word(p: HandlerPresence) -> &'static str {
+    match p {
+        HandlerPresence::Listed => "listed",
+        HandlerPresence::NotListed => "not listed",
+        HandlerPresence::Unknown => "unknown (runtime does not report handlers)",
+    }
+}
+
+async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
+    let c = &ctx.cfg;
+    let deadline = Ctx::deadline(c.deadlines.preflight);
+    let refuse = |what: &str, e: &dyn std::fmt::Display| FlowError::Refused(format!("{what}: {e}"));
+    let crio = ctx
+        .unit(&c.units.crio)
+        .await
+        .map_err(|e| refuse(&c.units.crio, &e))?;
+    if !crio.is_running() {
+        return Err(FlowError::Refused(format!("CRI-O is not running: {crio}")));
+    }
+    let kubelet = ctx
+        .unit(&c.units.kubelet)
+        .await
+        .map_err(|e| refuse(&c.units.kubelet, &e))?;
+    if !kubelet.is_running() {
+        return Err(FlowError::Refused(format!(
+            "kubelet is not running: {kubelet}"
+        )));
+    }
+    let cri = ctx
+        .cri(deadline)
+        .await
+        .map_err(|e| refuse("CRI-O's socket", &e))?;
+    let view = cri
+        .runtime_view(&c.handler.name)
+        .await
+        .map_err(|e| refuse("CRI Status", &e))?;
+    if !(view.ready && view.network_ready) {
+        return Err(FlowError::Refused(format!(
+            "CRI-O is not ready: {}",
+            view.problems().join("; ")
+        )));
+    }
+    let inputs = kubelet::ProofInputs::from_config(c, &ctx.host, crio.main_pid, None);
+    let kubelet_evidence = kubelet::observe(&inputs, &kubelet, Duration::ZERO).await;
+    if let kubelet::Verdict::Missing(_) = kubelet::verdict(&kubelet_evidence) {
+        return Err(FlowError::Refused(format!(
+            "kubelet is not healthy and connected to CRI-O: {}",
+            kubelet::describe_missing(&kubelet_evidence)
+        )));
+    }
+    let pods = cri
+        .pod_snapshot()
+        .await
+        .map_err(|e| refuse("listing pods", &e))?;
+    Ok(Baseline {
+        crio,
+        kubelet,
+        view,
+        pods,
+        kubelet_evidence,
+    })
+}
+
+/// Microseconds since the epoch of a file's last change (max of mtime and ctime: a live
+/// apply may bring files with old mtimes), 0 when it does not exist.
+fn changed_us(p: &Path) -> u64 {
+    match std::fs::metadata(p) {
+        Ok(m) => {
+            let us = |s: i64, ns: i64| (s.max(0) as u64) * 1_000_000 + (ns.max(0) as u64) / 1_000;
+            us(m.mtime(), m.mtime_nsec()).max(us(m.ctime(), m.ctime_nsec()))
+        }
+        Err(_) => 0,
+    }
+}
+
+/// When the newest thing CRI-O must see changed: the drop-in directory (a write or a
+/// removal there changes its mtime), the drop-in, and the runtime's files.
+pub fn newest_artifact_us(ctx: &Ctx) -> u64 {
+    let c = &ctx.cfg.handler;
+    let mut paths = vec![
+        ctx.host.path(&c.drop_in),
+        ctx.host.path(&c.crio.runtime_path),
+    ];
+    if let Some(dir) = c.drop_in.parent() {
+        paths.push(ctx.host.path(dir));
+    }
+    if let Some(p) = &c.crio.runtime_config_path {
+        paths.push(ctx.host.path(p));
+    }
+    paths.iter().map(|p| changed_us(p)).max().unwrap_or(0)
+}
+
+/// What activation did: whether CRI-O (and so kubelet) restarted.
+#[derive(Debug, Clone, Serialize)]
+pub struct Activated {
+    pub restarted: bool,
+    pub action: Activation,
+}
+
+/// Carries out the activation decision. Reload is only ever followed by a canary on the
+/// handler itself; a failed canary falls back to a restart.
+pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<Activated, String> {
+    let c = &ctx.cfg;
+    match &act {
+        Activation::Nothing(why) => {
+            rep.begin("activate", "nothing to activate");
+            rep.end(StepOutcome::Skipped, why.clone());
+            Ok(Activated {
+                restarted: false,
+                action: act,
+            })
+        }
+        Activation::Restart(why) => {
+            restart_crio(ctx, rep, why).await?;
+            Ok(Activated {
+                restarted: true,
+                action: act,
+            })
+        }
+        Activation::ReloadThenCanary(why) => {
+            rep.begin("activate", "reloading CRI-O, then a canary on the handler");
+            let deadline = Ctx::deadline(c.deadlines.restart);
+            let reloaded = ctx.systemd.reload_unit(&c.units.crio, deadline).await;
+            let canary = match reloaded {
+                Ok(_) => match ctx.cri(Ctx::deadline(c.deadlines.cri_ready)).await {
+                    Ok(cri) => cri
+                        .run_canary(&c.handler.name, Ctx::deadline(c.deadlines.canary))
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            match canary {
+                Ok(()) => {
+                    rep.end(
+                        StepOutcome::Ran,
+                        format!("{why}: reloaded; a canary sandbox ran on the handler"),
+                    );
+                    Ok(Activated {
+                        restarted: false,
+                        action: act,
+                    })
+                }
+                Err(e) => {
+                    rep.end(
+                        StepOutcome::Failed,
+                        format!("reload not proven ({e}); restarting instead"),
+                    );
+                    restart_crio(ctx, rep, "the reload could not be proven").await?;
+                    Ok(Activated {
+                        restarted: true,
+                        action: act,
+                    })
+                }
+            }
+        }
+    }
+}
+
+async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), String> {
+    let c = &ctx.cfg;
+    rep.begin("activate", &format!("restarting {}", c.units.crio));
+    let deadline = Ctx::deadline(c.deadlines.restart);
+    notify::extend_timeout(deadline + Duration::from_secs(30));
+    // Settle: a CRI-O that starts and dies at once must not count as restarted.
+    match ctx
+        .systemd
+        .restart_unit_settled(&c.units.crio, deadline, Duration::from_secs(2))
+        .await
+    {
+        Ok(proof) => {
+            tracing::info!(
+                message_id = ids::CRIO_RESTARTED,
+                unit = %c.units.crio,
+                before_pid = proof.before.main_pid,
+                after_pid = proof.after.main_pid,
+                invocation = %proof.after.invocation_id,
+                "{} restarted: {why}",
+                c.units.crio
+            );
+            rep.evidence("crio_restart", &proof);
+            rep.end(
+                StepOutcome::Ran,
+                format!(
+                    "{why}: MainPID {} -> {}, new InvocationID {}",
+                    proof.before.main_pid, proof.after.main_pid, proof.after.invocation_id
+                ),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            rep.end(StepOutcome::Failed, e.to_string());
+            Err(e.to_string())
+        }
+    }
+}
+
+/// What the proof checks besides the handler.
+pub struct ProofSpec<'a> {
+    pub want_listed: bool,
+    pub baseline: &'a Baseline,
+    /// kubelet restarted with CRI-O: a new InvocationID is required.
+    pub restarted: bool,
+    pub newest_artifact_us: u64,
+    /// Pods expected to go away (uninstall --force): not counted as lost.
+    pub expendable: &'a [String],
+    pub step: &'a str,
+}
+
+/// Proves the state on the running node. Returns the evidence or what is missing.
+pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result<(), String> {
+    let c = &ctx.cfg;
+    rep.begin(
+        spec.step,
+        "proving through the CRI socket and kubelet's connection",
+    );
+    let started = Instant::now();
+    let mut inputs = plan::ProofInputs {
+        want_listed: spec.want_listed,
+        ..Default::default()
+    };
+    let crio = match ctx.unit(&c.units.crio).await {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = format!("cannot read {}: {e}", c.units.crio);
+            rep.end(StepOutcome::Failed, msg.clone());
+            return Err(msg);
+        }
+    };
+    inputs.crio_newer_than_artifacts =
+        crio.is_running() && crio.exec_main_start_us > spec.newest_artifact_us;
+
+    // CRI: ready, and the handler listed (or gone), polled while CRI-O settles.
+    let want = if spec.want_listed {
+        HandlerPresence::Listed
+    } else {
+        HandlerPresence::NotListed
+    };
+    let cri_deadline = Ctx::deadline(c.deadlines.cri_ready);
+    let cri = ctx.cri(cri_deadline).await.map_err(|e| e.to_string());
+    let view = match &cri {
+        Ok(cri) => {
+            let wanted = |v: &RuntimeView| v.ready && v.network_ready && v.handler_presence == want;
+            loop {
+                let v = cri
+                    .runtime_view(&c.handler.name)
+                    .await
+                    .map_err(|e| e.to_string());
+                if matches!(&v, Ok(v) if wanted(v)) || started.elapsed() >= cri_deadline {
+                    break v;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Err(e) => Err(e.clone()),
+    };
+    match &view {
+        Ok(v) => {
+            inputs.handler_listed = match v.handler_presence {
+                HandlerPresence::Listed => Some(true),
+                HandlerPresence::NotListed => Some(false),
+                HandlerPresence::Unknown => None,
+            };
+            inputs.runtime_ready = v.ready;
+            inputs.network_ready = v.network_ready;
+            rep.evidence("runtime", v);
+        }
+        Err(e) => rep.evidence("runtime", serde_json::json!({ "error": e })),
+    }
+
+    // kubelet: back, stable, and connected to this CRI-O.
+    let before = spec.restarted.then_some(&spec.baseline.kubelet);
+    let kin = kubelet::ProofInputs::from_config(c, &ctx.host, crio.main_pid, before);
+    let read = || async { ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string()) };
+    match kubelet::prove_reconnected(kin, read, Ctx::deadline(c.deadlines.kubelet)).await {
+        Ok(ev) => rep.evidence("kubelet", &ev),
+        Err(e) => {
+            let kubelet::KubeletError::NotReconnected {
+                evidence, missing, ..
+            } = &e;
+            rep.evidence("kubelet", evidence);
+            inputs.kubelet_missing = Some(missing.clone());
+        }
+    }
+
+    // Pods: nothing that ran before is lost. Listed after kubelet settled, so that pods
+    // kubelet restarted show as restarts, not losses.
+    match &cri {
+        Ok(cri) => {
+            match cri.pod_snapshot().await {
+                Ok(after) => {
+                    let diff = cri::diff_pods(&spec.baseline.pods, &after);
+                    inputs.pods_lost = diff
+                        .lost
+                        .iter()
+                        .chain(diff.stopped.iter())
+                        .map(|p| format!("{}/{}", p.pod.namespace, p.pod.name))
+                        .filter(|p| !spec.expendable.contains(p))
+                        .collect();
+                    rep.evidence("pods", &diff);
+                }
+                Err(e) => inputs.pods_lost = vec![format!("(cannot list pods: {e})")],
+            }
+            if c.cri.canary {
+                let r = cri.run_canary("", Ctx::deadline(c.deadlines.canary)).await;
+                if let Ok(report) = &r {
+                    rep.evidence("canary", report);
+                }
+                inputs.canary = Some(r.map(|_| ()).map_err(|e| e.to_string()));
+            }
+        }
+        Err(e) => {
+            inputs.pods_lost = vec![format!("(CRI-O unreachable, pods cannot be checked: {e})")]
+        }
+    }
+
+    let v = plan::verdict(&inputs);
+    rep.evidence("verdict", &v);
+    if v.proven {
+        rep.end(StepOutcome::Ran, "proven".to_string());
+        Ok(())
+    } else {
+        let missing = v.missing.join("; ");
+        rep.end(StepOutcome::Failed, missing.clone());
+        Err(missing)
+    }
+}
+
+/// Puts the previous drop-in back, restarts CRI-O and proves the node is as preflight
+/// found it. On success the backup and the journal are cleared.
+pub async fn rollback(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+    backup: Option<&Backup>,
+) -> Rollback {
+    let c = &ctx.cfg;
+    rep.begin("rollback", "restoring the previous drop-in");
+    let drop_in = ctx.drop_in();
+    let previous = backup.and_then(|b| b.content.as_deref());
+    let restored = match backup {
+        Some(_) => drop_in.restore(previous),
+        // No backup means nothing was changed on disk.
+        None => Ok(crate::crio::Outcome::Unchanged),
+    };
+    if let Err(e) = restored {
+        let msg = format!(
+            "the previous drop-in could not be restored ({e}); {} holds the new content; \
+             the saved original is under {}/backup/",
+            drop_in.path().display(),
+            ctx.host.path(STATE_DIR).display()
+        );
+        rep.end(StepOutcome::Failed, msg.clone());
+        return Rollback::Failed(msg);
+    }
+    rep.end(StepOutcome::Ran, "previous drop-in restored".to_string());
+    if let Err(e) = restart_crio(ctx, rep, "rollback").await {
+        return Rollback::Failed(format!(
+            "the previous drop-in is restored but {} did not restart cleanly: {e}. \
+             Check `systemctl status {}` and `journalctl -u {}`",
+            c.units.crio, c.units.crio, c.units.crio
+        ));
+    }
+    let want_listed = baseline.view.handler_presence == HandlerPresence::Listed;
+    let spec = ProofSpec {
+        want_listed,
+        baseline,
+        restarted: true,
+        newest_artifact_us: newest_artifact_us(ctx),
+        expendable: &[],
+        step: "prove-rollback",
+    };
+    match prove(ctx, rep, spec).await {
+        Ok(()) => {
+            if let Err(e) = ctx.backups().clear() {
+                tracing::warn!("rolled back, but the backup could not be removed: {e}");
+            }
+            if let Err(e) = ctx.journals().clear() {
+                tracing::warn!("rolled back, but the state journal could not be removed: {e}");
+            }
+            Rollback::Done
+        }
+        Err(missing) => Rollback::Failed(format!(
+            "the previous drop-in is restored and CRI-O restarted, but the node is not proven back to its preflight state: {missing}. \
+             Do not move on to another node; check `journalctl -u {} -u {}`",
+            c.units.crio, c.units.kubelet
+        )),
+    }
+}
+
+/// Ends the run: status file, journal record, the operator's message on stderr.
+pub fn finish(mut rep: Reporter, result: Result<String, FlowError>) -> ExitCode {
+    match result {
+        Ok(summary) => {
+            rep.finish(RunResult::Succeeded, ExitCode::Ok, None);
+            println!("kata-live: {summary}");
+            ExitCode::Ok
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            rep.finish(e.run_result(), code, Some(e.to_string()));
+            eprintln!("kata-live: {} failed: {e}", rep.status.operation);
+            eprintln!("kata-live: exit code {code}: {}", code.describe());
+            if code == ExitCode::RollbackFailed {
+                eprintln!(
+                    "kata-live: the node needs a human before the rollout continues; `kata-live status` shows what is in place"
+                );
+            }
+            code
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! `kata-live install`, in order:
+//!
+//! 1. take the lock;
+//! 2. preflight: refuse a node that is already unhealthy;
+//! 3. snapshot the pods (part of preflight);
+//! 4. the package live, the scriptlets' work, the runtime files visible to CRI-O;
+//! 5. write the drop-in, its previous content kept for rollback;
+//! 6. activate: restart CRI-O only when the running one has not seen the change;
+//! 7. prove: the handler served by a CRI-O newer than the change, kubelet reconnected, no
+//!    pod lost; a failed proof restores the previous drop-in and proves the node back;
+//! 8. record.
+
+use crate::crio::{self, Backup};
+use crate::flow::{self, internal, Ctx, FlowError, ProofSpec};
+use crate::lock;
+use crate::plan::{self, ActivationInputs};
+use crate::report::{Reporter, StepOutcome, STATUS_PATH};
+use crate::rpm_ostree::PackageOutcome;
+use crate::state::{Journal, Operation, Phase};
+use crate::{exit::ExitCode, scriptlets, visibility};
+
+pub async fn run(ctx: &Ctx) -> ExitCode {
+    let path = ctx.host.path(STATUS_PATH);
+    let mut rep = Reporter::start(
+        &ctx.host.root,
+        path,
+        "install",
+        &ctx.cfg.handler.name,
+        ctx.dry_run,
+    );
+    let result = install(ctx, &mut rep).await;
+    flow::finish(rep, result)
+}
+
+async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
+    let c = &ctx.cfg;
+    // 1. One run at a time.
+    rep.begin("lock", "taking the kata-live lock");
+    let _lock = lock::acquire(
+        &ctx.host.path(lock::LOCK_PATH),
+        "install",
+        Ctx::deadline(c.deadlines.lock),
+    )
+    .await?;
+    rep.end(StepOutcome::Ran, "lock held");
+    let journals = ctx.journals();
+    let (mut journal, interrupted) = Journal::resume(
+        journals.load().map_err(|e| internal("state journal")(&e))?,
+        Operation::Install,
+    );
+    if let Some(p) = &interrupted {
+        tracing::warn!(phase = ?p.phase, pid = p.pid, "resuming after an interrupted {} (pid {})", p.operation, p.pid);
+    }
+
+    // 2-3. Preflight and pod snapshot.
+    let base = flow::preflight(ctx, rep).await?;
+    let save = |j: &Journal| journals.save(j).map_err(|e| internal("state journal")(&e));
+    if !ctx.dry_run {
+        journal
+            .crio_before
+            .get_or_insert(crate::state::UnitIdentity {
+                invocation_id: base.crio.invocation_id.clone(),
+                main_pid: base.crio.main_pid,
+            });
+    }
+
+    // 4. The package, what its scriptlets would have done, and the files visible to CRI-O.
+    rep.begin("package", "installing the package live with rpm-ostree");
+    journal.phase = Phase::Package;
+    let pkg = if ctx.dry_run {
+        dry_run_package(ctx).await
+    } else {
+        save(&journal)?;
+        let local = match &c.package.local_rpm_dir {
+            Some(d) => crate::rpm_ostree::list_local_rpms(&ctx.host.path(d))
+                .map_err(|e| FlowError::Package(e.to_string()))?,
+            None => Vec::new(),
+        };
+        let out = ctx
+            .rpm_ostree
+            .install(&c.package, &local, Ctx::deadline(c.deadlines.package))
+            .await;
+        match out {
+            Ok(o) => o,
+            Err(e) => {
+                rep.end(StepOutcome::Failed, e.to_string());
+                return Err(FlowError::Package(e.to_string()));
+            }
+        }
+    };
+    journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
+    rep.end(
+        if pkg == PackageOutcome::NewlyLive {
+            StepOutcome::Ran
+        } else {
+            StepOutcome::Skipped
+        },
+        format!("{pkg:?}"),
+    );
+
+    rep.begin("post-install", "doing the package scriptlets' work");
+    if ctx.dry_run {
+        rep.end(
+            StepOutcome::Skipped,
+            "dry run: SELinux modules/booleans, tmpfiles and units would be ensured",
+        );
+    } else {
+        let report = scriptlets::run_scriptlets(
+            &c.post_install,
+            &ctx.host,
+            &ctx.tools,
+            Ctx::deadline(c.deadlines.post_install),
+        )
+        .await
+        .map_err(|e| FlowError::Package(e.to_string()))?;
+        for unit in &c.post_install.units {
+            ctx.systemd
+                .start_unit(unit, Ctx::deadline(c.deadlines.post_install))
+                .await
+                .map_err(|e| FlowError::Package(format!("post-install unit {unit}: {e}")))?;
+        }
+        rep.evidence("post_install", &report);
+        rep.end(
+            StepOutcome::Ran,
+            format!(
+                "{} steps ({} changed the host)",
+                report.steps.len(),
+                report
+                    .steps
+                    .iter()
+                    .filter(|s| s.outcome == scriptlets::StepOutcome::Ran)
+                    .count()
+            ),
+        );
+    }
+
+    rep.begin(
+        "visibility",
+        "waiting until the runtime files are visible to CRI-O",
+    );
+    let mut files = vec![c.handler.crio.runtime_path.as_path()];
+    files.extend(c.handler.crio.runtime_config_path.as_deref());
+    let seen = visibility::wait_visible(
+        &ctx.host,
+        &files,
+        Some(base.crio.main_pid),
+        Ctx::deadline(c.deadlines.visibility),
+    )
+    .await;
+    match seen {
+        Ok(()) => rep.end(
+            StepOutcome::Ran,
+            "runtime files visible to us and in CRI-O's mount namespace",
+        ),
+        Err(e) if ctx.dry_run => rep.end(
+            StepOutcome::Skipped,
+            format!("dry run: not visible yet ({e})"),
+        ),
+        Err(e) => {
+            rep.end(StepOutcome::Failed, e.to_string());
+            // Nothing of CRI-O's configuration was touched: the node is as it was.
+            return Err(FlowError::Package(e.to_string()));
+        }
+    }
+
+    // 5. The drop-in, its previous content kept first.
+    rep.begin("drop-in", "writing the CRI-O drop-in");
+    let drop_in = ctx.drop_in();
+    let desired = crio::render(&c.handler).map_err(|e| internal("drop-in")(&e))?;
+    let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
+    let state = crio::classify(current.as_deref(), &desired);
+    let backups = ctx.backups();
+    let drop_in_changed = if ctx.dry_run {
+        rep.end(
+            StepOutcome::Skipped,
+            format!(
+                "dry run: drop-in is {state:?}; would write {}",
+                drop_in.path().display()
+            ),
+        );
+        state != crio::DropInState::Ours
+    } else {
+        journal.phase = Phase::DropIn;
+        if !journal.backup_saved {
+            backups
+                .save(&Backup {
+                    path: drop_in.path().into(),
+                    existed: current.is_some(),
+                    content: current.clone(),
+                })
+                .map_err(|e| internal("backup")(&e))?;
+            journal.backup_saved = true;
+        }
+        save(&journal)?;
+        let change = drop_in
+            .write(&desired)
+            .map_err(|e| internal("drop-in")(&e))?;
+        rep.end(
+            if change.outcome.changed() {
+                StepOutcome::Ran
+            } else {
+                StepOutcome::Skipped
+            },
+            format!("{:?} {}", change.outcome, drop_in.path().display()),
+        );
+        change.outcome.changed()
+    };
+
+    // 6. Activate only what the running CRI-O has not seen.
+    let decision = plan::decide_activation(&ActivationInputs {
+        drop_in_changed,
+        package_newly_live: journal.package_newly_live,
+        crio_started_us: base.crio.exec_main_start_us,
+        newest_artifact_us: flow::newest_artifact_us(ctx),
+        handler_listed: listed(&base.view),
+        want_listed: true,
+        strategy: c.activation.strategy,
+    });
+    if ctx.dry_run {
+        rep.begin("activate", "deciding");
+        rep.end(StepOutcome::Skipped, format!("dry run: would {decision:?}"));
+        println!("{}", dry_run_plan(rep));
+        return Ok("dry run: nothing was changed".into());
+    }
+    journal.phase = Phase::Activate;
+    save(&journal)?;
+    let backup = backups.load().map_err(|e| internal("backup")(&e))?;
+    let activated = match flow::activate(ctx, rep, decision).await {
+        Ok(a) => a,
+        Err(error) => {
+            let rollback = flow::rollback(ctx, rep, &base, backup.as_ref()).await;
+            return Err(FlowError::Activation { error, rollback });
+        }
+    };
+
+    // 7. Prove.
+    journal.phase = Phase::Prove;
+    save(&journal)?;
+    let spec = ProofSpec {
+        want_listed: true,
+        baseline: &base,
+        restarted: activated.restarted,
+        newest_artifact_us: flow::newest_artifact_us(ctx),
+        expendable: &[],
+        step: "prove",
+    };
+    if let Err(missing) = flow::prove(ctx, rep, spec).await {
+        journal.phase = Phase::Rollback;
+        save(&journal)?;
+        let rollback = flow::rollback(ctx, rep, &base, backup.as_ref()).await;
+        return Err(FlowError::NotProven { missing, rollback });
+    }
+
+    // 8. Record: the change is proven, the backup and the journal are no longer needed.
+    backups.clear().map_err(|e| internal("backup")(&e))?;
+    journals
+        .clear()
+        .map_err(|e| internal("state journal")(&e))?;
+    Ok(format!(
+        "handler {} is served by the running CRI-O and kubelet is reconnected ({})",
+        c.handler.name,
+        if activated.restarted {
+            "CRI-O restarted"
+        } else {
+            "no restart was needed"
+        }
+    ))
+}
+
+fn listed(v: &crate::cri::RuntimeView) -> Option<bool> {
+    match v.handler_presence {
+        crate::cri::HandlerPresence::Listed => Some(true),
+        crate::cri::HandlerPresence::NotListed => Some(false),
+        crate::cri::HandlerPresence::Unknown => None,
+    }
+}
+
+async fn dry_run_package(ctx: &Ctx) -> PackageOutcome {
+    let c = &ctx.cfg;
+    if c.package.skip {
+        return PackageOutcome::Skipped;
+    }
+    match ctx
+        .rpm_ostree
+        .status(Ctx::deadline(c.deadlines.package))
+        .await
+    {
+        Ok(status) => match crate::rpm_ostree::plan_install(&status, &c.package, &[]) {
+            Ok(crate::rpm_ostree::InstallPlan::AlreadyLive) => PackageOutcome::AlreadyLive,
+            Ok(plan) => {
+                println!("package: would carry out {plan:?}");
+                PackageOutcome::NewlyLive
+            }
+            Err(e) => {
+                println!("package: would fail: {e}");
+                PackageOutcome::Skipped
+            }
+        },
+        Err(e) => {
+            println!("package: cannot read rpm-ostree status: {e}");
+            PackageOutcome::Skipped
+        }
+    }
+}
+
+/// The plan a dry run shows: each step, would run or skip, and why.
+fn dry_run_plan(rep: &Reporter) -> String {
+    let mut s = String::from("dry run plan:\n");
+    for st in &rep.status.steps {
+        s.push_str(&format!(
+            "  {:<13} {:?}: {}\n",
+            st.name, st.outcome, st.detail
+        ));
+    }
+    s
+}

@@ -1,0 +1,233 @@
+//! `kata-live status` and `kata-live verify`: look, change nothing.
+//!
+//! `verify` proves what install proves (handler served by a CRI-O that started after the
+//! drop-in and the runtime files, CRI ready, kubelet connected to it), without a restart,
+//! and exits 16 when it cannot. `status` shows everything it can see, whatever the state.
+
+use crate::cri::{HandlerPresence, RuntimeView};
+use crate::exit::ExitCode;
+use crate::flow::{self, Ctx};
+use crate::kubelet::{self, Evidence};
+use crate::plan;
+use crate::report::{read_status, RunStatus, STATUS_PATH};
+use crate::systemd::UnitState;
+use serde::Serialize;
+use std::time::Duration;
+
+#[derive(Debug, Serialize)]
+pub struct Observation {
+    pub handler: String,
+    pub package: String,
+    pub drop_in: String,
+    pub drop_in_path: String,
+    pub crio: Result<UnitState, String>,
+    pub runtime: Result<RuntimeView, String>,
+    /// The running CRI-O started after the drop-in and the runtime files changed.
+    pub crio_newer_than_artifacts: bool,
+    pub kubelet: Result<Evidence, String>,
+    pub canary: Option<Result<(), String>>,
+    pub last_run: Option<RunStatus>,
+}
+
+async fn observe(ctx: &Ctx, canary: bool) -> Observation {
+    let c = &ctx.cfg;
+    let package = if c.package.skip {
+        "skipped (package.skip)".to_string()
+    } else {
+        match ctx.rpm_ostree.status(Duration::from_secs(30)).await {
+            Ok(s) => c
+                .package
+                .names
+                .iter()
+                .map(|n| format!("{n}: {:?}", s.package_state(n)).to_lowercase())
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => format!("unknown ({e})"),
+        }
+    };
+    let drop_in = match crate::app::drop_in_state(ctx) {
+        Ok(s) => format!("{s:?}").to_lowercase(),
+        Err(e) => format!("unreadable ({e})"),
+    };
+    let crio = ctx.unit(&c.units.crio).await.map_err(|e| e.to_string());
+    let newest = flow::newest_artifact_us(ctx);
+    let crio_newer = matches!(&crio, Ok(s) if s.is_running() && s.exec_main_start_us > newest);
+    let cri = ctx
+        .cri(Duration::from_secs(5))
+        .await
+        .map_err(|e| e.to_string());
+    let runtime = match &cri {
+        Ok(cli) => cli
+            .runtime_view(&c.handler.name)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.clone()),
+    };
+    let kubelet = match (&crio, ctx.unit(&c.units.kubelet).await) {
+        (Ok(cs), Ok(ks)) => {
+            let inputs = kubelet::ProofInputs::from_config(c, &ctx.host, cs.main_pid, None);
+            Ok(kubelet::observe(&inputs, &ks, Duration::from_secs(2)).await)
+        }
+        (Err(e), _) => Err(format!("CRI-O unit unreadable: {e}")),
+        (_, Err(e)) => Err(e.to_string()),
+    };
+    let canary = match (&cri, canary) {
+        (Ok(cli), true) => Some(
+            cli.run_canary("", Duration::from_secs_f64(c.deadlines.canary))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+        ),
+        _ => None,
+    };
+    Observation {
+        handler: c.handler.name.clone(),
+        package,
+        drop_in,
+        drop_in_path: ctx.host.path(&c.handler.drop_in).display().to_string(),
+        crio,
+        runtime,
+        crio_newer_than_artifacts: crio_newer,
+        kubelet,
+        canary,
+        last_run: read_status(&ctx.host.path(STATUS_PATH)),
+    }
+}
+
+/// The verdict of `verify` over an observation (pure).
+pub fn judge(o: &Observation) -> plan::Verdict {
+    let (listed, ready, net) = match &o.runtime {
+        Ok(v) => (
+            match v.handler_presence {
+                HandlerPresence::Listed => Some(true),
+                HandlerPresence::NotListed => Some(false),
+                HandlerPresence::Unknown => None,
+            },
+            v.ready,
+            v.network_ready,
+        ),
+        Err(_) => (Some(false), false, false),
+    };
+    let kubelet_missing = match &o.kubelet {
+        Ok(e) => match kubelet::verdict(e) {
+            kubelet::Verdict::Reconnected => None,
+            kubelet::Verdict::Missing(_) => Some(kubelet::describe_missing(e)),
+        },
+        Err(e) => Some(e.clone()),
+    };
+    let mut v = plan::verdict(&plan::ProofInputs {
+        want_listed: true,
+        crio_newer_than_artifacts: o.crio_newer_than_artifacts,
+        handler_listed: listed,
+        runtime_ready: ready,
+        network_ready: net,
+        kubelet_missing,
+        pods_lost: Vec::new(),
+        canary: o.canary.clone(),
+    });
+    if let Err(e) = &o.runtime {
+        v.missing.insert(0, format!("CRI-O unreachable: {e}"));
+    }
+    v
+}
+
+fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("handler:   {}\n", o.handler));
+    s.push_str(&format!("package:   {}\n", o.package));
+    s.push_str(&format!("drop-in:   {} ({})\n", o.drop_in, o.drop_in_path));
+    match &o.crio {
+        Ok(u) => s.push_str(&format!(
+            "crio:      {} (started {} the drop-in and runtime files)\n",
+            u.summary(),
+            if o.crio_newer_than_artifacts {
+                "after"
+            } else {
+                "BEFORE"
+            }
+        )),
+        Err(e) => s.push_str(&format!("crio:      unreadable: {e}\n")),
+    }
+    match &o.runtime {
+        Ok(v) => s.push_str(&v.render_human()),
+        Err(e) => s.push_str(&format!("runtime:   unreachable: {e}\n")),
+    }
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    match &o.kubelet {
+        Ok(e) => {
+            for (label, c) in e.pieces() {
+                s.push_str(&format!(
+                    "kubelet {label}: {} {}\n",
+                    if c.ok { "ok" } else { "MISSING" },
+                    c.detail
+                ));
+            }
+        }
+        Err(e) => s.push_str(&format!("kubelet:   unreadable: {e}\n")),
+    }
+    if let Some(c) = &o.canary {
+        s.push_str(&format!(
+            "canary:    {}\n",
+            match c {
+                Ok(()) => "ok".to_string(),
+                Err(e) => format!("FAILED {e}"),
+            }
+        ));
+    }
+    match &o.last_run {
+        Some(r) => s.push_str(&format!(
+            "last run:  {} {:?} (exit {}) started {}, phase {}{}\n",
+            r.operation,
+            r.result,
+            r.exit_code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "-".into()),
+            r.started,
+            r.phase,
+            r.error
+                .as_ref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        )),
+        None => s.push_str("last run:  none recorded\n"),
+    }
+    if let Some(v) = verdict {
+        if v.proven {
+            s.push_str("verdict:   PROVEN: the running CRI-O serves the handler and kubelet is connected to it\n");
+        } else {
+            s.push_str("verdict:   NOT PROVEN\n");
+            for m in &v.missing {
+                s.push_str(&format!("  - {m}\n"));
+            }
+        }
+    }
+    s
+}
+
+pub async fn status(ctx: &Ctx, json: bool) -> ExitCode {
+    let o = observe(ctx, false).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&o).unwrap_or_default());
+    } else {
+        print!("{}", render(&o, None));
+    }
+    ExitCode::Ok
+}
+
+pub async fn verify(ctx: &Ctx, json: bool) -> ExitCode {
+    let o = observe(ctx, ctx.cfg.cri.canary).await;
+    let v = judge(&o);
+    if json {
+        let out = serde_json::json!({ "observation": o, "verdict": v });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        print!("{}", render(&o, Some(&v)));
+    }
+    if v.proven {
+        ExitCode::Ok
+    } else {
+        ExitCode::NotProven
+    }
+}

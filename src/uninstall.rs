@@ -1,0 +1,212 @@
+//! `kata-live uninstall`, the install path backwards:
+//!
+//! 1. take the lock;
+//! 2. preflight, and refuse (listing them) while pods run under the handler, unless `--force`;
+//! 3. remove the drop-in (its content kept for rollback);
+//! 4. restart CRI-O;
+//! 5. prove the handler gone, kubelet back and no other pod lost;
+//! 6. remove the package as configured (live, staged for the next boot, or kept);
+//! 7. record.
+
+use crate::crio::{self, Backup};
+use crate::exit::ExitCode;
+use crate::flow::{self, internal, Ctx, FlowError, ProofSpec};
+use crate::lock;
+use crate::plan::{self, ActivationInputs};
+use crate::report::{Reporter, StepOutcome, STATUS_PATH};
+use crate::state::{Journal, Operation, Phase};
+
+pub async fn run(ctx: &Ctx, force: bool) -> ExitCode {
+    let path = ctx.host.path(STATUS_PATH);
+    let mut rep = Reporter::start(
+        &ctx.host.root,
+        path,
+        "uninstall",
+        &ctx.cfg.handler.name,
+        ctx.dry_run,
+    );
+    let result = uninstall(ctx, &mut rep, force).await;
+    flow::finish(rep, result)
+}
+
+async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String, FlowError> {
+    let c = &ctx.cfg;
+    rep.begin("lock", "taking the kata-live lock");
+    let _lock = lock::acquire(
+        &ctx.host.path(lock::LOCK_PATH),
+        "uninstall",
+        Ctx::deadline(c.deadlines.lock),
+    )
+    .await?;
+    rep.end(StepOutcome::Ran, "lock held");
+    let journals = ctx.journals();
+    let save = |j: &Journal| journals.save(j).map_err(|e| internal("state journal")(&e));
+    let (mut journal, _) = Journal::resume(
+        journals.load().map_err(|e| internal("state journal")(&e))?,
+        Operation::Uninstall,
+    );
+
+    // 2. Preflight, and the pods that would break.
+    let base = flow::preflight(ctx, rep).await?;
+    rep.begin(
+        "pods-on-handler",
+        "looking for pods that run under the handler",
+    );
+    let users: Vec<String> = base
+        .pods
+        .ready_sandboxes()
+        .filter(|p| p.handler == c.handler.name)
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    if !users.is_empty() && !force {
+        let msg = format!(
+            "{} pod(s) run under handler {}: {}. Drain them (or delete them) first, or re-run with --force to break them",
+            users.len(),
+            c.handler.name,
+            users.join(", ")
+        );
+        rep.end(StepOutcome::Failed, msg.clone());
+        return Err(FlowError::Refused(msg));
+    }
+    rep.end(
+        StepOutcome::Ran,
+        if users.is_empty() {
+            "none".to_string()
+        } else {
+            format!("--force: {} will fail", users.join(", "))
+        },
+    );
+
+    // 3. Remove the drop-in, its content kept first.
+    rep.begin("drop-in", "removing the CRI-O drop-in");
+    let drop_in = ctx.drop_in();
+    let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
+    let backups = ctx.backups();
+    let drop_in_changed = if ctx.dry_run {
+        rep.end(
+            StepOutcome::Skipped,
+            format!(
+                "dry run: would remove {} ({})",
+                drop_in.path().display(),
+                if current.is_some() {
+                    "present"
+                } else {
+                    "absent"
+                }
+            ),
+        );
+        current.is_some()
+    } else {
+        journal.phase = Phase::DropIn;
+        journal
+            .crio_before
+            .get_or_insert(crate::state::UnitIdentity {
+                invocation_id: base.crio.invocation_id.clone(),
+                main_pid: base.crio.main_pid,
+            });
+        if !journal.backup_saved {
+            backups
+                .save(&Backup {
+                    path: drop_in.path().into(),
+                    existed: current.is_some(),
+                    content: current.clone(),
+                })
+                .map_err(|e| internal("backup")(&e))?;
+            journal.backup_saved = true;
+        }
+        save(&journal)?;
+        let change = drop_in.remove().map_err(|e| internal("drop-in")(&e))?;
+        rep.end(
+            if change.outcome.changed() {
+                StepOutcome::Ran
+            } else {
+                StepOutcome::Skipped
+            },
+            format!("{:?} {}", change.outcome, drop_in.path().display()),
+        );
+        change.outcome.changed()
+    };
+    if let Some(bytes) = &current {
+        if crio::classify(Some(bytes), "") == crio::DropInState::Foreign {
+            tracing::warn!(path = %drop_in.path().display(), "the drop-in was not written by kata-live; it is removed all the same (a backup is kept until the proof)");
+        }
+    }
+
+    // 4. Activate.
+    let decision = plan::decide_activation(&ActivationInputs {
+        drop_in_changed,
+        package_newly_live: false,
+        crio_started_us: base.crio.exec_main_start_us,
+        newest_artifact_us: flow::newest_artifact_us(ctx),
+        handler_listed: match base.view.handler_presence {
+            crate::cri::HandlerPresence::Listed => Some(true),
+            crate::cri::HandlerPresence::NotListed => Some(false),
+            crate::cri::HandlerPresence::Unknown => None,
+        },
+        want_listed: false,
+        strategy: c.activation.strategy,
+    });
+    if ctx.dry_run {
+        rep.begin("activate", "deciding");
+        rep.end(StepOutcome::Skipped, format!("dry run: would {decision:?}"));
+        return Ok("dry run: nothing was changed".into());
+    }
+    journal.phase = Phase::Activate;
+    save(&journal)?;
+    let backup = backups.load().map_err(|e| internal("backup")(&e))?;
+    let activated = match flow::activate(ctx, rep, decision).await {
+        Ok(a) => a,
+        Err(error) => {
+            let rollback = flow::rollback(ctx, rep, &base, backup.as_ref()).await;
+            return Err(FlowError::Activation { error, rollback });
+        }
+    };
+
+    // 5. Prove the handler gone.
+    journal.phase = Phase::Prove;
+    save(&journal)?;
+    let spec = ProofSpec {
+        want_listed: false,
+        baseline: &base,
+        restarted: activated.restarted,
+        newest_artifact_us: flow::newest_artifact_us(ctx),
+        expendable: &users,
+        step: "prove",
+    };
+    if let Err(missing) = flow::prove(ctx, rep, spec).await {
+        journal.phase = Phase::Rollback;
+        save(&journal)?;
+        let rollback = flow::rollback(ctx, rep, &base, backup.as_ref()).await;
+        return Err(FlowError::NotProven { missing, rollback });
+    }
+    backups.clear().map_err(|e| internal("backup")(&e))?;
+
+    // 6. The package, only once CRI-O no longer refers to it.
+    journal.phase = Phase::RemovePackage;
+    save(&journal)?;
+    rep.begin("package", "removing the package as configured");
+    let removal = ctx
+        .rpm_ostree
+        .remove(&c.package, Ctx::deadline(c.deadlines.package))
+        .await;
+    let removal = match removal {
+        Ok(r) => r,
+        Err(e) => {
+            rep.end(StepOutcome::Failed, e.to_string());
+            // The handler is gone and proven; only the package lingers. Re-running converges.
+            return Err(FlowError::Package(format!(
+                "the handler is removed and proven gone, but removing the package failed: {e}; re-run `kata-live uninstall`"
+            )));
+        }
+    };
+    rep.evidence("package", removal);
+    rep.end(StepOutcome::Ran, format!("{removal:?}"));
+
+    journals
+        .clear()
+        .map_err(|e| internal("state journal")(&e))?;
+    Ok(format!(
+        "handler {} removed and proven gone; package: {removal:?}",
+        c.handler.name
+    ))
+}
