@@ -162,8 +162,14 @@ fn node_boots_with_systemd_dbus_journald_and_our_files() {
     let slow = node.exec_timeout(&["sleep", "30"], Duration::from_millis(300));
     assert_eq!(slow.status.code(), Some(support::node::TIMED_OUT));
 
-    // Teardown leaves no process, mount or file behind.
+    // Teardown leaves no process, mount, cgroup or file behind.
     let dir = node.dir().to_path_buf();
+    let cgroups = std::fs::read_to_string(dir.join("cgroups")).expect("the node's cgroup list");
+    assert!(
+        !cgroups.trim().is_empty(),
+        "node {} has no cgroup of its own",
+        dir.display()
+    );
     let nspawn = node.nspawn_pid();
     let leader = node.leader_pid();
     node.teardown().expect("teardown");
@@ -173,6 +179,9 @@ fn node_boots_with_systemd_dbus_journald_and_our_files() {
         dir.display()
     );
     assert_eq!(mounts_under(&dir), Vec::<String>::new());
+    for cg in cgroups.lines() {
+        assert!(!Path::new(cg).exists(), "cgroup {cg} left after teardown");
+    }
     for pid in [nspawn, leader] {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let state = stat.rsplit(") ").next().unwrap_or("").chars().next();
@@ -197,6 +206,18 @@ fn two_nodes_run_at_once_and_are_isolated() {
         (a.join().expect("node a"), b.join().expect("node b"))
     });
     assert_ne!(a.leader_pid(), b.leader_pid());
+    // Each node's systemd has its own cgroup tree: sharing one, each would see the other's
+    // units as populated and stop or kill them.
+    let cgroup_of = |n: &Node| {
+        std::fs::read_to_string(format!("/proc/{}/cgroup", n.leader_pid())).expect("leader cgroup")
+    };
+    let (cg_a, cg_b) = (cgroup_of(&a), cgroup_of(&b));
+    assert!(cg_a.contains("/payload/"), "{cg_a}");
+    assert!(
+        cg_a.lines()
+            .all(|l| !cg_b.lines().any(|m| m == l && l.contains("/payload/"))),
+        "nodes share a cgroup:\n{cg_a}\n{cg_b}"
+    );
     let host_a = stdout(&a.exec(&["hostname"]));
     let host_b = stdout(&b.exec(&["hostname"]));
     assert_ne!(host_a, host_b);

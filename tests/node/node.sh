@@ -116,12 +116,58 @@ cmd_down() {
             sleep 0.2
         fi
     fi
+    remove_cgroups "$dir"
     if mountpoint -q "$dir/root"; then
         umount "$dir/root" 2>/dev/null || umount -l "$dir/root"
     fi
     mountpoint -q "$dir/root" && die "$dir/root is still mounted; not removing it"
     rm -rf --one-file-system "$dir"
     log "down $name in $(since "$start")s"
+}
+
+# With --keep-unit nspawn puts the node's systemd in <nspawn's cgroup>/payload. Nodes started
+# from the same cgroup would share that tree (and each systemd would see the others' units as
+# populated), so every node gets its own cgroup, in the hierarchies systemd uses: the v2 one and
+# the v1 name=systemd one. Their paths are listed in $dir/cgroups.
+make_cgroups() {
+    local dir=$1 id line path mnt cg
+    id=kata-node-$(printf '%s' "$dir" | sha256sum | cut -c1-12)
+    : >"$dir/cgroups"
+    while IFS= read -r line; do
+        path=${line#*:*:}
+        case $line in
+            0::*)
+                if [ "$(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null)" = cgroup2fs ]; then
+                    mnt=/sys/fs/cgroup/unified
+                else
+                    mnt=/sys/fs/cgroup
+                fi
+                ;;
+            *:name=systemd:*) mnt=/sys/fs/cgroup/systemd ;;
+            *) continue ;;
+        esac
+        cg=$mnt${path%/}/$id
+        mkdir -p "$cg" || die "cannot create cgroup $cg"
+        echo "$cg" >>"$dir/cgroups"
+    done </proc/self/cgroup
+}
+
+# Remove the node's cgroups, deepest first (the node's systemd leaves its unit cgroups).
+remove_cgroups() {
+    local dir=$1 cg sub
+    [ -f "$dir/cgroups" ] || return 0
+    while read -r cg; do
+        [ -d "$cg" ] || continue
+        for _ in $(seq 50); do
+            while IFS= read -r sub; do
+                rmdir "$sub" 2>/dev/null || true
+            done < <(find "$cg" -depth -type d)
+            [ -d "$cg" ] || break
+            sleep 0.02
+        done
+        [ -d "$cg" ] && log "WARNING: could not remove cgroup $cg (processes left in it?)"
+    done <"$dir/cgroups"
+    return 0
 }
 
 # EXIT trap of boot: a node that did not come up is torn down at once.
@@ -221,8 +267,15 @@ cmd_boot() {
 
     local t_boot pid leader state='' deadline
     t_boot=$(now)
-    setsid systemd-nspawn --quiet -D "$root" --boot --register=no --keep-unit --private-network \
-        --machine="kl-$name" --console=read-only "${binds[@]}" </dev/null >"$dir/console.log" 2>&1 &
+    make_cgroups "$dir"
+    (
+        # Enter the node's own cgroups, then become nspawn (same pid).
+        while read -r cgdir; do
+            echo "$BASHPID" >"$cgdir/cgroup.procs"
+        done <"$dir/cgroups"
+        exec setsid systemd-nspawn --quiet -D "$root" --boot --register=no --keep-unit \
+            --private-network --machine="kl-$name" --console=read-only "${binds[@]}"
+    ) </dev/null >"$dir/console.log" 2>&1 &
     pid=$!
     echo "$pid" >"$dir/nspawn.pid"
     deadline=$((SECONDS + timeout))

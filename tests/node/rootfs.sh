@@ -42,7 +42,7 @@ fi
 
 # Host tools; CI starts from a fresh Debian machine.
 need=()
-command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v debootstrap >/dev/null || need+=(debootstrap debian-archive-keyring)
 command -v systemd-nspawn >/dev/null || need+=(systemd-container)
 command -v nsenter >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
