@@ -17,15 +17,18 @@
 #   --start UNIT     start UNIT after boot (repeatable; default: crio.service and kubelet.service
 #                    when tests/node/units/ has them)
 #   --no-start       start no unit after boot
-#   --tree DIR       copy DIR's files into the node's / before it boots (test fixtures);
-#                    directories that exist in the node keep their owner and mode
+#   --tree DIR       copy DIR's files into the node's / before it boots (repeatable; after the
+#                    base trees); directories that exist in the node keep their owner and mode
+#   --no-base-trees  do not copy the base trees tests/*/node-root/ (see below)
 #   --timeout SECS   deadline for boot and for starting the units (default 60)
 #   --owner PID      tear the node down on `gc` once PID has exited (used by the Rust harness)
 #
 # Installed before boot: kata-live, fake-crio, fake-kubelet, fake-rpm-ostree (those built),
 # bind-mounted read-only into /usr/local/bin (kata-live also linked from /usr/bin);
 # tests/node/units/* and the repo's
-# systemd/*.{service,socket,timer,path,target} into /etc/systemd/system/.
+# systemd/*.{service,socket,timer,path,target} into /etc/systemd/system/; the base trees, every
+# tests/*/node-root/ directory in lexical order (files a test component needs in every node, laid
+# out as in /, e.g. tests/standins/node-root/etc/crio/crio.conf.d/00-default).
 #
 # Environment: KATA_NODE_CACHE (default tests/node/.cache), as for rootfs.sh.
 set -euo pipefail
@@ -174,14 +177,18 @@ remove_cgroups() {
 boot_failed() {
     local rc=$?
     [ "$rc" -ne 0 ] || return 0
-    log "boot of $boot_name failed; last console lines ($boot_dir/console.log):"
-    tail -n 20 "$boot_dir/console.log" >&2 2>/dev/null || true
+    log "boot of $boot_name failed"
+    if [ ! -e "$boot_dir/leader.pid" ]; then
+        log "last console lines ($boot_dir/console.log):"
+        tail -n 20 "$boot_dir/console.log" >&2 2>/dev/null || true
+    fi
     cmd_down "$boot_name" || true
     exit "$rc"
 }
 
 cmd_boot() {
-    local name=node bin_dir='' tree='' timeout=60 owner='' no_start=0
+    local name=node bin_dir='' timeout=60 owner='' no_start=0 base_trees=1
+    local -a trees=()
     local -a start_units=()
     local explicit_start=0
     while [ $# -gt 0 ]; do
@@ -189,7 +196,8 @@ cmd_boot() {
             --bin-dir) bin_dir=$2; shift 2 ;;
             --start) start_units+=("$2"); explicit_start=1; shift 2 ;;
             --no-start) no_start=1; shift ;;
-            --tree) tree=$2; shift 2 ;;
+            --tree) trees+=("$2"); shift 2 ;;
+            --no-base-trees) base_trees=0; shift ;;
             --timeout) timeout=$2; shift 2 ;;
             --owner) owner=$2; shift 2 ;;
             -*) die "unknown boot option $1" ;;
@@ -256,12 +264,20 @@ cmd_boot() {
             log "installed unit $(basename "$f") from systemd/"
         done
     fi
-    if [ -n "$tree" ]; then
+    local tree
+    local -a all_trees=()
+    if [ $base_trees = 1 ]; then
+        for tree in "$repo"/tests/*/node-root; do
+            [ -d "$tree" ] && all_trees+=("$tree")
+        done
+    fi
+    for tree in ${all_trees[@]+"${all_trees[@]}"} ${trees[@]+"${trees[@]}"}; do
         [ -d "$tree" ] || die "--tree $tree is not a directory"
         # tar keeps the modes of the node's existing directories (cp -a would copy the
         # tree's, and a 0700 / stops D-Bus from starting).
         tar -C "$tree" -cf - . | tar -C "$root" -xf - --no-overwrite-dir
-    fi
+        log "copied tree $tree"
+    done
     rm -f "$root/etc/hostname"
     log "installed in $(since "$t_install")s"
 
@@ -304,7 +320,10 @@ cmd_boot() {
         local t_start
         t_start=$(now)
         if ! in_node "$leader" timeout "$timeout" systemctl start "${start_units[@]}"; then
-            in_node "$leader" systemctl status --no-pager --lines=20 "${start_units[@]}" >&2 || true
+            local -a unit_args=()
+            for f in "${start_units[@]}"; do unit_args+=(-u "$f"); done
+            log "journal of ${start_units[*]}:"
+            in_node "$leader" journalctl -b --no-pager -o short-precise -n 40 "${unit_args[@]}" >&2 || true
             die "could not start ${start_units[*]} within ${timeout}s"
         fi
         log "started ${start_units[*]} in $(since "$t_start")s"

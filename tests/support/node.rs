@@ -106,7 +106,10 @@ pub struct NodeOptions {
     /// Units started once the node runs. `None`: crio.service and kubelet.service when
     /// tests/node/units/ has them. `Some(vec![])`: none.
     pub start_units: Option<Vec<String>>,
+    /// Files placed before boot, after the base trees.
     pub files: Vec<NodeFile>,
+    /// Copy the base trees `tests/*/node-root/` (e.g. CRI-O's 00-default for fake-crio).
+    pub base_trees: bool,
     /// Deadline for booting and for starting `start_units`, each.
     pub boot_timeout: Duration,
 }
@@ -117,6 +120,7 @@ impl Default for NodeOptions {
             label: None,
             start_units: None,
             files: Vec::new(),
+            base_trees: true,
             boot_timeout: Duration::from_secs(60),
         }
     }
@@ -253,6 +257,9 @@ impl Node {
             .arg(opts.boot_timeout.as_secs().max(1).to_string());
         if !opts.files.is_empty() {
             cmd.arg("--tree").arg(tree.path());
+        }
+        if !opts.base_trees {
+            cmd.arg("--no-base-trees");
         }
         match &opts.start_units {
             None => {}
