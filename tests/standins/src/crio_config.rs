@@ -220,10 +220,10 @@ fn vm_binary_name_ok(runtime_path: &str) -> bool {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // The pattern is a constant: compiling it cannot fail.
-    regex::Regex::new(r"containerd-shim-([a-zA-Z0-9\-\+])+-v2")
-        .map(|re| re.is_match(&base))
-        .unwrap_or(false)
+    static PATTERN: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"containerd-shim-([a-zA-Z0-9\-\+])+-v2").ok()
+    });
+    PATTERN.as_ref().is_some_and(|re| re.is_match(&base))
 }
 
 /// `RuntimeHandler.Validate` for the keys modelled here; returns CRI-O's error text.

@@ -51,7 +51,8 @@ pub struct Args {
     #[arg(
         long = "container-runtime-endpoint",
         env = "FAKE_KUBELET_CRI_SOCKET",
-        default_value = "/var/run/crio/crio.sock"
+        default_value = "/var/run/crio/crio.sock",
+        value_parser = parse_endpoint
     )]
     pub socket: PathBuf,
     /// healthz listen address.
@@ -82,6 +83,18 @@ pub struct Args {
     /// Deadline of each CRI call, seconds.
     #[arg(long = "rpc-timeout", default_value_t = 2.0)]
     pub rpc_timeout: f64,
+}
+
+/// kubelet accepts both `/path` and `unix:///path`.
+pub fn parse_endpoint(s: &str) -> Result<PathBuf, String> {
+    let path = s.strip_prefix("unix://").unwrap_or(s);
+    if path.starts_with('/') {
+        Ok(PathBuf::from(path))
+    } else {
+        Err(format!(
+            "{s:?}: expected an absolute unix socket path or unix:///path"
+        ))
+    }
 }
 
 fn now() -> String {
@@ -126,7 +139,7 @@ pub async fn connect(
             async move {
                 if used.swap(true, Ordering::SeqCst) {
                     return Err(io::Error::other(
-                        "connection lost; fake-kubelet reconnects by itself",
+                        "CRI connection closed; fake-kubelet reconnects by itself",
                     ));
                 }
                 let stream = tokio::net::UnixStream::connect(path).await?;
@@ -549,6 +562,19 @@ pub fn main_entry() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoint_accepts_unix_scheme() {
+        assert_eq!(
+            parse_endpoint("unix:///var/run/crio/crio.sock").unwrap(),
+            PathBuf::from("/var/run/crio/crio.sock")
+        );
+        assert_eq!(
+            parse_endpoint("/run/crio/crio.sock").unwrap(),
+            PathBuf::from("/run/crio/crio.sock")
+        );
+        assert!(parse_endpoint("tcp://x").is_err());
+    }
 
     #[test]
     fn backoff_doubles_to_cap() {
