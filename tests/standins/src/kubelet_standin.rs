@@ -21,9 +21,10 @@ use clap::Parser;
 use hyper_util::rt::TokioIo;
 use kata_live::cri::proto;
 use proto::runtime_service_client::RuntimeServiceClient;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::mini_http::{self, Reply};
 
 pub const LOG_PREFIX: &str = "kubelet-standin:";
 
@@ -277,40 +278,15 @@ fn outcome_of(conn: &Conn, rpc: &str, s: tonic::Status) -> CallOutcome {
     }
 }
 
-async fn healthz_server(listener: tokio::net::TcpListener) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        tokio::spawn(async move {
-            let mut buf = Vec::with_capacity(512);
-            let read = tokio::time::timeout(Duration::from_secs(2), async {
-                let mut chunk = [0u8; 512];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            })
-            .await;
-            if read.is_err() {
-                return;
-            }
-            let request_line = String::from_utf8_lossy(&buf);
-            let path = request_line.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = if path == "/healthz" || path.starts_with("/healthz?") {
-                ("200 OK", "ok")
-            } else {
-                ("404 Not Found", "404 page not found\n")
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(resp.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        });
+fn healthz_route(path: &str) -> Reply {
+    if path == "/healthz" {
+        Reply {
+            status: "200 OK",
+            content_type: "text/plain; charset=utf-8",
+            body: "ok".into(),
+        }
+    } else {
+        Reply::not_found()
     }
 }
 
@@ -400,7 +376,7 @@ async fn run(args: Args) -> Result<(), KubeletError> {
             addr: args.healthz.clone(),
             source,
         })?;
-    tokio::spawn(healthz_server(listener));
+    tokio::spawn(mini_http::serve(listener, healthz_route));
     let mut term = signal(SignalKind::terminate()).map_err(KubeletError::Signal)?;
     let mut int = signal(SignalKind::interrupt()).map_err(KubeletError::Signal)?;
 
