@@ -52,11 +52,32 @@ pub struct RuntimeHandlerConfig {
     pub container_min_memory: String,
 }
 
+/// `[crio.metrics]`: CRI-O serves Prometheus metrics when `enable_metrics` is on
+/// (OpenShift sets it, with port 9537). Not reloadable, as in CRI-O.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    pub enable_metrics: bool,
+    pub metrics_host: String,
+    pub metrics_port: u16,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        // CRI-O's defaults.
+        MetricsConfig {
+            enable_metrics: false,
+            metrics_host: "127.0.0.1".into(),
+            metrics_port: 9090,
+        }
+    }
+}
+
 /// The merged, not yet validated, runtime part of the configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CrioConfig {
     /// `[crio.runtime] default_runtime`, if any file set it.
     pub default_runtime: Option<String>,
+    pub metrics: MetricsConfig,
     pub runtimes: BTreeMap<String, RuntimeHandlerConfig>,
     /// Files applied, in order (for the log).
     pub files: Vec<PathBuf>,
@@ -158,6 +179,30 @@ pub fn apply_file(cfg: &mut CrioConfig, path: &Path, text: &str) -> Result<(), C
     let crio = crio
         .as_table()
         .ok_or_else(|| decode("crio: expected a table".into()))?;
+    if let Some(metrics) = crio.get("metrics") {
+        let metrics = metrics
+            .as_table()
+            .ok_or_else(|| decode("crio.metrics: expected a table".into()))?;
+        if let Some(v) = metrics.get("enable_metrics") {
+            cfg.metrics.enable_metrics = v
+                .as_bool()
+                .ok_or_else(|| decode("crio.metrics.enable_metrics: expected a boolean".into()))?;
+        }
+        if let Some(v) = metrics.get("metrics_host") {
+            cfg.metrics.metrics_host = v
+                .as_str()
+                .ok_or_else(|| decode("crio.metrics.metrics_host: expected a string".into()))?
+                .to_string();
+        }
+        if let Some(v) = metrics.get("metrics_port") {
+            cfg.metrics.metrics_port = v
+                .as_integer()
+                .and_then(|p| u16::try_from(p).ok())
+                .ok_or_else(|| {
+                    decode("crio.metrics.metrics_port: expected a port number".into())
+                })?;
+        }
+    }
     let Some(runtime) = crio.get("runtime") else {
         return Ok(());
     };
@@ -220,10 +265,10 @@ fn vm_binary_name_ok(runtime_path: &str) -> bool {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // The pattern is a constant: compiling it cannot fail.
-    regex::Regex::new(r"containerd-shim-([a-zA-Z0-9\-\+])+-v2")
-        .map(|re| re.is_match(&base))
-        .unwrap_or(false)
+    static PATTERN: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"containerd-shim-([a-zA-Z0-9\-\+])+-v2").ok()
+    });
+    PATTERN.as_ref().is_some_and(|re| re.is_match(&base))
 }
 
 /// `RuntimeHandler.Validate` for the keys modelled here; returns CRI-O's error text.
@@ -447,6 +492,32 @@ runtime_root = "/run/crun"
         apply_file(&mut cfg, Path::new("b"), "[crio.api]\nlisten = \"/x\"\n").unwrap();
         assert_eq!(cfg.default_runtime.as_deref(), Some("crun"));
         assert!(cfg.runtimes.contains_key("crun"));
+    }
+
+    #[test]
+    fn metrics_keys_merge_last_wins() {
+        let mut cfg = CrioConfig::default();
+        assert!(!cfg.metrics.enable_metrics);
+        apply_file(
+            &mut cfg,
+            Path::new("a"),
+            "[crio.metrics]\nenable_metrics = true\nmetrics_port = 9537\n",
+        )
+        .unwrap();
+        apply_file(
+            &mut cfg,
+            Path::new("b"),
+            "[crio.metrics]\nmetrics_host = \"127.0.0.2\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.metrics,
+            MetricsConfig {
+                enable_metrics: true,
+                metrics_host: "127.0.0.2".into(),
+                metrics_port: 9537
+            }
+        );
     }
 
     #[test]

@@ -15,9 +15,10 @@ use clap::{Parser, Subcommand};
 use kata_live::cri::proto::runtime_service_server::RuntimeServiceServer;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::crio_config::{self, ConfigError, Ignored, RealFs, RuntimeTable};
-use crate::crio_server::{FakeCrio, LiveFaults, RUNTIME_VERSION};
+use crate::crio_config::{self, ConfigError, Ignored, MetricsConfig, RealFs, RuntimeTable};
+use crate::crio_server::{metrics_text, FakeCrio, LiveFaults, Operations, RUNTIME_VERSION};
 use crate::crio_state::{self, SeedPod, StateError, StateStore};
+use crate::mini_http::{self, Reply};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -45,6 +46,11 @@ pub enum DaemonError {
     #[error("cannot listen on {path}: {source}")]
     Listen {
         path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("Failed to start metrics endpoint on {addr}: {source}; free the port or set [crio.metrics] metrics_port")]
+    Metrics {
+        addr: String,
         source: std::io::Error,
     },
     #[error("cannot install signal handler: {0}")]
@@ -164,7 +170,10 @@ fn log_ignored(ignored: &[Ignored]) {
 }
 
 /// Reads and validates the configuration, logging CRI-O's lines.
-pub fn load(config: &Path, config_dir: &Path) -> Result<RuntimeTable, ConfigError> {
+pub fn load(
+    config: &Path,
+    config_dir: &Path,
+) -> Result<(RuntimeTable, MetricsConfig), ConfigError> {
     if config.exists() {
         logrus(
             "info",
@@ -186,7 +195,7 @@ pub fn load(config: &Path, config_dir: &Path) -> Result<RuntimeTable, ConfigErro
     }
     let (table, ignored) = crio_config::validate(&cfg, &RealFs)?;
     log_ignored(&ignored);
-    Ok(table)
+    Ok((table, cfg.metrics))
 }
 
 fn fault_seconds(dir: &Path, name: &str) -> Result<Option<f64>, DaemonError> {
@@ -238,7 +247,7 @@ fn prepare_socket(path: &Path) -> Result<(), DaemonError> {
 fn reload(args: &Args, current: &RwLock<RuntimeTable>) {
     logrus("info", "Reloading configuration");
     match load(&args.config, &args.config_dir) {
-        Ok(table) => {
+        Ok((table, _)) => {
             let mut guard = match current.write() {
                 Ok(g) => g,
                 Err(poisoned) => poisoned.into_inner(),
@@ -268,8 +277,31 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
             marker: fail_marker,
         });
     }
-    let table = load(&args.config, &args.config_dir)?;
+    let (table, metrics) = load(&args.config, &args.config_dir)?;
     log_table(&table, "start");
+    let ops = Operations::default();
+    if metrics.enable_metrics {
+        let addr = format!("{}:{}", metrics.metrics_host, metrics.metrics_port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| DaemonError::Metrics {
+                addr: addr.clone(),
+                source,
+            })?;
+        let ops = ops.clone();
+        tokio::spawn(mini_http::serve(listener, move |path| {
+            if path == "/metrics" {
+                Reply {
+                    status: "200 OK",
+                    content_type: "text/plain; version=0.0.4; charset=utf-8",
+                    body: metrics_text(&ops),
+                }
+            } else {
+                Reply::not_found()
+            }
+        }));
+        logrus("info", &format!("Starting metrics server on {addr}"));
+    }
     let store = StateStore::open(&args.state_dir)?;
     let restored = store.read()?;
     logrus(
@@ -301,7 +333,7 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
             source,
         })?;
     let current = Arc::new(RwLock::new(table.clone()));
-    let service = FakeCrio::new(table, current.clone(), store, faults);
+    let service = FakeCrio::new(table, current.clone(), store, faults, ops);
 
     let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signal)?;
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;

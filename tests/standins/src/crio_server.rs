@@ -4,9 +4,9 @@
 //! process starts and is what `RunPodSandbox` checks; `current` is replaced on SIGHUP and is
 //! what `Status` lists. Sandboxes and containers live in [`StateStore`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use kata_live::cri::proto;
 use proto::runtime_service_server::RuntimeService;
@@ -36,7 +36,29 @@ impl LiveFaults {
     }
 }
 
+/// Per-RPC call counters, reset at each start like CRI-O's metrics.
+pub type Operations = Arc<Mutex<BTreeMap<&'static str, u64>>>;
+
+/// Prometheus text of the counters, with CRI-O's metric name and label.
+pub fn metrics_text(ops: &Operations) -> String {
+    let mut out = String::from(
+        "# HELP container_runtime_crio_operations_total Cumulative number of CRI-O operations by operation type.\n\
+         # TYPE container_runtime_crio_operations_total counter\n",
+    );
+    let guard = match ops.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    for (op, n) in guard.iter() {
+        out.push_str(&format!(
+            "container_runtime_crio_operations_total{{operation=\"{op}\"}} {n}\n"
+        ));
+    }
+    out
+}
+
 pub struct FakeCrio {
+    ops: Operations,
     start_table: Arc<RuntimeTable>,
     current: Arc<RwLock<RuntimeTable>>,
     store: StateStore,
@@ -49,13 +71,23 @@ impl FakeCrio {
         current: Arc<RwLock<RuntimeTable>>,
         store: StateStore,
         faults: LiveFaults,
+        ops: Operations,
     ) -> Self {
         Self {
+            ops,
             start_table: Arc::new(start_table),
             current,
             store,
             faults,
         }
+    }
+
+    fn count(&self, op: &'static str) {
+        let mut guard = match self.ops.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *guard.entry(op).or_insert(0) += 1;
     }
 
     fn current(&self) -> RuntimeTable {
@@ -170,6 +202,7 @@ impl RuntimeService for FakeCrio {
         &self,
         _request: Request<proto::VersionRequest>,
     ) -> Result<Response<proto::VersionResponse>, Status> {
+        self.count("Version");
         Ok(Response::new(proto::VersionResponse {
             version: "0.1.0".into(),
             runtime_name: RUNTIME_NAME.into(),
@@ -182,6 +215,7 @@ impl RuntimeService for FakeCrio {
         &self,
         request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
+        self.count("Status");
         let table = self.current();
         let mut info = HashMap::new();
         if request.get_ref().verbose {
@@ -209,6 +243,7 @@ impl RuntimeService for FakeCrio {
         &self,
         request: Request<proto::RunPodSandboxRequest>,
     ) -> Result<Response<proto::RunPodSandboxResponse>, Status> {
+        self.count("RunPodSandbox");
         let req = request.into_inner();
         // The upstream bug: the table captured at start, not the reloaded one.
         let handler = resolve_handler(&self.start_table, &req.runtime_handler).map_err(|msg| {
@@ -259,6 +294,7 @@ impl RuntimeService for FakeCrio {
         &self,
         request: Request<proto::StopPodSandboxRequest>,
     ) -> Result<Response<proto::StopPodSandboxResponse>, Status> {
+        self.count("StopPodSandbox");
         let id = request.into_inner().pod_sandbox_id;
         // CRI-O answers OK for an unknown sandbox (kubelet retries stops).
         self.store
@@ -278,6 +314,7 @@ impl RuntimeService for FakeCrio {
         &self,
         request: Request<proto::RemovePodSandboxRequest>,
     ) -> Result<Response<proto::RemovePodSandboxResponse>, Status> {
+        self.count("RemovePodSandbox");
         let id = request.into_inner().pod_sandbox_id;
         self.store
             .update(|s| {
@@ -292,6 +329,7 @@ impl RuntimeService for FakeCrio {
         &self,
         request: Request<proto::PodSandboxStatusRequest>,
     ) -> Result<Response<proto::PodSandboxStatusResponse>, Status> {
+        self.count("PodSandboxStatus");
         let id = request.into_inner().pod_sandbox_id;
         let state = self.store.read().map_err(state_status)?;
         let Some(sb) = state
@@ -324,6 +362,7 @@ impl RuntimeService for FakeCrio {
         &self,
         request: Request<proto::ListPodSandboxRequest>,
     ) -> Result<Response<proto::ListPodSandboxResponse>, Status> {
+        self.count("ListPodSandbox");
         let filter = request.into_inner().filter.unwrap_or_default();
         let state = self.store.read().map_err(state_status)?;
         let items = state
@@ -353,6 +392,7 @@ impl RuntimeService for FakeCrio {
         &self,
         request: Request<proto::ListContainersRequest>,
     ) -> Result<Response<proto::ListContainersResponse>, Status> {
+        self.count("ListContainers");
         let filter = request.into_inner().filter.unwrap_or_default();
         let state = self.store.read().map_err(state_status)?;
         let containers = state

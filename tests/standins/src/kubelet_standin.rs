@@ -21,9 +21,10 @@ use clap::Parser;
 use hyper_util::rt::TokioIo;
 use kata_live::cri::proto;
 use proto::runtime_service_client::RuntimeServiceClient;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::mini_http::{self, Reply};
 
 pub const LOG_PREFIX: &str = "kubelet-standin:";
 
@@ -51,7 +52,8 @@ pub struct Args {
     #[arg(
         long = "container-runtime-endpoint",
         env = "FAKE_KUBELET_CRI_SOCKET",
-        default_value = "/var/run/crio/crio.sock"
+        default_value = "/var/run/crio/crio.sock",
+        value_parser = parse_endpoint
     )]
     pub socket: PathBuf,
     /// healthz listen address.
@@ -82,6 +84,18 @@ pub struct Args {
     /// Deadline of each CRI call, seconds.
     #[arg(long = "rpc-timeout", default_value_t = 2.0)]
     pub rpc_timeout: f64,
+}
+
+/// kubelet accepts both `/path` and `unix:///path`.
+pub fn parse_endpoint(s: &str) -> Result<PathBuf, String> {
+    let path = s.strip_prefix("unix://").unwrap_or(s);
+    if path.starts_with('/') {
+        Ok(PathBuf::from(path))
+    } else {
+        Err(format!(
+            "{s:?}: expected an absolute unix socket path or unix:///path"
+        ))
+    }
 }
 
 fn now() -> String {
@@ -126,7 +140,7 @@ pub async fn connect(
             async move {
                 if used.swap(true, Ordering::SeqCst) {
                     return Err(io::Error::other(
-                        "connection lost; fake-kubelet reconnects by itself",
+                        "CRI connection closed; fake-kubelet reconnects by itself",
                     ));
                 }
                 let stream = tokio::net::UnixStream::connect(path).await?;
@@ -264,40 +278,15 @@ fn outcome_of(conn: &Conn, rpc: &str, s: tonic::Status) -> CallOutcome {
     }
 }
 
-async fn healthz_server(listener: tokio::net::TcpListener) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        tokio::spawn(async move {
-            let mut buf = Vec::with_capacity(512);
-            let read = tokio::time::timeout(Duration::from_secs(2), async {
-                let mut chunk = [0u8; 512];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            })
-            .await;
-            if read.is_err() {
-                return;
-            }
-            let request_line = String::from_utf8_lossy(&buf);
-            let path = request_line.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = if path == "/healthz" || path.starts_with("/healthz?") {
-                ("200 OK", "ok")
-            } else {
-                ("404 Not Found", "404 page not found\n")
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(resp.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        });
+fn healthz_route(path: &str) -> Reply {
+    if path == "/healthz" {
+        Reply {
+            status: "200 OK",
+            content_type: "text/plain; charset=utf-8",
+            body: "ok".into(),
+        }
+    } else {
+        Reply::not_found()
     }
 }
 
@@ -387,7 +376,7 @@ async fn run(args: Args) -> Result<(), KubeletError> {
             addr: args.healthz.clone(),
             source,
         })?;
-    tokio::spawn(healthz_server(listener));
+    tokio::spawn(mini_http::serve(listener, healthz_route));
     let mut term = signal(SignalKind::terminate()).map_err(KubeletError::Signal)?;
     let mut int = signal(SignalKind::interrupt()).map_err(KubeletError::Signal)?;
 
@@ -549,6 +538,19 @@ pub fn main_entry() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoint_accepts_unix_scheme() {
+        assert_eq!(
+            parse_endpoint("unix:///var/run/crio/crio.sock").unwrap(),
+            PathBuf::from("/var/run/crio/crio.sock")
+        );
+        assert_eq!(
+            parse_endpoint("/run/crio/crio.sock").unwrap(),
+            PathBuf::from("/run/crio/crio.sock")
+        );
+        assert!(parse_endpoint("tcp://x").is_err());
+    }
 
     #[test]
     fn backoff_doubles_to_cap() {

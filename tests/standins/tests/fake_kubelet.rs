@@ -156,3 +156,56 @@ async fn hold_disconnected_drops_the_link_until_released() {
     wait_log(log, "connection=2 down_for_ms=").await;
     wait_connections(&node, 1).await;
 }
+
+fn metric(addr: &str, op: &str) -> Option<u64> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(WAIT)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let prefix = format!("container_runtime_crio_operations_total{{operation=\"{op}\"}} ");
+    out.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+async fn wait_metric_at_least(addr: &str, op: &str, n: u64) {
+    let end = std::time::Instant::now() + WAIT;
+    while metric(addr, op).unwrap_or(0) < n {
+        assert!(
+            std::time::Instant::now() < end,
+            "{op} never reached {n} on {addr} (last {:?})",
+            metric(addr, op)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn crio_metrics_count_kubelet_relists_and_reset_on_restart() {
+    let node = Node::new();
+    let port = free_port();
+    std::fs::write(
+        node.path("etc/crio/crio.conf.d/00-default"),
+        format!("[crio.metrics]\nenable_metrics = true\nmetrics_port = {port}\n"),
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let crio = node.start_crio("crio.log").await;
+    let kubelet = spawn_kubelet(&node, &[]);
+    wait_log(&kubelet.proc.log, "relist at ").await;
+    wait_metric_at_least(&addr, "ListPodSandbox", 2).await;
+    assert!(metric(&addr, "Version").unwrap_or(0) >= 1);
+
+    // Hold the kubelet so that nothing relists while the new fake-crio starts.
+    std::fs::write(&kubelet.hold, "").unwrap();
+    wait_log(&kubelet.proc.log, "holding disconnected at ").await;
+    assert!(crio.stop().success());
+    let _crio = node.start_crio("crio.log").await;
+    // A new process starts from zero.
+    assert_eq!(metric(&addr, "ListPodSandbox"), None);
+    std::fs::remove_file(&kubelet.hold).unwrap();
+    wait_log(&kubelet.proc.log, "connection=2 down_for_ms=").await;
+    wait_metric_at_least(&addr, "ListPodSandbox", 1).await;
+}
