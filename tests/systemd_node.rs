@@ -1,17 +1,81 @@
-//! Real tests against the real systemd of a booted test node (systemd-nspawn).
-//! They need root and a bookworm rootfs with systemd and dbus; they FAIL when either is missing.
+//! Real tests against the real systemd of a booted test node (tests/support/node.rs).
+//! They need root; they FAIL when they cannot boot a node.
 //!
-//! Run: `cargo test --test systemd_node -- --nocapture`
-//! (rootfs: `$KATA_LIVE_TEST_ROOTFS`, default /work/cache/rootfs-systemd, made with
-//! `debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus bookworm DIR`).
+//! Run: `cargo test --test systemd_node -- --nocapture` (as root).
 
-#[path = "support/systemd_bootnode.rs"]
-mod bootnode;
+mod support;
 
 use std::time::Duration;
 
-use bootnode::BootedNode;
 use kata_live::systemd::{handoff, Systemd, SystemdError};
+use nix::unistd::{fork, ForkResult, Pid};
+use support::node::{Node, NodeOptions};
+
+/// The node's systemd reached over its own system bus, from the test process on the host.
+struct BootedNode {
+    node: Node,
+}
+
+impl BootedNode {
+    fn boot(label: &str) -> Self {
+        let node = Node::boot(NodeOptions {
+            label: Some(format!("sd-{label}")),
+            ..NodeOptions::bare()
+        })
+        .unwrap_or_else(|e| panic!("cannot boot a test node: {e}"));
+        BootedNode { node }
+    }
+
+    /// The node's system bus, reachable from the host through the leader's root.
+    fn bus_address(&self) -> String {
+        format!(
+            "unix:path={}/run/dbus/system_bus_socket",
+            self.node.root_dir().display()
+        )
+    }
+
+    async fn systemd(&self) -> Systemd {
+        Systemd::at_address(&self.bus_address())
+            .await
+            .unwrap_or_else(|e| panic!("cannot reach the node's systemd: {e}"))
+    }
+
+    fn write_unit(&self, name: &str, text: &str) {
+        self.node
+            .write_file(format!("/etc/systemd/system/{name}"), text.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn exec(&self, argv: &[&str]) -> String {
+        self.node.exec_ok(argv).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// Fork a process that hands `argv` off as `unit` over the bus at `addr` and follows it.
+/// It exits with the hand-off's exit status (99 if the hand-off itself failed).
+fn fork_starter(addr: &str, unit: &str, argv: &[String]) -> Pid {
+    // SAFETY: the child only builds a fresh runtime and exits; it never returns into the
+    // test harness.
+    match unsafe { fork() }.expect("fork") {
+        ForkResult::Parent { child } => child,
+        ForkResult::Child => {
+            let code = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        let sd = Systemd::at_address(addr).await.ok()?;
+                        handoff::run_transient(&sd, unit, argv, Duration::from_secs(60))
+                            .await
+                            .ok()
+                    })
+                })
+                .unwrap_or(99);
+            std::process::exit(code)
+        }
+    }
+}
 
 const SLEEPER: &str = "[Service]\nType=exec\nExecStart=/bin/sleep infinity\n";
 
@@ -212,7 +276,7 @@ fn handoff_survives_its_starter() {
         .unwrap();
 
     // The starter is a forked process, killed while the hand-off runs.
-    let child = bootnode::fork_starter(&addr, unit, &sh("echo started; sleep 3; exit 7"));
+    let child = fork_starter(&addr, unit, &sh("echo started; sleep 3; exit 7"));
     rt.block_on(async {
         let sd = Systemd::at_address(&addr).await.unwrap();
         let until = std::time::Instant::now() + Duration::from_secs(20);
