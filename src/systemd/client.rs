@@ -300,8 +300,36 @@ impl Systemd {
         let result = self
             .wait_job(&mut stream, unit, &job, until, deadline)
             .await?;
-        jobs::check_job_result(unit, job.as_str(), &result)?;
+        self.check_job(unit, job.as_str(), &result).await?;
         Ok((job.to_string(), result))
+    }
+
+    /// [`jobs::check_job_result`], with the unit's state added to a failure.
+    pub(crate) async fn check_job(
+        &self,
+        unit: &str,
+        job: &str,
+        result: &str,
+    ) -> Result<(), SystemdError> {
+        match jobs::check_job_result(unit, job, result) {
+            Err(SystemdError::JobFailed {
+                unit,
+                job,
+                result,
+                meaning,
+                ..
+            }) => {
+                let state = self.last_state_text(&unit).await;
+                Err(SystemdError::JobFailed {
+                    unit,
+                    job,
+                    result,
+                    meaning,
+                    state,
+                })
+            }
+            other => other,
+        }
     }
 
     /// Check the unit exists and is not masked before queueing a job on it.
@@ -439,7 +467,16 @@ impl Systemd {
     ) -> Result<UnitState, SystemdError> {
         self.snapshot(unit).await?;
         self.run_job(JobKind::Stop, unit, deadline).await?;
-        self.unit_state(unit).await
+        match self.unit_state(unit).await {
+            // A stopped transient unit is unloaded at once: it is as stopped as can be.
+            Err(SystemdError::NoSuchUnit { .. }) => Ok(UnitState {
+                name: unit.to_string(),
+                active_state: "inactive".to_string(),
+                sub_state: "dead".to_string(),
+                ..UnitState::default()
+            }),
+            other => other,
+        }
     }
 
     /// Reload `unit` and wait for the job. A unit without ExecReload= is

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use zbus::{OwnedVariant, Variant};
 
-use super::client::Systemd;
+use super::client::{JobKind, Systemd};
 use super::jobs::{self, ErrorClass};
 use super::{SystemdError, UnitState};
 
@@ -124,8 +124,9 @@ pub fn transient_properties(
             reason: format!("{program} is not an absolute path; systemd needs one"),
         });
     }
-    let exec_start: Vec<(String, Vec<String>, bool)> =
-        vec![(program.clone(), argv.to_vec(), false)];
+    // systemd expands $VAR in ExecStart's argv at exec time; `$$` is its escape for `$`.
+    let escaped: Vec<String> = argv.iter().map(|a| a.replace('$', "$$")).collect();
+    let exec_start: Vec<(String, Vec<String>, bool)> = vec![(program.clone(), escaped, false)];
     let description = format!("kata-live hand-off: {}", argv.join(" "));
     Ok(vec![
         (
@@ -203,7 +204,22 @@ pub async fn run_transient(
     let result = sd
         .wait_job(&mut stream, unit_name, &job, until, deadline)
         .await?;
-    jobs::check_job_result(unit_name, job.as_str(), &result)?;
+    if result != "done" {
+        // Type=exec: a command that exits at once can fail the start job before it is
+        // dispatched. Its exit status is still the answer, unless systemd itself could not
+        // run it (statuses 200-243 are systemd's exec setup failures, 203 = no such program).
+        let snap = sd.snapshot(unit_name).await?;
+        if let Some(status) =
+            jobs::transient_finished(&snap.state, snap.exec_main_code, snap.exec_main_status)
+        {
+            if !(200..=243).contains(&status) {
+                tracing::info!(unit = %unit_name, status, state = %snap.state, "hand-off finished");
+                cleanup(sd, unit_name, &snap.state).await?;
+                return Ok(status);
+            }
+        }
+        sd.check_job(unit_name, job.as_str(), &result).await?;
+    }
 
     let mut last_status = String::new();
     loop {
@@ -239,7 +255,8 @@ async fn cleanup(sd: &Systemd, unit: &str, state: &UnitState) -> Result<(), Syst
         sd.reset_failed_unit(unit).await
     } else if state.active_state == "active" {
         // active/exited: stopping runs no process, it only lets systemd unload the unit.
-        sd.stop_unit(unit, Duration::from_secs(30))
+        // run_job, not stop_unit: nothing to read afterwards, the unit is unloaded.
+        sd.run_job(JobKind::Stop, unit, Duration::from_secs(30))
             .await
             .map(|_| ())
     } else {
@@ -350,6 +367,18 @@ mod tests {
         );
         let exec = props.iter().find(|(k, _)| k == "ExecStart").unwrap();
         assert_eq!(exec.1.value_signature().to_string(), "a(sasb)");
+        let with_dollar = [
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            "echo $HOME".to_string(),
+        ];
+        let props = transient_properties(u, &with_dollar).unwrap();
+        let exec = props.iter().find(|(k, _)| k == "ExecStart").unwrap();
+        let Ok(v) = exec.1.try_clone() else {
+            panic!("clone")
+        };
+        let parsed: Vec<(String, Vec<String>, bool)> = Vec::try_from(v).unwrap();
+        assert_eq!(parsed[0].1[2], "echo $$HOME");
     }
 
     #[test]

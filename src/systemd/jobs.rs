@@ -32,6 +32,7 @@ pub fn check_job_result(unit: &str, job: &str, result: &str) -> Result<(), Syste
             job: job.to_string(),
             result: result.to_string(),
             meaning,
+            state: String::new(),
         }),
     }
 }

@@ -101,12 +101,14 @@ pub enum SystemdError {
     NoReload { unit: String },
     #[error("unit {unit} is masked; unmask it (`systemctl unmask {unit}`) before kata-live can act on it")]
     Masked { unit: String },
-    #[error("systemd job {job} on unit {unit} ended with result `{result}` ({meaning}); see `journalctl -u {unit}`")]
+    #[error("systemd job {job} on unit {unit} ended with result `{result}` ({meaning}); unit state: {state}; see `journalctl -u {unit}`")]
     JobFailed {
         unit: String,
         job: String,
         result: String,
         meaning: &'static str,
+        /// The unit's state read right after (its Result says why: exit-code, start-limit-hit, ...).
+        state: String,
     },
     #[error("deadline of {deadline:?} passed on unit {unit} while waiting for {what}; last state: {last_state}; see `journalctl -u {unit}`")]
     Deadline {
