@@ -378,3 +378,35 @@ fn superseded_live_commit_forces_apply_live_on_removal() {
         }
     );
 }
+
+/// Uninstall staged the removal for the next boot, then install runs again before the
+/// reboot: the package is live, but must be requested again or the next boot drops it.
+#[test]
+fn live_but_removal_staged_is_requested_again() {
+    let path = format!(
+        "{}/tests/fixtures/rpm-ostree/booted-layered.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // A pending deployment without the package, ahead of the booted one.
+    let mut pending = v["deployments"][1].clone();
+    pending["booted"] = false.into();
+    pending["staged"] = true.into();
+    pending["checksum"] = "c0ffee".into();
+    v["deployments"].as_array_mut().unwrap().insert(0, pending);
+    let st = parse_status(&v.to_string()).unwrap();
+    assert_eq!(st.package_state("kata-containers"), PackageState::Live);
+    assert_eq!(
+        plan_install(&st, &pkg(), &[]).unwrap(),
+        InstallPlan::RequestAgain {
+            argv: s(&[
+                "install",
+                "--idempotent",
+                "--allow-inactive",
+                "kata-containers"
+            ]),
+            names: s(&["kata-containers"]),
+        }
+    );
+}

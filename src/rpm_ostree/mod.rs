@@ -79,8 +79,9 @@ pub enum RpmOstreeError {
     )]
     Timeout { command: String, deadline: Duration },
     #[error(
-        "after `{command}` the package(s) {packages:?} are still {state:?} according to \
-         `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal"
+        "after `{command}` the package(s) {packages:?} are not where they should be (state \
+         {state:?}, live now and in the next boot on install, neither on removal) according \
+         to `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal"
     )]
     NotApplied {
         command: String,
@@ -95,8 +96,14 @@ pub enum RpmOstreeError {
 pub enum InstallPlan {
     /// The configuration says the artifacts are already on the node.
     Skip,
-    /// Every package is in the running `/usr` already.
+    /// Every package is in the running `/usr` already, and in the next boot.
     AlreadyLive,
+    /// Every package is live, but the next boot would drop some (a removal staged by an
+    /// earlier uninstall): request them again, without touching the running tree.
+    RequestAgain {
+        argv: Vec<String>,
+        names: Vec<String>,
+    },
     /// Every package is layered in the pending deployment; apply that live.
     /// `names`: the packages expected live afterwards.
     ApplyPendingLive {
@@ -199,8 +206,34 @@ pub fn plan_install(
         .iter()
         .map(|n| (n.clone(), status.package_state(n)))
         .collect();
+    let install_args = |which: &dyn Fn(&PackageState) -> bool| -> Vec<String> {
+        if local_rpms.is_empty() {
+            states
+                .iter()
+                .filter(|(_, s)| which(s))
+                .map(|(n, _)| n.clone())
+                .collect()
+        } else {
+            local_rpms
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect()
+        }
+    };
     if states.iter().all(|(_, s)| *s == PackageState::Live) {
-        return Ok(InstallPlan::AlreadyLive);
+        let default = status.default_deployment();
+        if names.iter().all(|n| default.has_package(n)) {
+            return Ok(InstallPlan::AlreadyLive);
+        }
+        let mut argv: Vec<String> = ["install", "--idempotent", "--allow-inactive"]
+            .map(String::from)
+            .into();
+        if local_rpms.is_empty() {
+            argv.extend(names.iter().filter(|n| !default.has_package(n)).cloned());
+        } else {
+            argv.extend(install_args(&|_| true));
+        }
+        return Ok(InstallPlan::RequestAgain { argv, names });
     }
     if states.iter().all(|(_, s)| *s != PackageState::Absent) {
         // apply-live without --allow-replacement: if the pending deployment also carries
@@ -219,17 +252,8 @@ pub fn plan_install(
     ]
     .map(String::from)
     .into();
-    if local_rpms.is_empty() {
-        // Only the absent ones; pending requests are carried into the new deployment.
-        argv.extend(
-            states
-                .iter()
-                .filter(|(_, s)| *s == PackageState::Absent)
-                .map(|(n, _)| n.clone()),
-        );
-    } else {
-        argv.extend(local_rpms.iter().map(|p| p.to_string_lossy().into_owned()));
-    }
+    // By name: only the absent ones; pending requests carry into the new deployment.
+    argv.extend(install_args(&|s| *s == PackageState::Absent));
     Ok(InstallPlan::InstallLive { argv, names })
 }
 
@@ -420,28 +444,33 @@ impl RpmOstree {
         deadline: Duration,
     ) -> Result<PackageOutcome, RpmOstreeError> {
         let until = Instant::now() + deadline;
-        let (argv, names) = match plan {
+        let (argv, names, outcome) = match plan {
             InstallPlan::Skip => return Ok(PackageOutcome::Skipped),
             InstallPlan::AlreadyLive => return Ok(PackageOutcome::AlreadyLive),
+            InstallPlan::RequestAgain { argv, names } => (argv, names, PackageOutcome::AlreadyLive),
             InstallPlan::ApplyPendingLive { argv, names }
-            | InstallPlan::InstallLive { argv, names } => (argv, names),
+            | InstallPlan::InstallLive { argv, names } => (argv, names, PackageOutcome::NewlyLive),
         };
         self.run(argv, until).await?;
         let status = self.status_until(until).await?;
-        let not_live: Vec<String> = names
+        // Live now, and still there after a reboot.
+        let missing: Vec<String> = names
             .iter()
-            .filter(|n| status.package_state(n) != PackageState::Live)
+            .filter(|n| {
+                status.package_state(n) != PackageState::Live
+                    || !status.default_deployment().has_package(n)
+            })
             .cloned()
             .collect();
-        if let Some(first) = not_live.first() {
+        if let Some(first) = missing.first() {
             let state = status.package_state(first);
             return Err(RpmOstreeError::NotApplied {
                 command: self.command_line(argv),
-                packages: not_live,
+                packages: missing,
                 state,
             });
         }
-        Ok(PackageOutcome::NewlyLive)
+        Ok(outcome)
     }
 
     /// Reads the status, plans and applies: the whole package step of an install.
