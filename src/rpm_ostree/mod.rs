@@ -135,8 +135,12 @@ pub enum RemovePlan {
     /// Not requested anywhere and not in the running `/usr`.
     NotInstalled,
     /// Stage the removal for the next boot (`uninstall`); `argv` is `None` when the
-    /// pending deployment already lacks them.
-    Stage { argv: Option<Vec<String>> },
+    /// pending deployment already lacks them. `instead_of_live`: why a configured live
+    /// removal was not done live.
+    Stage {
+        argv: Option<Vec<String>>,
+        instead_of_live: Option<String>,
+    },
     /// Remove from the pending deployment (when still requested), then apply live
     /// (when the running `/usr` has them).
     Live {
@@ -282,7 +286,19 @@ pub fn plan_remove(status: &Status, pkg: &Package) -> Result<RemovePlan, RpmOstr
         a.extend(requested);
         a
     });
+    let os_update = status.os_update_pending();
     Ok(match pkg.uninstall {
+        // `apply-live --allow-replacement` would bring a staged OS update live along with
+        // the removal: stage instead, and say so.
+        PackageRemoval::Live if os_update => RemovePlan::Stage {
+            argv: uninstall_argv,
+            instead_of_live: Some(format!(
+                "the next boot brings another OS commit ({} instead of {}); removing live \
+                 with --allow-replacement would apply that update live too",
+                status.default_deployment().base(),
+                status.booted.base()
+            )),
+        },
         PackageRemoval::Live => RemovePlan::Live {
             uninstall_argv,
             // An unknown live tree may hold the packages: apply-live to be sure.
@@ -295,6 +311,7 @@ pub fn plan_remove(status: &Status, pkg: &Package) -> Result<RemovePlan, RpmOstr
         },
         PackageRemoval::NextBoot | PackageRemoval::Keep => RemovePlan::Stage {
             argv: uninstall_argv,
+            instead_of_live: None,
         },
     })
 }
@@ -509,7 +526,13 @@ impl RpmOstree {
         match plan {
             RemovePlan::Keep => Ok(RemovalOutcome::Kept),
             RemovePlan::NotInstalled => Ok(RemovalOutcome::NotInstalled),
-            RemovePlan::Stage { argv } => {
+            RemovePlan::Stage {
+                argv,
+                instead_of_live,
+            } => {
+                if let Some(why) = &instead_of_live {
+                    tracing::warn!(reason = %why, "staging the package removal for the next boot instead of removing it live");
+                }
                 if let Some(argv) = &argv {
                     self.run(argv, until).await?;
                 }
