@@ -439,6 +439,19 @@ fn live_removal_with_a_staged_os_update_is_staged_instead() {
         }
         other => panic!("{other:?}"),
     }
+    // Installing live is refused up front, naming the way out.
+    let mut v2 = v.clone();
+    v2["deployments"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("live-replaced");
+    let st = parse_status(&v2.to_string()).unwrap();
+    let err = plan_install(&st, &pkg(), &[]).unwrap_err();
+    assert!(
+        matches!(&err, RpmOstreeError::OsUpdatePending { pending_base, .. } if pending_base == "0badba5e"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("rpm-ostree cleanup -p"));
     // The fixtures themselves have no OS update pending.
     assert!(!fixture("live-replaced").os_update_pending());
     assert!(!fixture("package-pending").os_update_pending());

@@ -57,6 +57,15 @@ pub enum RpmOstreeError {
          cancel it (`rpm-ostree cancel`), then run again"
     )]
     TransactionActive,
+    #[error(
+        "the next boot brings another OS commit ({pending_base}, booted {booted_base}): a live \
+         apply would need to bring that OS update live too, which rpm-ostree refuses. Reboot \
+         into the update first, or drop it (`rpm-ostree cleanup -p`), then run again"
+    )]
+    OsUpdatePending {
+        booted_base: String,
+        pending_base: String,
+    },
     #[error("no *.rpm files in {dir} (package.local_rpm_dir)")]
     NoLocalRpms { dir: PathBuf },
     #[error("could not list local RPMs in {dir}: {source}")]
@@ -239,9 +248,15 @@ pub fn plan_install(
         }
         return Ok(InstallPlan::RequestAgain { argv, names });
     }
+    // Both live paths diff the running tree against a deployment built on the pending
+    // OS commit: say why up front rather than relay rpm-ostree's refusal.
+    if status.os_update_pending() {
+        return Err(RpmOstreeError::OsUpdatePending {
+            booted_base: status.booted.base().to_string(),
+            pending_base: status.default_deployment().base().to_string(),
+        });
+    }
     if states.iter().all(|(_, s)| *s != PackageState::Absent) {
-        // apply-live without --allow-replacement: if the pending deployment also carries
-        // an OS update, rpm-ostree refuses rather than replace packages under CRI-O.
         return Ok(InstallPlan::ApplyPendingLive {
             argv: vec!["apply-live".into()],
             names,
