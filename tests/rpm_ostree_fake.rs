@@ -401,3 +401,42 @@ async fn local_rpms_install_and_remove_by_nevra() {
         ]
     );
 }
+
+#[tokio::test]
+async fn install_after_a_staged_removal_requests_the_package_again() {
+    let e = env();
+    e.rpm.install(&pkg(), &[], DEADLINE).await.unwrap();
+    // Apply the layering in the booted deployment, as a reboot would: the fake's
+    // booted deployment now carries the package.
+    let state_path = e.dir.join("state.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    let mut booted = v["deployments"][0].clone();
+    booted["booted"] = true.into();
+    booted["staged"] = false.into();
+    v["deployments"] = serde_json::json!([booted]);
+    std::fs::write(&state_path, v.to_string()).unwrap();
+    std::fs::write(e.dir.join("live-packages.json"), "[]").unwrap();
+
+    let mut p = pkg();
+    p.uninstall = PackageRemoval::NextBoot;
+    assert_eq!(
+        e.rpm.remove(&p, DEADLINE).await.unwrap(),
+        RemovalOutcome::StagedForNextBoot
+    );
+    assert_eq!(
+        e.rpm.install(&p, &[], DEADLINE).await.unwrap(),
+        PackageOutcome::AlreadyLive
+    );
+    assert_eq!(
+        e.mutating_calls().last().unwrap(),
+        &[
+            "install",
+            "--idempotent",
+            "--allow-inactive",
+            "kata-containers"
+        ]
+    );
+    let st = e.rpm.status(DEADLINE).await.unwrap();
+    assert!(st.default_deployment().has_package("kata-containers"));
+}

@@ -231,7 +231,8 @@ fn remove_next_boot_stages() {
         )
         .unwrap(),
         RemovePlan::Stage {
-            argv: Some(s(&["uninstall", "--idempotent", "kata-containers"]))
+            argv: Some(s(&["uninstall", "--idempotent", "kata-containers"])),
+            instead_of_live: None,
         }
     );
 }
@@ -244,7 +245,9 @@ fn remove_local_package_by_nevra() {
     )
     .unwrap()
     {
-        RemovePlan::Stage { argv: Some(argv) } => {
+        RemovePlan::Stage {
+            argv: Some(argv), ..
+        } => {
             assert_eq!(argv.last().unwrap(), "kata-containers-3.8.0-1.el9.x86_64")
         }
         other => panic!("{other:?}"),
@@ -377,4 +380,79 @@ fn superseded_live_commit_forces_apply_live_on_removal() {
             names: s(&["kata-containers"]),
         }
     );
+}
+
+/// Uninstall staged the removal for the next boot, then install runs again before the
+/// reboot: the package is live, but must be requested again or the next boot drops it.
+#[test]
+fn live_but_removal_staged_is_requested_again() {
+    let path = format!(
+        "{}/tests/fixtures/rpm-ostree/booted-layered.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // A pending deployment without the package, ahead of the booted one.
+    let mut pending = v["deployments"][1].clone();
+    pending["booted"] = false.into();
+    pending["staged"] = true.into();
+    pending["checksum"] = "c0ffee".into();
+    v["deployments"].as_array_mut().unwrap().insert(0, pending);
+    let st = parse_status(&v.to_string()).unwrap();
+    assert_eq!(st.package_state("kata-containers"), PackageState::Live);
+    assert_eq!(
+        plan_install(&st, &pkg(), &[]).unwrap(),
+        InstallPlan::RequestAgain {
+            argv: s(&[
+                "install",
+                "--idempotent",
+                "--allow-inactive",
+                "kata-containers"
+            ]),
+            names: s(&["kata-containers"]),
+        }
+    );
+}
+
+/// A removal configured live while an OS update is staged is staged instead: live
+/// removal needs --allow-replacement, which would apply the OS update live too.
+#[test]
+fn live_removal_with_a_staged_os_update_is_staged_instead() {
+    let path = format!(
+        "{}/tests/fixtures/rpm-ostree/live-replaced.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["deployments"][0]["base-checksum"] = "0badba5e".into();
+    v["deployments"][0]["checksum"] = "5eed".into();
+    v["deployments"][1]["live-replaced"] = "5eed".into();
+    let st = parse_status(&v.to_string()).unwrap();
+    assert!(st.os_update_pending());
+    match plan_remove(&st, &removal(PackageRemoval::Live)).unwrap() {
+        RemovePlan::Stage {
+            argv: Some(argv),
+            instead_of_live: Some(why),
+        } => {
+            assert_eq!(argv, s(&["uninstall", "--idempotent", "kata-containers"]));
+            assert!(why.contains("0badba5e"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Installing live is refused up front, naming the way out.
+    let mut v2 = v.clone();
+    v2["deployments"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("live-replaced");
+    let st = parse_status(&v2.to_string()).unwrap();
+    let err = plan_install(&st, &pkg(), &[]).unwrap_err();
+    assert!(
+        matches!(&err, RpmOstreeError::OsUpdatePending { pending_base, .. } if pending_base == "0badba5e"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("rpm-ostree cleanup -p"));
+    // The fixtures themselves have no OS update pending.
+    assert!(!fixture("live-replaced").os_update_pending());
+    assert!(!fixture("package-pending").os_update_pending());
 }

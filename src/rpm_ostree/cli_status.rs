@@ -20,6 +20,9 @@ pub struct Deployment {
     #[serde(default)]
     pub osname: String,
     pub checksum: String,
+    /// The OS commit under the client-side layer; absent when nothing is layered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_checksum: Option<String>,
     #[serde(default)]
     pub booted: bool,
     #[serde(default)]
@@ -100,6 +103,11 @@ pub fn nevra_name(nevra: &str) -> Option<&str> {
 }
 
 impl Deployment {
+    /// The OS commit, without our layer.
+    pub fn base(&self) -> &str {
+        self.base_checksum.as_deref().unwrap_or(&self.checksum)
+    }
+
     /// The deployment's filesystem carries package `name` (requested, layered or
     /// requested as a local RPM).
     pub fn has_package(&self, name: &str) -> bool {
@@ -164,6 +172,13 @@ impl Status {
     /// Where `name` stands. When the live tree is unknown this answers from the booted
     /// deployment: callers that must not over-report a removal check
     /// [`Status::live_tree_known`].
+    /// The next boot brings another OS commit (an update staged, by the MCO say).
+    pub fn os_update_pending(&self) -> bool {
+        self.pending
+            .as_ref()
+            .is_some_and(|p| p.base() != self.booted.base())
+    }
+
     pub fn package_state(&self, name: &str) -> PackageState {
         if self.running_deployment().has_package(name) {
             PackageState::Live

@@ -57,6 +57,15 @@ pub enum RpmOstreeError {
          cancel it (`rpm-ostree cancel`), then run again"
     )]
     TransactionActive,
+    #[error(
+        "the next boot brings another OS commit ({pending_base}, booted {booted_base}): a live \
+         apply would need to bring that OS update live too, which rpm-ostree refuses. Reboot \
+         into the update first, or drop it (`rpm-ostree cleanup -p`), then run again"
+    )]
+    OsUpdatePending {
+        booted_base: String,
+        pending_base: String,
+    },
     #[error("no *.rpm files in {dir} (package.local_rpm_dir)")]
     NoLocalRpms { dir: PathBuf },
     #[error("could not list local RPMs in {dir}: {source}")]
@@ -79,8 +88,9 @@ pub enum RpmOstreeError {
     )]
     Timeout { command: String, deadline: Duration },
     #[error(
-        "after `{command}` the package(s) {packages:?} are still {state:?} according to \
-         `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal"
+        "after `{command}` the package(s) {packages:?} are not where they should be (state \
+         {state:?}, live now and in the next boot on install, neither on removal) according \
+         to `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal"
     )]
     NotApplied {
         command: String,
@@ -95,8 +105,14 @@ pub enum RpmOstreeError {
 pub enum InstallPlan {
     /// The configuration says the artifacts are already on the node.
     Skip,
-    /// Every package is in the running `/usr` already.
+    /// Every package is in the running `/usr` already, and in the next boot.
     AlreadyLive,
+    /// Every package is live, but the next boot would drop some (a removal staged by an
+    /// earlier uninstall): request them again, without touching the running tree.
+    RequestAgain {
+        argv: Vec<String>,
+        names: Vec<String>,
+    },
     /// Every package is layered in the pending deployment; apply that live.
     /// `names`: the packages expected live afterwards.
     ApplyPendingLive {
@@ -128,8 +144,12 @@ pub enum RemovePlan {
     /// Not requested anywhere and not in the running `/usr`.
     NotInstalled,
     /// Stage the removal for the next boot (`uninstall`); `argv` is `None` when the
-    /// pending deployment already lacks them.
-    Stage { argv: Option<Vec<String>> },
+    /// pending deployment already lacks them. `instead_of_live`: why a configured live
+    /// removal was not done live.
+    Stage {
+        argv: Option<Vec<String>>,
+        instead_of_live: Option<String>,
+    },
     /// Remove from the pending deployment (when still requested), then apply live
     /// (when the running `/usr` has them).
     Live {
@@ -199,12 +219,44 @@ pub fn plan_install(
         .iter()
         .map(|n| (n.clone(), status.package_state(n)))
         .collect();
+    let install_args = |which: &dyn Fn(&PackageState) -> bool| -> Vec<String> {
+        if local_rpms.is_empty() {
+            states
+                .iter()
+                .filter(|(_, s)| which(s))
+                .map(|(n, _)| n.clone())
+                .collect()
+        } else {
+            local_rpms
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect()
+        }
+    };
     if states.iter().all(|(_, s)| *s == PackageState::Live) {
-        return Ok(InstallPlan::AlreadyLive);
+        let default = status.default_deployment();
+        if names.iter().all(|n| default.has_package(n)) {
+            return Ok(InstallPlan::AlreadyLive);
+        }
+        let mut argv: Vec<String> = ["install", "--idempotent", "--allow-inactive"]
+            .map(String::from)
+            .into();
+        if local_rpms.is_empty() {
+            argv.extend(names.iter().filter(|n| !default.has_package(n)).cloned());
+        } else {
+            argv.extend(install_args(&|_| true));
+        }
+        return Ok(InstallPlan::RequestAgain { argv, names });
+    }
+    // Both live paths diff the running tree against a deployment built on the pending
+    // OS commit: say why up front rather than relay rpm-ostree's refusal.
+    if status.os_update_pending() {
+        return Err(RpmOstreeError::OsUpdatePending {
+            booted_base: status.booted.base().to_string(),
+            pending_base: status.default_deployment().base().to_string(),
+        });
     }
     if states.iter().all(|(_, s)| *s != PackageState::Absent) {
-        // apply-live without --allow-replacement: if the pending deployment also carries
-        // an OS update, rpm-ostree refuses rather than replace packages under CRI-O.
         return Ok(InstallPlan::ApplyPendingLive {
             argv: vec!["apply-live".into()],
             names,
@@ -219,17 +271,8 @@ pub fn plan_install(
     ]
     .map(String::from)
     .into();
-    if local_rpms.is_empty() {
-        // Only the absent ones; pending requests are carried into the new deployment.
-        argv.extend(
-            states
-                .iter()
-                .filter(|(_, s)| *s == PackageState::Absent)
-                .map(|(n, _)| n.clone()),
-        );
-    } else {
-        argv.extend(local_rpms.iter().map(|p| p.to_string_lossy().into_owned()));
-    }
+    // By name: only the absent ones; pending requests carry into the new deployment.
+    argv.extend(install_args(&|s| *s == PackageState::Absent));
     Ok(InstallPlan::InstallLive { argv, names })
 }
 
@@ -258,7 +301,19 @@ pub fn plan_remove(status: &Status, pkg: &Package) -> Result<RemovePlan, RpmOstr
         a.extend(requested);
         a
     });
+    let os_update = status.os_update_pending();
     Ok(match pkg.uninstall {
+        // `apply-live --allow-replacement` would bring a staged OS update live along with
+        // the removal: stage instead, and say so.
+        PackageRemoval::Live if os_update => RemovePlan::Stage {
+            argv: uninstall_argv,
+            instead_of_live: Some(format!(
+                "the next boot brings another OS commit ({} instead of {}); removing live \
+                 with --allow-replacement would apply that update live too",
+                status.default_deployment().base(),
+                status.booted.base()
+            )),
+        },
         PackageRemoval::Live => RemovePlan::Live {
             uninstall_argv,
             // An unknown live tree may hold the packages: apply-live to be sure.
@@ -271,6 +326,7 @@ pub fn plan_remove(status: &Status, pkg: &Package) -> Result<RemovePlan, RpmOstr
         },
         PackageRemoval::NextBoot | PackageRemoval::Keep => RemovePlan::Stage {
             argv: uninstall_argv,
+            instead_of_live: None,
         },
     })
 }
@@ -420,28 +476,33 @@ impl RpmOstree {
         deadline: Duration,
     ) -> Result<PackageOutcome, RpmOstreeError> {
         let until = Instant::now() + deadline;
-        let (argv, names) = match plan {
+        let (argv, names, outcome) = match plan {
             InstallPlan::Skip => return Ok(PackageOutcome::Skipped),
             InstallPlan::AlreadyLive => return Ok(PackageOutcome::AlreadyLive),
+            InstallPlan::RequestAgain { argv, names } => (argv, names, PackageOutcome::AlreadyLive),
             InstallPlan::ApplyPendingLive { argv, names }
-            | InstallPlan::InstallLive { argv, names } => (argv, names),
+            | InstallPlan::InstallLive { argv, names } => (argv, names, PackageOutcome::NewlyLive),
         };
         self.run(argv, until).await?;
         let status = self.status_until(until).await?;
-        let not_live: Vec<String> = names
+        // Live now, and still there after a reboot.
+        let missing: Vec<String> = names
             .iter()
-            .filter(|n| status.package_state(n) != PackageState::Live)
+            .filter(|n| {
+                status.package_state(n) != PackageState::Live
+                    || !status.default_deployment().has_package(n)
+            })
             .cloned()
             .collect();
-        if let Some(first) = not_live.first() {
+        if let Some(first) = missing.first() {
             let state = status.package_state(first);
             return Err(RpmOstreeError::NotApplied {
                 command: self.command_line(argv),
-                packages: not_live,
+                packages: missing,
                 state,
             });
         }
-        Ok(PackageOutcome::NewlyLive)
+        Ok(outcome)
     }
 
     /// Reads the status, plans and applies: the whole package step of an install.
@@ -480,7 +541,13 @@ impl RpmOstree {
         match plan {
             RemovePlan::Keep => Ok(RemovalOutcome::Kept),
             RemovePlan::NotInstalled => Ok(RemovalOutcome::NotInstalled),
-            RemovePlan::Stage { argv } => {
+            RemovePlan::Stage {
+                argv,
+                instead_of_live,
+            } => {
+                if let Some(why) = &instead_of_live {
+                    tracing::warn!(reason = %why, "staging the package removal for the next boot instead of removing it live");
+                }
                 if let Some(argv) = &argv {
                     self.run(argv, until).await?;
                 }

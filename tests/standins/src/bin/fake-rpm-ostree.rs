@@ -394,6 +394,11 @@ impl Fake {
             .to_string();
         let seed = format!("{base}|{req:?}|{local:?}");
         let mut new = deployment(&checksum_for(&seed), false, true);
+        let booted_base = deps[bi]["base-checksum"]
+            .as_str()
+            .unwrap_or(&base)
+            .to_string();
+        new["base-checksum"] = Value::from(booted_base);
         new["packages"] = Value::from(req.clone());
         new["requested-packages"] = Value::from(req);
         new["requested-local-packages"] = Value::from(local);
