@@ -9,9 +9,13 @@ use std::time::Duration;
 async fn setup() -> (tempfile::TempDir, TestCri, CriClient) {
     let dir = tempfile::tempdir().unwrap();
     let cri = TestCri::start(dir.path()).unwrap();
-    let c = CriClient::connect(cri.socket_path(), Duration::from_secs(2), Duration::from_secs(2))
-        .await
-        .unwrap();
+    let c = CriClient::connect(
+        cri.socket_path(),
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
     (dir, cri, c)
 }
 
@@ -48,7 +52,11 @@ async fn canary_on_default_handler_succeeds_and_cleans_up() {
         .and_then(|l| l.security_context)
         .and_then(|s| s.namespace_options)
         .unwrap();
-    assert_eq!(ns.network(), proto::NamespaceMode::Node, "host network, no CNI");
+    assert_eq!(
+        ns.network(),
+        proto::NamespaceMode::Node,
+        "host network, no CNI"
+    );
     assert_eq!(reqs[0].runtime_handler, "");
 
     assert_eq!(cri.calls(CriCall::StopPodSandbox), 1);
@@ -62,7 +70,10 @@ async fn canary_on_default_handler_succeeds_and_cleans_up() {
 async fn canary_on_a_served_handler() {
     let (_d, cri, c) = setup().await;
     cri.serve_handler("kata-remote");
-    let r = c.run_canary("kata-remote", Duration::from_secs(5)).await.unwrap();
+    let r = c
+        .run_canary("kata-remote", Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(r.handler, "kata-remote");
     assert_eq!(cri.run_requests()[0].runtime_handler, "kata-remote");
     assert_clean(&cri);
@@ -110,7 +121,10 @@ async fn never_ready_hits_the_deadline_and_cleans_up() {
         .unwrap_err();
     match &e {
         CriError::CanaryDeadline {
-            stage, cleanup, deadline, ..
+            stage,
+            cleanup,
+            deadline,
+            ..
         } => {
             assert_eq!(*stage, "PodSandboxStatus");
             assert_eq!(*deadline, Duration::from_millis(600));
@@ -132,7 +146,10 @@ async fn error_after_run_cleans_up_by_id() {
     let e = c.run_canary("", Duration::from_secs(5)).await.unwrap_err();
     match &e {
         CriError::Canary {
-            stage, cause, cleanup, ..
+            stage,
+            cause,
+            cleanup,
+            ..
         } => {
             assert_eq!(*stage, "PodSandboxStatus");
             assert!(cause.to_string().contains("status exploded"));
@@ -181,7 +198,10 @@ async fn deadline_during_run_still_runs_cleanup() {
 #[tokio::test]
 async fn stop_failure_still_removes() {
     let (_d, cri, c) = setup().await;
-    cri.set_error(CriCall::StopPodSandbox, Some((tonic::Code::Internal, "stop broke")));
+    cri.set_error(
+        CriCall::StopPodSandbox,
+        Some((tonic::Code::Internal, "stop broke")),
+    );
     let e = c.run_canary("", Duration::from_secs(5)).await.unwrap_err();
     match &e {
         CriError::Canary { stage, cleanup, .. } => {
@@ -196,7 +216,10 @@ async fn stop_failure_still_removes() {
 #[tokio::test]
 async fn remove_failure_tells_the_operator_what_to_remove() {
     let (_d, cri, c) = setup().await;
-    cri.set_error(CriCall::RemovePodSandbox, Some((tonic::Code::Internal, "rm broke")));
+    cri.set_error(
+        CriCall::RemovePodSandbox,
+        Some((tonic::Code::Internal, "rm broke")),
+    );
     let e = c.run_canary("", Duration::from_secs(5)).await.unwrap_err();
     let text = e.to_string();
     assert!(text.contains("crictl rmp -f"), "{text}");

@@ -1,8 +1,6 @@
 //! The CRI client against the scriptable test server: every scripted behaviour.
 
-use kata_live::cri::{
-    diff_pods, retry_until, CriClient, CriError, HandlerPresence, PodSnapshot,
-};
+use kata_live::cri::{diff_pods, retry_until, CriClient, CriError, HandlerPresence, PodSnapshot};
 use kata_live_standins::cri_server::{CriCall, TestCri};
 use std::path::Path;
 use std::time::Duration;
@@ -51,17 +49,25 @@ async fn handler_missing_is_not_listed() {
     let view = c.runtime_view("kata-remote").await.unwrap();
     assert_eq!(view.handler_presence, HandlerPresence::NotListed);
     assert_eq!(view.problems().len(), 1);
-    assert!(view.render_human().contains("handler kata-remote: NOT listed"));
+    assert!(view
+        .render_human()
+        .contains("handler kata-remote: NOT listed"));
 
     // Dropping a served handler shows at once (the client reads fresh each time).
     cri.serve_handler("kata-remote");
     assert_eq!(
-        c.runtime_view("kata-remote").await.unwrap().handler_presence,
+        c.runtime_view("kata-remote")
+            .await
+            .unwrap()
+            .handler_presence,
         HandlerPresence::Listed
     );
     cri.drop_handler("kata-remote");
     assert_eq!(
-        c.runtime_view("kata-remote").await.unwrap().handler_presence,
+        c.runtime_view("kata-remote")
+            .await
+            .unwrap()
+            .handler_presence,
         HandlerPresence::NotListed
     );
 }
@@ -91,7 +97,11 @@ async fn conditions_not_ready() {
     cri.set_ready(false, true);
     let v = c.runtime_view("kata-remote").await.unwrap();
     assert!(!v.ready && v.network_ready);
-    assert!(v.problems()[0].contains("RuntimeNotReady"), "{:?}", v.problems());
+    assert!(
+        v.problems()[0].contains("RuntimeNotReady"),
+        "{:?}",
+        v.problems()
+    );
 
     cri.set_ready(true, false);
     let v = c.runtime_view("kata-remote").await.unwrap();
@@ -122,7 +132,9 @@ async fn connection_refused() {
     match connect(cri.socket_path()).await {
         Err(e @ CriError::ConnectionRefused { .. }) => {
             assert!(e.is_transient());
-            assert!(e.to_string().contains(&cri.socket_path().display().to_string()));
+            assert!(e
+                .to_string()
+                .contains(&cri.socket_path().display().to_string()));
         }
         other => panic!("expected ConnectionRefused, got {other:?}"),
     }
@@ -187,13 +199,21 @@ async fn retry_until_reports_the_last_error_at_its_deadline() {
 async fn retry_until_stops_at_a_permanent_error() {
     let dir = tmp();
     let cri = TestCri::start(dir.path()).unwrap();
-    cri.set_error(CriCall::Version, Some((tonic::Code::Unimplemented, "no Version here")));
+    cri.set_error(
+        CriCall::Version,
+        Some((tonic::Code::Unimplemented, "no Version here")),
+    );
     let c = connect(cri.socket_path()).await.unwrap();
     let e = retry_until(Duration::from_secs(10), "Version", || c.version())
         .await
         .unwrap_err();
     match e {
-        CriError::Rpc { code, message, call, .. } => {
+        CriError::Rpc {
+            code,
+            message,
+            call,
+            ..
+        } => {
             assert_eq!(code, tonic::Code::Unimplemented);
             assert_eq!(message, "no Version here");
             assert_eq!(call, "Version");
@@ -231,9 +251,11 @@ async fn client_survives_a_runtime_restart() {
 
     cri.restart(Duration::from_millis(300)).unwrap();
     // Right after the restart the old connection is gone; the same client reconnects.
-    let v = retry_until(Duration::from_secs(10), "Version after restart", || c.version())
-        .await
-        .unwrap();
+    let v = retry_until(Duration::from_secs(10), "Version after restart", || {
+        c.version()
+    })
+    .await
+    .unwrap();
     assert_eq!(v.runtime_name, "cri-o");
 }
 
@@ -251,10 +273,7 @@ async fn mid_session_stop_reads_as_socket_missing() {
         panic!("expected RetryDeadline, got {e:?}")
     };
     assert!(last.is_transient(), "{e}");
-    assert!(
-        matches!(**last, CriError::SocketMissing { .. }),
-        "{e}"
-    );
+    assert!(matches!(**last, CriError::SocketMissing { .. }), "{e}");
 }
 
 #[tokio::test]
@@ -361,10 +380,18 @@ async fn restart_diff_tells_lost_from_restarted() {
 async fn rpc_errors_keep_code_and_message() {
     let dir = tmp();
     let cri = TestCri::start(dir.path()).unwrap();
-    cri.set_error(CriCall::ListContainers, Some((tonic::Code::Internal, "boom")));
+    cri.set_error(
+        CriCall::ListContainers,
+        Some((tonic::Code::Internal, "boom")),
+    );
     let c = connect(cri.socket_path()).await.unwrap();
     match c.pod_snapshot().await {
-        Err(CriError::Rpc { call, code, message, socket }) => {
+        Err(CriError::Rpc {
+            call,
+            code,
+            message,
+            socket,
+        }) => {
             assert_eq!(call, "ListContainers");
             assert_eq!(code, tonic::Code::Internal);
             assert_eq!(message, "boom");

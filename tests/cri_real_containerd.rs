@@ -67,7 +67,10 @@ impl Drop for Containerd {
         let pid = self.child.id();
         let children =
             std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        for c in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+        for c in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<i32>().ok())
+        {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(c),
                 nix::sys::signal::Signal::SIGKILL,
@@ -126,7 +129,10 @@ async fn real_containerd_serves_kata_remote() {
     // Version decodes.
     let v = client.version().await.unwrap();
     assert_eq!(v.runtime_name, "containerd", "{v:?}");
-    assert!(v.runtime_version.starts_with("2."), "containerd 2.x expected: {v:?}");
+    assert!(
+        v.runtime_version.starts_with("2."),
+        "containerd 2.x expected: {v:?}"
+    );
     assert_eq!(v.runtime_api_version, "v1", "{v:?}");
 
     // Status decodes, lists the configured handler, reports both conditions.
@@ -140,9 +146,16 @@ async fn real_containerd_serves_kata_remote() {
         ctrd.log_tail()
     );
     assert!(view.handlers_listed.iter().any(|h| h == "runc"), "{view:?}");
-    assert!(view.ready, "RuntimeReady should be true: {:?}", view.conditions);
+    assert!(
+        view.ready,
+        "RuntimeReady should be true: {:?}",
+        view.conditions
+    );
     let kinds: Vec<&str> = view.conditions.iter().map(|c| c.kind.as_str()).collect();
-    assert!(kinds.contains(&"RuntimeReady") && kinds.contains(&"NetworkReady"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"RuntimeReady") && kinds.contains(&"NetworkReady"),
+        "{kinds:?}"
+    );
     // No CNI config in the rootfs: containerd says so, and we read it as not ready.
     assert!(!view.network_ready, "{:?}", view.conditions);
 

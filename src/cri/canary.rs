@@ -124,9 +124,11 @@ impl CriClient {
             total_ms: 0.0,
         };
 
-        let outcome =
-            tokio::time::timeout(deadline, self.canary_steps(req, &mut stage, &mut id, &mut report))
-                .await;
+        let outcome = tokio::time::timeout(
+            deadline,
+            self.canary_steps(req, &mut stage, &mut id, &mut report),
+        )
+        .await;
         match outcome {
             Ok(Ok(())) => {
                 report.total_ms = ms(start.elapsed());
@@ -218,7 +220,9 @@ impl CriClient {
                     }
                 }
             }
-            Err(e) => notes.push(format!("listing by label {CANARY_LABEL}={token} failed: {e}")),
+            Err(e) => notes.push(format!(
+                "listing by label {CANARY_LABEL}={token} failed: {e}"
+            )),
         }
         if ids.is_empty() && notes.is_empty() {
             return "no sandbox was created".into();

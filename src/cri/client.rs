@@ -176,9 +176,12 @@ impl CriClient {
         filter: Option<proto::PodSandboxFilter>,
     ) -> Result<Vec<proto::PodSandbox>, CriError> {
         let req = proto::ListPodSandboxRequest { filter };
-        self.unary("ListPodSandbox", self.call_timeout, req, |mut c, r| async move {
-            c.list_pod_sandbox(r).await
-        })
+        self.unary(
+            "ListPodSandbox",
+            self.call_timeout,
+            req,
+            |mut c, r| async move { c.list_pod_sandbox(r).await },
+        )
         .await
         .map(|r| r.items)
     }
@@ -188,9 +191,12 @@ impl CriClient {
         filter: Option<proto::ContainerFilter>,
     ) -> Result<Vec<proto::Container>, CriError> {
         let req = proto::ListContainersRequest { filter };
-        self.unary("ListContainers", self.call_timeout, req, |mut c, r| async move {
-            c.list_containers(r).await
-        })
+        self.unary(
+            "ListContainers",
+            self.call_timeout,
+            req,
+            |mut c, r| async move { c.list_containers(r).await },
+        )
         .await
         .map(|r| r.containers)
     }
@@ -243,7 +249,11 @@ impl CriClient {
         .await
     }
 
-    pub(crate) async fn stop_pod_sandbox(&self, id: &str, timeout: Duration) -> Result<(), CriError> {
+    pub(crate) async fn stop_pod_sandbox(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<(), CriError> {
         let req = proto::StopPodSandboxRequest {
             pod_sandbox_id: id.to_string(),
         };
@@ -298,10 +308,7 @@ where
     let mut backoff = Duration::from_millis(50);
     let mut attempts = 0u32;
     let mut last: Option<CriError> = None;
-    loop {
-        let Some(remaining) = deadline.checked_sub(start.elapsed()) else {
-            break;
-        };
+    while let Some(remaining) = deadline.checked_sub(start.elapsed()) {
         attempts += 1;
         match tokio::time::timeout(remaining, f()).await {
             Ok(Ok(v)) => return Ok(v),

@@ -82,10 +82,7 @@ pub enum CriError {
 
     /// `what` names the runtime (callers pass e.g. "Version on /run/crio/crio.sock").
     #[error("{what} did not succeed within {deadline:?}: the first attempt never finished")]
-    RetryDeadlineNoAttempt {
-        what: String,
-        deadline: Duration,
-    },
+    RetryDeadlineNoAttempt { what: String, deadline: Duration },
 
     #[error(
         "canary sandbox on handler {handler:?} via {socket} failed at {stage}: {cause}; \
@@ -278,7 +275,10 @@ mod tests {
             cleanup: "nothing to clean".into(),
         };
         assert!(wrapped.is_handler_missing());
-        assert!(!CriError::SocketMissing { socket: "/s".into() }.is_handler_missing());
+        assert!(!CriError::SocketMissing {
+            socket: "/s".into()
+        }
+        .is_handler_missing());
     }
 
     #[test]

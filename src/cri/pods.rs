@@ -78,8 +78,7 @@ pub struct PodSnapshot {
 impl PodSnapshot {
     pub fn from_lists(sandboxes: &[proto::PodSandbox], containers: &[proto::Container]) -> Self {
         let sandboxes: Vec<PodRef> = sandboxes.iter().map(PodRef::from_sandbox).collect();
-        let by_id: HashMap<&str, &PodRef> =
-            sandboxes.iter().map(|s| (s.id.as_str(), s)).collect();
+        let by_id: HashMap<&str, &PodRef> = sandboxes.iter().map(|s| (s.id.as_str(), s)).collect();
         let containers = containers
             .iter()
             .map(|c| {
@@ -248,8 +247,11 @@ pub fn diff_pods(before: &PodSnapshot, after: &PodSnapshot) -> PodDiff {
         }
     }
 
-    let after_ct: HashMap<&str, &ContainerRef> =
-        after.containers.iter().map(|c| (c.id.as_str(), c)).collect();
+    let after_ct: HashMap<&str, &ContainerRef> = after
+        .containers
+        .iter()
+        .map(|c| (c.id.as_str(), c))
+        .collect();
     for c in before.running_containers() {
         let now = after_ct.get(c.id.as_str());
         if now.is_some_and(|n| n.running) {
@@ -399,7 +401,10 @@ mod tests {
         assert_eq!(d.restarted[0].replaced_by.as_deref(), Some("a2"));
         assert_eq!(d.restarted[0].new_attempt, Some(1));
         assert_eq!(ids(&d.stopped), vec!["b", "cb"]);
-        assert_eq!(d.stopped[1].state_after.as_deref(), Some("CONTAINER_EXITED"));
+        assert_eq!(
+            d.stopped[1].state_after.as_deref(),
+            Some("CONTAINER_EXITED")
+        );
         assert!(d.lost.is_empty());
         assert!(!d.is_clean() && d.has_losses());
         assert!(d.render_human().contains("stopped: sandbox of pod ns/pb"));
@@ -417,16 +422,18 @@ mod tests {
 
     #[test]
     fn not_ready_before_is_ignored() {
-        let d = diff_pods(&snap(vec![sb("a", "pa", 0, false)], vec![]), &snap(vec![], vec![]));
+        let d = diff_pods(
+            &snap(vec![sb("a", "pa", 0, false)], vec![]),
+            &snap(vec![], vec![]),
+        );
         assert!(d.is_clean());
         assert_eq!(d.unchanged, 0);
     }
 
     fn arb_snapshot() -> impl Strategy<Value = PodSnapshot> {
         // Few pod names and small attempts, so collisions (replacements) are frequent.
-        let sandbox = (0u8..6, 0u8..4, 0u32..3, any::<bool>()).prop_map(|(id, pod, att, r)| {
-            sb(&format!("s{id}"), &format!("p{pod}"), att, r)
-        });
+        let sandbox = (0u8..6, 0u8..4, 0u32..3, any::<bool>())
+            .prop_map(|(id, pod, att, r)| sb(&format!("s{id}"), &format!("p{pod}"), att, r));
         (
             proptest::collection::vec(sandbox, 0..6),
             proptest::collection::vec((0u8..8, 0usize..6, 0u8..2, 0u32..3, any::<bool>()), 0..8),

@@ -262,7 +262,10 @@ mod tests {
     #[test]
     fn tri_state() {
         let ok = vec![cond(RUNTIME_READY, true), cond(NETWORK_READY, true)];
-        let v = view(&status(ok.clone(), &["", "runc", "kata-remote"]), "kata-remote");
+        let v = view(
+            &status(ok.clone(), &["", "runc", "kata-remote"]),
+            "kata-remote",
+        );
         assert_eq!(v.handler_presence, HandlerPresence::Listed);
         assert!(v.problems().is_empty());
 

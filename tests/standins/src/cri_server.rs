@@ -142,7 +142,9 @@ fn labels_match(labels: &HashMap<String, String>, selector: &HashMap<String, Str
 }
 
 fn sandbox_not_found(id: &str) -> Status {
-    Status::not_found(format!("could not find pod {id:?}: PodSandbox with ID starting with {id} not found"))
+    Status::not_found(format!(
+        "could not find pod {id:?}: PodSandbox with ID starting with {id} not found"
+    ))
 }
 
 #[tonic::async_trait]
@@ -221,7 +223,9 @@ impl RuntimeService for Service {
         if let Some((code, msg)) = st.run_fails_after_create.clone() {
             return Err(Status::new(code, msg));
         }
-        Ok(Response::new(proto::RunPodSandboxResponse { pod_sandbox_id: id }))
+        Ok(Response::new(proto::RunPodSandboxResponse {
+            pod_sandbox_id: id,
+        }))
     }
 
     async fn stop_pod_sandbox(
@@ -251,7 +255,10 @@ impl RuntimeService for Service {
         self.enter(CriCall::PodSandboxStatus).await?;
         let id = r.into_inner().pod_sandbox_id;
         let st = self.state();
-        let s = st.sandboxes.get(&id).ok_or_else(|| sandbox_not_found(&id))?;
+        let s = st
+            .sandboxes
+            .get(&id)
+            .ok_or_else(|| sandbox_not_found(&id))?;
         Ok(Response::new(proto::PodSandboxStatusResponse {
             status: Some(proto::PodSandboxStatus {
                 id: s.id.clone(),
@@ -458,12 +465,7 @@ impl TestCri {
     pub fn start_delayed(dir: &Path, delay: Duration) -> io::Result<TestCri> {
         let socket = dir.join("crio.sock");
         let t = Self::unstarted(&socket);
-        *lock(&t.incarnation) = Some(Incarnation::spawn(
-            t.shared.clone(),
-            socket,
-            None,
-            delay,
-        )?);
+        *lock(&t.incarnation) = Some(Incarnation::spawn(t.shared.clone(), socket, None, delay)?);
         Ok(t)
     }
 
