@@ -308,10 +308,7 @@ where
     let mut backoff = Duration::from_millis(50);
     let mut attempts = 0u32;
     let mut last: Option<CriError> = None;
-    loop {
-        let Some(remaining) = deadline.checked_sub(start.elapsed()) else {
-            break;
-        };
+    while let Some(remaining) = deadline.checked_sub(start.elapsed()) {
         attempts += 1;
         match tokio::time::timeout(remaining, f()).await {
             Ok(Ok(v)) => return Ok(v),
