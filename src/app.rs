@@ -14,6 +14,8 @@ pub enum AppError {
     Crio(#[from] CrioError),
     #[error("{0}")]
     NotImplemented(String),
+    #[error(transparent)]
+    Generate(#[from] crate::generate::GenerateError),
 }
 
 impl AppError {
@@ -22,6 +24,7 @@ impl AppError {
             AppError::Config(_) => ExitCode::Usage,
             AppError::Crio(_) => ExitCode::Internal,
             AppError::NotImplemented(_) => ExitCode::NotImplemented,
+            AppError::Generate(_) => ExitCode::Usage,
         }
     }
 }
@@ -46,6 +49,11 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
+    // Packaging-time generation (man pages, completions) needs no host and no configuration.
+    if let Command::Generate(args) = &cli.command {
+        crate::generate::run(args)?;
+        return Ok(ExitCode::Ok);
+    }
     let loaded = config::load(host)?;
     match &cli.command {
         Command::Config => {
@@ -70,6 +78,8 @@ fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
         Command::Verify => Err(AppError::NotImplemented(
             "verify is not in this build yet".into(),
         )),
+        // Handled above, before the configuration is loaded.
+        Command::Generate(_) => Ok(ExitCode::Ok),
     }
 }
 

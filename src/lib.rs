@@ -10,6 +10,7 @@ pub mod cri;
 pub mod crio;
 pub mod exit;
 pub mod fsutil;
+pub mod generate;
 pub mod host;
 pub mod kubelet;
 pub mod lock;
