@@ -19,4 +19,6 @@ pub mod plan;
 pub mod report;
 pub mod rpm_ostree;
 pub mod state;
+pub mod scriptlets;
 pub mod systemd;
+pub mod visibility;

@@ -1,0 +1,198 @@
+//! Plain-HTTP GETs for kubelet's healthz and CRI-O's metrics (both loopback, no TLS).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper::{Request, Uri};
+use hyper_util::rt::TokioIo;
+
+use super::netns;
+
+/// Largest body we read: healthz says "ok", CRI-O's metrics are a few hundred KiB.
+const MAX_BODY: usize = 8 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("{url} is not a plain http:// URL with a host: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("GET {url}: {reason}")]
+    Get { url: String, reason: String },
+    #[error("GET {url}: no answer within {timeout:?}")]
+    Timeout { url: String, timeout: Duration },
+}
+
+/// Status and body of a GET.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub body: String,
+}
+
+fn target(url: &str) -> Result<(Uri, SocketAddr), HttpError> {
+    let bad = |reason: &str| HttpError::BadUrl {
+        url: url.into(),
+        reason: reason.into(),
+    };
+    let uri: Uri = url
+        .parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| bad(&e.to_string()))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(bad("only http:// is supported"));
+    }
+    let host = uri.host().ok_or_else(|| bad("no host"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    let addr = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| bad(&e.to_string()))?
+        .next()
+        .ok_or_else(|| bad("host resolves to no address"))?;
+    Ok((uri, addr))
+}
+
+/// GET `url`, connecting from the network namespace `ns` (a `/proc/<pid>/ns/net` path; see
+/// [`netns`]) or from ours when `None`. The whole exchange is bounded by `timeout`.
+pub async fn get(url: &str, ns: Option<&Path>, timeout: Duration) -> Result<Response, HttpError> {
+    match tokio::time::timeout(timeout, get_inner(url, ns, timeout)).await {
+        Ok(r) => r,
+        Err(_) => Err(HttpError::Timeout {
+            url: url.into(),
+            timeout,
+        }),
+    }
+}
+
+async fn get_inner(url: &str, ns: Option<&Path>, timeout: Duration) -> Result<Response, HttpError> {
+    let (uri, addr) = target(url)?;
+    let fail = |reason: String| HttpError::Get {
+        url: url.into(),
+        reason,
+    };
+    let stream = match ns {
+        None => tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| fail(format!("connect {addr}: {e}")))?,
+        Some(ns) => {
+            let ns = ns.to_owned();
+            let std_stream = tokio::task::spawn_blocking(move || {
+                netns::run_in(&ns, || {
+                    let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+                    s.set_nonblocking(true)?;
+                    Ok(s)
+                })
+            })
+            .await
+            .map_err(|e| fail(format!("connect task failed: {e}")))?
+            .map_err(|e| fail(e.to_string()))?
+            .map_err(|e| fail(format!("connect {addr}: {e}")))?;
+            tokio::net::TcpStream::from_std(std_stream).map_err(|e| fail(e.to_string()))?
+        }
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| fail(format!("handshake: {e}")))?;
+    let driver = tokio::spawn(conn);
+    let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let req = Request::get(path)
+        .header(hyper::header::HOST, authority)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| fail(e.to_string()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let status = resp.status().as_u16();
+    let body = Limited::new(resp.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| fail(format!("reading body: {e}")))?
+        .to_bytes();
+    driver.abort();
+    Ok(Response {
+        status,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// Sum of CRI-O's `ListPodSandbox` operation counters in a Prometheus text exposition.
+/// CRI-O has spelled the metric `container_runtime_crio_operations` and
+/// `container_runtime_crio_operations_total`, and the label `operation="ListPodSandbox"` or
+/// the gRPC method `operation="/runtime.v1.RuntimeService/ListPodSandbox"`: all are accepted.
+/// `None` when no such series exists.
+pub fn list_pod_sandbox_count(metrics: &str) -> Option<f64> {
+    let mut total = None;
+    for line in metrics.lines() {
+        let line = line.trim();
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((name, rest)) = line.split_once('{') else {
+            continue;
+        };
+        if name != "container_runtime_crio_operations_total"
+            && name != "container_runtime_crio_operations"
+        {
+            continue;
+        }
+        let Some((labels, value)) = rest.rsplit_once('}') else {
+            continue;
+        };
+        let is_list = labels.split(',').any(|l| {
+            l.trim()
+                .strip_prefix("operation=\"")
+                .and_then(|v| v.strip_suffix('"'))
+                .is_some_and(|op| op == "ListPodSandbox" || op.ends_with("/ListPodSandbox"))
+        });
+        if !is_list {
+            continue;
+        }
+        // "value [timestamp]"
+        if let Some(v) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            total = Some(total.unwrap_or(0.0) + v);
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_both_label_forms() {
+        let text = "\
+# HELP container_runtime_crio_operations_total Cumulative number of CRI-O operations by operation type.
+# TYPE container_runtime_crio_operations_total counter
+container_runtime_crio_operations_total{operation=\"ListContainers\"} 99
+container_runtime_crio_operations_total{operation=\"ListPodSandbox\"} 12
+container_runtime_crio_operations_total{operation=\"/runtime.v1.RuntimeService/ListPodSandbox\"} 3
+container_runtime_crio_operations_errors_total{operation=\"ListPodSandbox\"} 500
+";
+        assert_eq!(list_pod_sandbox_count(text), Some(15.0));
+        assert_eq!(
+            list_pod_sandbox_count(
+                "container_runtime_crio_operations{operation=\"ListPodSandbox\"} 7 1700000000\n"
+            ),
+            Some(7.0)
+        );
+        assert_eq!(list_pod_sandbox_count("go_goroutines 5\n"), None);
+    }
+
+    #[test]
+    fn urls() {
+        assert!(target("http://127.0.0.1:10248/healthz").is_ok());
+        assert!(matches!(
+            target("https://127.0.0.1/x"),
+            Err(HttpError::BadUrl { .. })
+        ));
+        assert!(matches!(target("not a url"), Err(HttpError::BadUrl { .. })));
+    }
+}

@@ -1,0 +1,564 @@
+//! Live package install and removal with `rpm-ostree`.
+//!
+//! Decisions are pure functions of `rpm-ostree status --json` ([`plan_install`],
+//! [`plan_remove`]); [`RpmOstree`] runs the CLI by argv with a deadline and re-reads the
+//! status afterwards, so that "the command exited 0" is never taken for "the package
+//! is live".
+//!
+//! CLI facts this is built on (rpm-ostree src/app/rpmostree-pkg-builtins.cxx,
+//! rust/src/builtins/apply_live.rs):
+//! - `install --apply-live` (`-A`) layers and applies live in one transaction; it
+//!   prompts on a tty unless `--assumeyes` (2022.12 and later), and we give it no tty.
+//! - `uninstall` has no `--apply-live`: removing live is `uninstall` then
+//!   `apply-live --allow-replacement` (apply-live refuses removals without it).
+//! - A live apply records its target commit as `live-inprogress` first; when it is
+//!   interrupted, apply-live only accepts that same target again.
+
+mod cli_status;
+
+pub use cli_status::{nevra_name, parse_status, Deployment, PackageState, Status};
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::config::{Package, PackageRemoval};
+
+/// Identifies us to rpm-ostreed (shown in `rpm-ostree status` and the journal).
+const CLIENT_ID: &str = "kata-live";
+/// How much of the command's output goes into an error message.
+const OUTPUT_TAIL: usize = 4000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RpmOstreeError {
+    #[error(
+        "rpm-ostree not found at {path}: this host cannot layer packages; install the runtime \
+         artifacts by other means and set package.skip = true, or set package.rpm_ostree"
+    )]
+    NotFound { path: PathBuf },
+    #[error("could not run {path}: {source}")]
+    Spawn {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("could not understand `rpm-ostree status --json`: {reason}")]
+    BadStatus { reason: String },
+    #[error(
+        "an earlier live apply to commit {commit} was interrupted (live-inprogress). Finish \
+         it with `{recovery}`, or reboot the node to drop the live changes, then run again"
+    )]
+    LiveInProgress { commit: String, recovery: String },
+    #[error(
+        "an rpm-ostree transaction is already running; wait for it (`rpm-ostree status`) or \
+         cancel it (`rpm-ostree cancel`), then run again"
+    )]
+    TransactionActive,
+    #[error("no *.rpm files in {dir} (package.local_rpm_dir)")]
+    NoLocalRpms { dir: PathBuf },
+    #[error("could not list local RPMs in {dir}: {source}")]
+    LocalRpmDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no package to install: package.names is empty and no local RPM was given")]
+    NothingToInstall,
+    #[error("`{command}` failed ({status}):\n{output}")]
+    Failed {
+        command: String,
+        status: String,
+        output: String,
+    },
+    #[error(
+        "`{command}` did not finish within {deadline:?} and was killed; rpm-ostreed may \
+         still run the transaction: check `rpm-ostree status`, cancel with `rpm-ostree cancel`"
+    )]
+    Timeout { command: String, deadline: Duration },
+    #[error(
+        "after `{command}` the package(s) {packages:?} are still {state:?} according to \
+         `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal"
+    )]
+    NotApplied {
+        command: String,
+        packages: Vec<String>,
+        state: PackageState,
+    },
+}
+
+/// What to do to get the package live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "plan")]
+pub enum InstallPlan {
+    /// The configuration says the artifacts are already on the node.
+    Skip,
+    /// Every package is in the running `/usr` already.
+    AlreadyLive,
+    /// Every package is layered in the pending deployment; apply that live.
+    /// `names`: the packages expected live afterwards.
+    ApplyPendingLive {
+        argv: Vec<String>,
+        names: Vec<String>,
+    },
+    /// Layer and apply live in one go.
+    InstallLive {
+        argv: Vec<String>,
+        names: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PackageOutcome {
+    Skipped,
+    AlreadyLive,
+    /// New files in the running `/usr`: CRI-O must be restarted to use them.
+    NewlyLive,
+}
+
+/// What to do on uninstall.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "plan")]
+pub enum RemovePlan {
+    /// package.uninstall = keep.
+    Keep,
+    /// Not requested anywhere and not in the running `/usr`.
+    NotInstalled,
+    /// Stage the removal for the next boot (`uninstall`); `argv` is `None` when the
+    /// pending deployment already lacks them.
+    Stage { argv: Option<Vec<String>> },
+    /// Remove from the pending deployment (when still requested), then apply live
+    /// (when the running `/usr` has them).
+    Live {
+        uninstall_argv: Option<Vec<String>>,
+        apply_argv: Option<Vec<String>>,
+        names: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RemovalOutcome {
+    /// Gone from the running `/usr` and from the next boot.
+    RemovedLive,
+    /// Still in the running `/usr`; gone at the next boot.
+    StagedForNextBoot,
+    /// Left layered, as configured.
+    Kept,
+    NotInstalled,
+}
+
+fn check_live_state(status: &Status) -> Result<(), RpmOstreeError> {
+    // A running transaction first: its own live apply shows as live-inprogress too.
+    if status.transaction_active {
+        return Err(RpmOstreeError::TransactionActive);
+    }
+    if let Some(commit) = &status.booted.live_inprogress {
+        return Err(RpmOstreeError::LiveInProgress {
+            commit: commit.clone(),
+            // apply-live only accepts the interrupted target again (rpm-ostree live.rs).
+            recovery: format!("rpm-ostree apply-live --target {commit}"),
+        });
+    }
+    Ok(())
+}
+
+/// The package names to check: the configured names, else the names in the local RPM
+/// file names.
+fn expected_names(pkg: &Package, local_rpms: &[PathBuf]) -> Vec<String> {
+    if !pkg.names.is_empty() {
+        return pkg.names.clone();
+    }
+    local_rpms
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str())
+        .filter_map(nevra_name)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Decides how to get `pkg` live. `local_rpms`: the `*.rpm` files of
+/// `package.local_rpm_dir` (see [`list_local_rpms`]); empty to install by name.
+pub fn plan_install(
+    status: &Status,
+    pkg: &Package,
+    local_rpms: &[PathBuf],
+) -> Result<InstallPlan, RpmOstreeError> {
+    if pkg.skip {
+        return Ok(InstallPlan::Skip);
+    }
+    check_live_state(status)?;
+    let names = expected_names(pkg, local_rpms);
+    if names.is_empty() {
+        return Err(RpmOstreeError::NothingToInstall);
+    }
+    let states: Vec<(String, PackageState)> = names
+        .iter()
+        .map(|n| (n.clone(), status.package_state(n)))
+        .collect();
+    if states.iter().all(|(_, s)| *s == PackageState::Live) {
+        return Ok(InstallPlan::AlreadyLive);
+    }
+    if states.iter().all(|(_, s)| *s != PackageState::Absent) {
+        // apply-live without --allow-replacement: if the pending deployment also carries
+        // an OS update, rpm-ostree refuses rather than replace packages under CRI-O.
+        return Ok(InstallPlan::ApplyPendingLive {
+            argv: vec!["apply-live".into()],
+            names,
+        });
+    }
+    let mut argv: Vec<String> = [
+        "install",
+        "--idempotent",
+        "--allow-inactive",
+        "--apply-live",
+        "--assumeyes",
+    ]
+    .map(String::from)
+    .into();
+    if local_rpms.is_empty() {
+        // Only the absent ones; pending requests are carried into the new deployment.
+        argv.extend(
+            states
+                .iter()
+                .filter(|(_, s)| *s == PackageState::Absent)
+                .map(|(n, _)| n.clone()),
+        );
+    } else {
+        argv.extend(local_rpms.iter().map(|p| p.to_string_lossy().into_owned()));
+    }
+    Ok(InstallPlan::InstallLive { argv, names })
+}
+
+/// Decides how to remove `pkg` on uninstall.
+pub fn plan_remove(status: &Status, pkg: &Package) -> Result<RemovePlan, RpmOstreeError> {
+    if pkg.skip || pkg.uninstall == PackageRemoval::Keep {
+        return Ok(RemovePlan::Keep);
+    }
+    check_live_state(status)?;
+    let names = pkg.names.clone();
+    let default = status.default_deployment();
+    let requested: Vec<String> = names
+        .iter()
+        .filter_map(|n| default.request_for(n))
+        .collect();
+    let live: Vec<String> = names
+        .iter()
+        .filter(|n| status.package_state(n) == PackageState::Live)
+        .cloned()
+        .collect();
+    if requested.is_empty() && live.is_empty() && status.live_tree_known() {
+        return Ok(RemovePlan::NotInstalled);
+    }
+    let uninstall_argv = (!requested.is_empty()).then(|| {
+        let mut a: Vec<String> = ["uninstall", "--idempotent"].map(String::from).into();
+        a.extend(requested);
+        a
+    });
+    Ok(match pkg.uninstall {
+        PackageRemoval::Live => RemovePlan::Live {
+            uninstall_argv,
+            // An unknown live tree may hold the packages: apply-live to be sure.
+            apply_argv: (!live.is_empty() || !status.live_tree_known()).then(|| {
+                ["apply-live", "--allow-replacement"]
+                    .map(String::from)
+                    .into()
+            }),
+            names,
+        },
+        PackageRemoval::NextBoot | PackageRemoval::Keep => RemovePlan::Stage {
+            argv: uninstall_argv,
+        },
+    })
+}
+
+/// The `*.rpm` files of `dir`, sorted (`dir` already mapped under the host root).
+pub fn list_local_rpms(dir: &Path) -> Result<Vec<PathBuf>, RpmOstreeError> {
+    let rd = std::fs::read_dir(dir).map_err(|source| RpmOstreeError::LocalRpmDir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let mut rpms = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|source| RpmOstreeError::LocalRpmDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        let p = entry.path();
+        if p.extension().is_some_and(|e| e == "rpm") && p.is_file() {
+            rpms.push(p);
+        }
+    }
+    if rpms.is_empty() {
+        return Err(RpmOstreeError::NoLocalRpms {
+            dir: dir.to_path_buf(),
+        });
+    }
+    rpms.sort();
+    Ok(rpms)
+}
+
+/// Runs the rpm-ostree CLI.
+#[derive(Debug, Clone)]
+pub struct RpmOstree {
+    exe: PathBuf,
+}
+
+/// Output of one successful run.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+fn tail(s: &str) -> &str {
+    if s.len() <= OUTPUT_TAIL {
+        return s;
+    }
+    let mut start = s.len() - OUTPUT_TAIL;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+impl RpmOstree {
+    pub fn new(exe: impl Into<PathBuf>) -> Self {
+        RpmOstree { exe: exe.into() }
+    }
+
+    pub fn exe(&self) -> &Path {
+        &self.exe
+    }
+
+    fn command_line(&self, args: &[String]) -> String {
+        let mut s = self.exe.display().to_string();
+        for a in args {
+            s.push(' ');
+            s.push_str(a);
+        }
+        s
+    }
+
+    /// Runs `rpm-ostree ARGS` (no shell, no tty) until `until`; output to the log and,
+    /// on failure, into the error.
+    pub async fn run(&self, args: &[String], until: Instant) -> Result<RunOutput, RpmOstreeError> {
+        let command = self.command_line(args);
+        tracing::info!(command = %command, "running rpm-ostree");
+        let child = tokio::process::Command::new(&self.exe)
+            .args(args)
+            .env("RPMOSTREE_CLIENT_ID", CLIENT_ID)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // On timeout the future is dropped: kill the client rather than leak it.
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| {
+                if source.kind() == std::io::ErrorKind::NotFound {
+                    RpmOstreeError::NotFound {
+                        path: self.exe.clone(),
+                    }
+                } else {
+                    RpmOstreeError::Spawn {
+                        path: self.exe.clone(),
+                        source,
+                    }
+                }
+            })?;
+        let deadline = until.saturating_duration_since(Instant::now());
+        let out = match tokio::time::timeout_at(until, child.wait_with_output()).await {
+            Err(_) => return Err(RpmOstreeError::Timeout { command, deadline }),
+            Ok(Err(source)) => {
+                return Err(RpmOstreeError::Spawn {
+                    path: self.exe.clone(),
+                    source,
+                })
+            }
+            Ok(Ok(out)) => out,
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        // `status --json` output is large and not interesting in the log.
+        if args.first().map(String::as_str) != Some("status") {
+            for line in stdout.lines().chain(stderr.lines()) {
+                tracing::info!(target: "kata_live::rpm_ostree::cli", "{line}");
+            }
+        }
+        if !out.status.success() {
+            let mut output = String::from(tail(&stderr));
+            if !stdout.is_empty() {
+                output.push_str("\n--- stdout ---\n");
+                output.push_str(tail(&stdout));
+            }
+            return Err(RpmOstreeError::Failed {
+                command,
+                status: out.status.to_string(),
+                output,
+            });
+        }
+        Ok(RunOutput { stdout, stderr })
+    }
+
+    async fn status_until(&self, until: Instant) -> Result<Status, RpmOstreeError> {
+        let out = self.run(&["status".into(), "--json".into()], until).await?;
+        parse_status(&out.stdout)
+    }
+
+    /// `rpm-ostree status --json`, parsed.
+    pub async fn status(&self, deadline: Duration) -> Result<Status, RpmOstreeError> {
+        self.status_until(Instant::now() + deadline).await
+    }
+
+    /// Carries out `plan`, then checks with `rpm-ostree status` that the packages are live.
+    pub async fn apply(
+        &self,
+        plan: &InstallPlan,
+        deadline: Duration,
+    ) -> Result<PackageOutcome, RpmOstreeError> {
+        let until = Instant::now() + deadline;
+        let (argv, names) = match plan {
+            InstallPlan::Skip => return Ok(PackageOutcome::Skipped),
+            InstallPlan::AlreadyLive => return Ok(PackageOutcome::AlreadyLive),
+            InstallPlan::ApplyPendingLive { argv, names }
+            | InstallPlan::InstallLive { argv, names } => (argv, names),
+        };
+        self.run(argv, until).await?;
+        let status = self.status_until(until).await?;
+        let not_live: Vec<String> = names
+            .iter()
+            .filter(|n| status.package_state(n) != PackageState::Live)
+            .cloned()
+            .collect();
+        if let Some(first) = not_live.first() {
+            let state = status.package_state(first);
+            return Err(RpmOstreeError::NotApplied {
+                command: self.command_line(argv),
+                packages: not_live,
+                state,
+            });
+        }
+        Ok(PackageOutcome::NewlyLive)
+    }
+
+    /// Reads the status, plans and applies: the whole package step of an install.
+    /// Runs nothing when `pkg.skip` (a host without rpm-ostree is fine then).
+    pub async fn install(
+        &self,
+        pkg: &Package,
+        local_rpms: &[PathBuf],
+        deadline: Duration,
+    ) -> Result<PackageOutcome, RpmOstreeError> {
+        if pkg.skip {
+            return Ok(PackageOutcome::Skipped);
+        }
+        let until = Instant::now() + deadline;
+        let status = self.status_until(until).await?;
+        let plan = plan_install(&status, pkg, local_rpms)?;
+        tracing::info!(?plan, "package plan");
+        self.apply(&plan, until.saturating_duration_since(Instant::now()))
+            .await
+    }
+
+    /// Removes `pkg` as configured (`package.uninstall`) and says what happened, checked
+    /// against `rpm-ostree status` afterwards.
+    pub async fn remove(
+        &self,
+        pkg: &Package,
+        deadline: Duration,
+    ) -> Result<RemovalOutcome, RpmOstreeError> {
+        if pkg.skip || pkg.uninstall == PackageRemoval::Keep {
+            return Ok(RemovalOutcome::Kept);
+        }
+        let until = Instant::now() + deadline;
+        let status = self.status_until(until).await?;
+        let plan = plan_remove(&status, pkg)?;
+        tracing::info!(?plan, "package removal plan");
+        match plan {
+            RemovePlan::Keep => Ok(RemovalOutcome::Kept),
+            RemovePlan::NotInstalled => Ok(RemovalOutcome::NotInstalled),
+            RemovePlan::Stage { argv } => {
+                if let Some(argv) = &argv {
+                    self.run(argv, until).await?;
+                }
+                let status = self.status_until(until).await?;
+                let still: Vec<String> = pkg
+                    .names
+                    .iter()
+                    .filter(|n| status.default_deployment().request_for(n).is_some())
+                    .cloned()
+                    .collect();
+                if !still.is_empty() {
+                    return Err(RpmOstreeError::NotApplied {
+                        command: argv.map(|a| self.command_line(&a)).unwrap_or_default(),
+                        packages: still,
+                        state: PackageState::Pending,
+                    });
+                }
+                Ok(RemovalOutcome::StagedForNextBoot)
+            }
+            RemovePlan::Live {
+                uninstall_argv,
+                apply_argv,
+                names,
+            } => {
+                if let Some(argv) = &uninstall_argv {
+                    self.run(argv, until).await?;
+                }
+                if let Some(argv) = &apply_argv {
+                    self.run(argv, until).await?;
+                }
+                let status = self.status_until(until).await?;
+                let still: Vec<String> = names
+                    .iter()
+                    .filter(|n| {
+                        !status.live_tree_known()
+                            || status.package_state(n) == PackageState::Live
+                            || status.default_deployment().request_for(n).is_some()
+                    })
+                    .cloned()
+                    .collect();
+                if let Some(first) = still.first() {
+                    let state = status.package_state(first);
+                    let last = apply_argv.as_ref().or(uninstall_argv.as_ref());
+                    return Err(RpmOstreeError::NotApplied {
+                        command: last.map(|a| self.command_line(a)).unwrap_or_default(),
+                        packages: still,
+                        state,
+                    });
+                }
+                Ok(RemovalOutcome::RemovedLive)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nevra_names() {
+        assert_eq!(
+            nevra_name("kata-containers-3.2.0-1.el9.x86_64"),
+            Some("kata-containers")
+        );
+        assert_eq!(
+            nevra_name("kata-containers-3.2.0-1.el9.x86_64.rpm"),
+            Some("kata-containers")
+        );
+        assert_eq!(nevra_name("foo-1:2.0-3.noarch"), Some("foo"));
+        assert_eq!(nevra_name("kata"), None);
+        assert_eq!(nevra_name("-1-2"), None);
+    }
+
+    #[test]
+    fn tail_keeps_char_boundaries() {
+        let s = "é".repeat(OUTPUT_TAIL);
+        let t = tail(&s);
+        assert!(t.len() <= OUTPUT_TAIL && t.chars().all(|c| c == 'é'));
+    }
+}

@@ -1,0 +1,309 @@
+//! The work the package scriptlets would have done: they do not run on a live apply
+//! (rpm-ostree applies files, not `%post`). Each step checks first and only changes what
+//! is missing, so a second run makes no change.
+//!
+//! Starting post-install units is not here: the flows do it over systemd D-Bus.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::config::PostInstall;
+use crate::host::Host;
+
+/// The executables used, injectable for tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tools {
+    pub semodule: PathBuf,
+    pub setsebool: PathBuf,
+    pub getsebool: PathBuf,
+    pub systemd_tmpfiles: PathBuf,
+}
+
+impl Default for Tools {
+    /// Paths on RHCOS.
+    fn default() -> Self {
+        Tools {
+            semodule: "/usr/sbin/semodule".into(),
+            setsebool: "/usr/sbin/setsebool".into(),
+            getsebool: "/usr/sbin/getsebool".into(),
+            systemd_tmpfiles: "/usr/bin/systemd-tmpfiles".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptletError {
+    #[error("{path} not found: cannot do the package's post-install work without it")]
+    ToolMissing { path: PathBuf },
+    #[error("could not run {path}: {source}")]
+    Spawn {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{command}` failed ({status}):\n{output}")]
+    Failed {
+        command: String,
+        status: String,
+        output: String,
+    },
+    #[error(
+        "`{command}` did not finish before the post-install deadline ({deadline:?}); it was killed"
+    )]
+    Timeout { command: String, deadline: Duration },
+    #[error("SELinux module file {path} (module {module}) does not exist: is the package live?")]
+    ModuleFileMissing { module: String, path: PathBuf },
+    #[error("could not read `{command}` output: {output:?}")]
+    Unparseable { command: String, output: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "outcome")]
+pub enum StepOutcome {
+    Ran,
+    /// Ran a command that is idempotent by itself (changes nothing already in place).
+    Ensured,
+    /// Already in place; `why` says what showed it.
+    Skipped {
+        why: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// E.g. `selinux-module kata`, `selinux-boolean container_use_devices=on`.
+    pub what: String,
+    #[serde(flatten)]
+    pub outcome: StepOutcome,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ScriptletReport {
+    pub steps: Vec<Step>,
+}
+
+impl ScriptletReport {
+    /// True when some step changed the host (an `Ensured` step may have, but is not
+    /// counted).
+    pub fn changed(&self) -> bool {
+        self.steps.iter().any(|s| s.outcome == StepOutcome::Ran)
+    }
+}
+
+struct Runner {
+    until: Instant,
+    deadline: Duration,
+}
+
+impl Runner {
+    async fn run(&self, exe: &Path, args: &[String]) -> Result<String, ScriptletError> {
+        let mut command = exe.display().to_string();
+        for a in args {
+            command.push(' ');
+            command.push_str(a);
+        }
+        tracing::debug!(command = %command, "post-install step");
+        let child = tokio::process::Command::new(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| {
+                if source.kind() == std::io::ErrorKind::NotFound {
+                    ScriptletError::ToolMissing {
+                        path: exe.to_path_buf(),
+                    }
+                } else {
+                    ScriptletError::Spawn {
+                        path: exe.to_path_buf(),
+                        source,
+                    }
+                }
+            })?;
+        let out = match tokio::time::timeout_at(self.until, child.wait_with_output()).await {
+            Err(_) => {
+                return Err(ScriptletError::Timeout {
+                    command,
+                    deadline: self.deadline,
+                })
+            }
+            Ok(Err(source)) => {
+                return Err(ScriptletError::Spawn {
+                    path: exe.to_path_buf(),
+                    source,
+                })
+            }
+            Ok(Ok(out)) => out,
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            return Err(ScriptletError::Failed {
+                command,
+                status: out.status.to_string(),
+                output: format!("{stderr}{stdout}"),
+            });
+        }
+        Ok(stdout)
+    }
+}
+
+/// Module names in `semodule -l` output: one per line, the name first (older versions
+/// add a version column, `-lfull` a priority before it, which we do not request).
+pub fn parse_semodule_list(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Value in `getsebool NAME` output: `NAME --> on` (with a pending value,
+/// `NAME --> off pending: on`: the pending value is what the policy will hold).
+pub fn parse_getsebool(out: &str, name: &str) -> Option<bool> {
+    let line = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))?;
+    let (_, rest) = line.split_once("-->")?;
+    let mut words = rest.split_whitespace();
+    let mut value = words.next()?;
+    if words.next() == Some("pending:") {
+        value = words.next()?;
+    }
+    match value {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn on_off(v: bool) -> &'static str {
+    if v {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// Loads SELinux modules, sets SELinux booleans persistently and creates tmpfiles
+/// entries, each only when missing. Module and tmpfiles paths are host paths, mapped
+/// under `host.root`.
+pub async fn run_scriptlets(
+    cfg: &PostInstall,
+    host: &Host,
+    tools: &Tools,
+    deadline: Duration,
+) -> Result<ScriptletReport, ScriptletError> {
+    let r = Runner {
+        until: Instant::now() + deadline,
+        deadline,
+    };
+    let mut report = ScriptletReport::default();
+
+    if !cfg.selinux_modules.is_empty() {
+        let loaded = parse_semodule_list(&r.run(&tools.semodule, &["-l".into()]).await?);
+        for m in &cfg.selinux_modules {
+            let what = format!("selinux-module {}", m.name);
+            if loaded.contains(&m.name) {
+                report.steps.push(Step {
+                    what,
+                    outcome: StepOutcome::Skipped {
+                        why: "listed by semodule -l".into(),
+                    },
+                });
+                continue;
+            }
+            let file = host.path(&m.path);
+            if !file.exists() {
+                return Err(ScriptletError::ModuleFileMissing {
+                    module: m.name.clone(),
+                    path: file,
+                });
+            }
+            r.run(
+                &tools.semodule,
+                &["-i".into(), file.to_string_lossy().into_owned()],
+            )
+            .await?;
+            tracing::info!(module = %m.name, "SELinux module loaded");
+            report.steps.push(Step {
+                what,
+                outcome: StepOutcome::Ran,
+            });
+        }
+    }
+
+    for (name, want) in &cfg.selinux_booleans {
+        let what = format!("selinux-boolean {name}={}", on_off(*want));
+        let out = r.run(&tools.getsebool, std::slice::from_ref(name)).await?;
+        let have = parse_getsebool(&out, name).ok_or_else(|| ScriptletError::Unparseable {
+            command: format!("{} {name}", tools.getsebool.display()),
+            output: out.clone(),
+        })?;
+        if have == *want {
+            report.steps.push(Step {
+                what,
+                outcome: StepOutcome::Skipped {
+                    why: format!("getsebool says {}", on_off(have)),
+                },
+            });
+            continue;
+        }
+        r.run(
+            &tools.setsebool,
+            &["-P".into(), name.clone(), on_off(*want).into()],
+        )
+        .await?;
+        tracing::info!(boolean = %name, value = on_off(*want), "SELinux boolean set");
+        report.steps.push(Step {
+            what,
+            outcome: StepOutcome::Ran,
+        });
+    }
+
+    if !cfg.tmpfiles.is_empty() {
+        // `systemd-tmpfiles --create` only creates what is missing: safe to repeat, and
+        // checking every line ourselves would re-implement it.
+        let mut args = vec!["--create".to_string()];
+        if !host.is_real_root() {
+            args.push(format!("--root={}", host.root.display()));
+        }
+        for f in &cfg.tmpfiles {
+            args.push(host.path(f).to_string_lossy().into_owned());
+        }
+        r.run(&tools.systemd_tmpfiles, &args).await?;
+        report.steps.push(Step {
+            what: "systemd-tmpfiles --create".into(),
+            outcome: StepOutcome::Ensured,
+        });
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn semodule_list_formats() {
+        let out = "abrt\t1.4.1\ncontainer\nkata 1.0\n\n";
+        assert_eq!(parse_semodule_list(out), ["abrt", "container", "kata"]);
+    }
+
+    #[test]
+    fn getsebool_formats() {
+        assert_eq!(
+            parse_getsebool("container_use_devices --> on\n", "container_use_devices"),
+            Some(true)
+        );
+        assert_eq!(parse_getsebool("x --> off\n", "x"), Some(false));
+        assert_eq!(parse_getsebool("x --> off pending: on\n", "x"), Some(true));
+        assert_eq!(parse_getsebool("y --> on\n", "x"), None);
+        assert_eq!(parse_getsebool("x --> maybe\n", "x"), None);
+    }
+}

@@ -1,0 +1,525 @@
+//! The systemd client: a zbus connection to the system bus, fresh property reads, and jobs
+//! waited for through `JobRemoved` with a deadline.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use zbus::proxy::CacheProperties;
+use zbus::{Connection, OwnedObjectPath, OwnedVariant};
+use zbus_systemd::systemd1::{JobRemovedStream, ManagerProxy};
+
+use super::jobs::{self, ErrorClass, RestartVerdict};
+use super::{RestartProof, SystemdError, UnitState};
+
+/// Where the system bus lives when `DBUS_SYSTEM_BUS_ADDRESS` is not set.
+pub const DEFAULT_SYSTEM_BUS_ADDRESS: &str = "unix:path=/run/dbus/system_bus_socket";
+
+const SYSTEMD_DEST: &str = "org.freedesktop.systemd1";
+const UNIT_IFACE: &str = "org.freedesktop.systemd1.Unit";
+const SERVICE_IFACE: &str = "org.freedesktop.systemd1.Service";
+/// How often unit state is re-read while waiting for it to change.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A connection to systemd. Cheap to clone (the connection is shared).
+#[derive(Clone, Debug)]
+pub struct Systemd {
+    conn: Connection,
+    addr: String,
+}
+
+/// A unit's state plus what the flows need beyond [`UnitState`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitSnapshot {
+    pub state: UnitState,
+    /// `loaded`, `not-found`, `masked`, `error`, ...
+    pub load_state: String,
+    pub can_reload: bool,
+    /// `STATUS=` text of a service (what `systemctl status` shows).
+    pub status_text: String,
+    /// ExecMainCode: 0 still running / never ran, 1 exited, 2 killed, 3 dumped.
+    pub exec_main_code: i32,
+    pub exec_main_status: i32,
+}
+
+/// The four job-producing Manager calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    Start,
+    Stop,
+    Restart,
+    Reload,
+}
+
+impl JobKind {
+    fn call_name(self) -> &'static str {
+        match self {
+            JobKind::Start => "StartUnit",
+            JobKind::Stop => "StopUnit",
+            JobKind::Restart => "RestartUnit",
+            JobKind::Reload => "ReloadUnit",
+        }
+    }
+}
+
+impl Systemd {
+    /// Connect to the system bus: `DBUS_SYSTEM_BUS_ADDRESS`, else the standard socket.
+    pub async fn system() -> Result<Self, SystemdError> {
+        let addr = std::env::var("DBUS_SYSTEM_BUS_ADDRESS")
+            .ok()
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| DEFAULT_SYSTEM_BUS_ADDRESS.to_string());
+        Self::at_address(&addr).await
+    }
+
+    /// Connect to the bus at `addr` and check that systemd answers there.
+    pub async fn at_address(addr: &str) -> Result<Self, SystemdError> {
+        let no_bus = |source| SystemdError::NoBus {
+            addr: addr.to_string(),
+            source,
+        };
+        let conn = zbus::connection::Builder::address(addr)
+            .method_timeout(Duration::from_secs(30))
+            .build()
+            .await
+            .map_err(no_bus)?;
+        let sd = Systemd {
+            conn,
+            addr: addr.to_string(),
+        };
+        sd.version().await.map_err(|e| match e {
+            SystemdError::Dbus { source, .. } => no_bus(source),
+            other => other,
+        })?;
+        Ok(sd)
+    }
+
+    /// Wrap an existing connection (a peer-to-peer connection to a test double, for example).
+    pub fn from_connection(conn: Connection, label: &str) -> Self {
+        Systemd {
+            conn,
+            addr: label.to_string(),
+        }
+    }
+
+    /// The bus address we talk to.
+    pub fn address(&self) -> &str {
+        &self.addr
+    }
+
+    /// systemd's version string (the Manager's `Version` property).
+    pub async fn version(&self) -> Result<String, SystemdError> {
+        let props = self
+            .get_all(
+                "/org/freedesktop/systemd1",
+                "org.freedesktop.systemd1.Manager",
+                "",
+            )
+            .await?;
+        Ok(prop_string(&props, "Version"))
+    }
+
+    pub(crate) async fn manager(&self) -> Result<ManagerProxy<'static>, SystemdError> {
+        ManagerProxy::builder(&self.conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|source| SystemdError::Dbus {
+                unit: String::new(),
+                call: "ManagerProxy",
+                source,
+            })
+    }
+
+    /// `Properties.GetAll` on `path`/`iface`: always a fresh read.
+    async fn get_all(
+        &self,
+        path: &str,
+        iface: &'static str,
+        unit: &str,
+    ) -> Result<HashMap<String, OwnedVariant>, SystemdError> {
+        let proxy = zbus::fdo::PropertiesProxy::builder(&self.conn)
+            .destination(SYSTEMD_DEST)
+            .path(path.to_string())
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| jobs::map_call_error(unit, "GetAll", e))?;
+        let iface_name =
+            zbus::names::InterfaceName::from_static_str(iface).map_err(|e| SystemdError::Dbus {
+                unit: unit.to_string(),
+                call: "GetAll",
+                source: e,
+            })?;
+        proxy
+            .get_all(iface_name)
+            .await
+            .map_err(|e| jobs::map_call_error(unit, "GetAll", e.into()))
+    }
+
+    /// The unit's object path, loading the unit if needed. `not-found` -> [`SystemdError::NoSuchUnit`].
+    async fn unit_path(&self, unit: &str) -> Result<OwnedObjectPath, SystemdError> {
+        let manager = self.manager().await?;
+        manager
+            .load_unit(unit.to_string())
+            .await
+            .map_err(|e| jobs::map_call_error(unit, "LoadUnit", e))
+    }
+
+    /// Fresh state of `unit` plus load state, reloadability, status text and exit code.
+    pub async fn snapshot(&self, unit: &str) -> Result<UnitSnapshot, SystemdError> {
+        let path = self.unit_path(unit).await?;
+        let u = self.get_all(path.as_str(), UNIT_IFACE, unit).await?;
+        let load_state = prop_string(&u, "LoadState");
+        if load_state == "not-found" {
+            return Err(SystemdError::NoSuchUnit {
+                unit: unit.to_string(),
+            });
+        }
+        let mut snap = UnitSnapshot {
+            state: UnitState {
+                name: unit.to_string(),
+                active_state: prop_string(&u, "ActiveState"),
+                sub_state: prop_string(&u, "SubState"),
+                invocation_id: prop_hex(&u, "InvocationID"),
+                ..UnitState::default()
+            },
+            load_state,
+            can_reload: prop_bool(&u, "CanReload"),
+            ..UnitSnapshot::default()
+        };
+        if unit.ends_with(".service") {
+            let s = self.get_all(path.as_str(), SERVICE_IFACE, unit).await?;
+            snap.state.result = prop_string(&s, "Result");
+            snap.state.main_pid = prop_u32(&s, "MainPID");
+            snap.state.exec_main_start_us = prop_u64(&s, "ExecMainStartTimestamp");
+            snap.state.n_restarts = prop_u32(&s, "NRestarts");
+            snap.status_text = prop_string(&s, "StatusText");
+            snap.exec_main_code = prop_i32(&s, "ExecMainCode");
+            snap.exec_main_status = prop_i32(&s, "ExecMainStatus");
+        }
+        Ok(snap)
+    }
+
+    /// Fresh state of `unit` (no property cache). A unit systemd cannot find is
+    /// [`SystemdError::NoSuchUnit`].
+    pub async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
+        Ok(self.snapshot(unit).await?.state)
+    }
+
+    /// Subscribe to job signals (idempotent) and start listening to `JobRemoved`. Must happen
+    /// before the call that creates the job, or its signal could be missed.
+    pub(crate) async fn listen_job_removed(
+        &self,
+        manager: &ManagerProxy<'static>,
+        unit: &str,
+    ) -> Result<JobRemovedStream, SystemdError> {
+        if let Err(e) = manager.subscribe().await {
+            let already = jobs::dbus_error_name(&e)
+                .map(|(n, _)| jobs::classify_error_name(&n) == ErrorClass::AlreadySubscribed)
+                .unwrap_or(false);
+            if !already {
+                return Err(jobs::map_call_error(unit, "Subscribe", e));
+            }
+        }
+        manager
+            .receive_job_removed()
+            .await
+            .map_err(|e| jobs::map_call_error(unit, "AddMatch(JobRemoved)", e))
+    }
+
+    /// Wait for the JobRemoved signal of `job`; returns its result string.
+    pub(crate) async fn wait_job(
+        &self,
+        stream: &mut JobRemovedStream,
+        unit: &str,
+        job: &OwnedObjectPath,
+        deadline: Instant,
+        total: Duration,
+    ) -> Result<String, SystemdError> {
+        loop {
+            let next = tokio::time::timeout_at(deadline.into(), stream.next()).await;
+            let signal = match next {
+                Ok(Some(signal)) => signal,
+                Ok(None) => {
+                    return Err(SystemdError::Dbus {
+                        unit: unit.to_string(),
+                        call: "JobRemoved",
+                        source: zbus::Error::InputOutput(std::sync::Arc::new(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "the bus connection closed while waiting for the job",
+                        ))),
+                    })
+                }
+                Err(_elapsed) => {
+                    let last_state = self.last_state_text(unit).await;
+                    return Err(SystemdError::Deadline {
+                        unit: unit.to_string(),
+                        what: format!("systemd job {job} to finish"),
+                        deadline: total,
+                        last_state,
+                    });
+                }
+            };
+            let args = signal
+                .args()
+                .map_err(|e| jobs::map_call_error(unit, "JobRemoved", e))?;
+            if args.job.as_str() == job.as_str() {
+                return Ok(args.result);
+            }
+        }
+    }
+
+    async fn last_state_text(&self, unit: &str) -> String {
+        match self.unit_state(unit).await {
+            Ok(s) => s.summary(),
+            Err(e) => format!("unreadable ({e})"),
+        }
+    }
+
+    /// Queue a job with mode `replace` and wait for its JobRemoved within `deadline`.
+    /// Returns the job path and its result (checked: only `done` is Ok).
+    pub async fn run_job(
+        &self,
+        kind: JobKind,
+        unit: &str,
+        deadline: Duration,
+    ) -> Result<(String, String), SystemdError> {
+        let until = Instant::now() + deadline;
+        let manager = self.manager().await?;
+        let mut stream = self.listen_job_removed(&manager, unit).await?;
+        let name = unit.to_string();
+        let mode = "replace".to_string();
+        let call = match kind {
+            JobKind::Start => manager.start_unit(name, mode).await,
+            JobKind::Stop => manager.stop_unit(name, mode).await,
+            JobKind::Restart => manager.restart_unit(name, mode).await,
+            JobKind::Reload => manager.reload_unit(name, mode).await,
+        };
+        let job = call.map_err(|e| jobs::map_call_error(unit, kind.call_name(), e))?;
+        let result = self
+            .wait_job(&mut stream, unit, &job, until, deadline)
+            .await?;
+        jobs::check_job_result(unit, job.as_str(), &result)?;
+        Ok((job.to_string(), result))
+    }
+
+    /// Check the unit exists and is not masked before queueing a job on it.
+    async fn preflight(&self, unit: &str) -> Result<UnitSnapshot, SystemdError> {
+        let snap = self.snapshot(unit).await?;
+        if snap.load_state == "masked" {
+            return Err(SystemdError::Masked {
+                unit: unit.to_string(),
+            });
+        }
+        Ok(snap)
+    }
+
+    /// Restart `unit` and prove it: the job ends `done`, then within `deadline` (counted from
+    /// the call) the unit shows a new InvocationID, a new MainPID and active/running.
+    pub async fn restart_unit(
+        &self,
+        unit: &str,
+        deadline: Duration,
+    ) -> Result<RestartProof, SystemdError> {
+        self.restart_unit_settled(unit, deadline, Duration::ZERO)
+            .await
+    }
+
+    /// [`Self::restart_unit`], then keep watching for `settle`: the new instance must stay
+    /// the same (same InvocationID and MainPID) and running, or the restart is a
+    /// [`SystemdError::CrashLoop`]. Guards against a service that starts and dies at once.
+    pub async fn restart_unit_settled(
+        &self,
+        unit: &str,
+        deadline: Duration,
+        settle: Duration,
+    ) -> Result<RestartProof, SystemdError> {
+        let started = Instant::now();
+        let until = started + deadline;
+        let before = self.preflight(unit).await?.state;
+        let (job, job_result) = self.run_job(JobKind::Restart, unit, deadline).await?;
+        tracing::debug!(%unit, %job, "restart job done");
+        let baseline = self.unit_state(unit).await?;
+        let mut now = baseline.clone();
+        loop {
+            match jobs::restart_verdict(&before, &baseline, &now) {
+                RestartVerdict::Proven => break,
+                RestartVerdict::Failing(reason) => {
+                    return Err(SystemdError::CrashLoop {
+                        unit: unit.to_string(),
+                        reason,
+                        state: Box::new(now),
+                    })
+                }
+                RestartVerdict::Waiting(missing) => {
+                    if Instant::now() >= until {
+                        if !jobs::identity_changed(&before, &now) {
+                            return Err(SystemdError::NotRestarted {
+                                unit: unit.to_string(),
+                                before: Box::new(before),
+                                after: Box::new(now),
+                            });
+                        }
+                        return Err(SystemdError::Deadline {
+                            unit: unit.to_string(),
+                            what: missing,
+                            deadline,
+                            last_state: now.summary(),
+                        });
+                    }
+                }
+            }
+            tokio::time::sleep(POLL).await;
+            now = self.unit_state(unit).await?;
+        }
+        let proven = now;
+        let elapsed = started.elapsed();
+        if !settle.is_zero() {
+            let settle_until = Instant::now() + settle;
+            while Instant::now() < settle_until {
+                tokio::time::sleep(POLL).await;
+                let later = self.unit_state(unit).await?;
+                let reason = if let Some(r) = jobs::crash_loop(&proven, &later) {
+                    Some(r)
+                } else if later.invocation_id != proven.invocation_id
+                    || later.main_pid != proven.main_pid
+                {
+                    Some("the new instance was replaced during the settle window".to_string())
+                } else if !later.is_running() {
+                    Some("the new instance stopped running during the settle window".to_string())
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    return Err(SystemdError::CrashLoop {
+                        unit: unit.to_string(),
+                        reason,
+                        state: Box::new(later),
+                    });
+                }
+            }
+        }
+        Ok(RestartProof {
+            before,
+            after: proven,
+            job_result,
+            elapsed,
+        })
+    }
+
+    /// Start `unit` and wait for the job. Returns the state right after the job ended `done`;
+    /// a unit that is already `failed` by then is a [`SystemdError::CrashLoop`].
+    pub async fn start_unit(
+        &self,
+        unit: &str,
+        deadline: Duration,
+    ) -> Result<UnitState, SystemdError> {
+        self.preflight(unit).await?;
+        self.run_job(JobKind::Start, unit, deadline).await?;
+        let now = self.unit_state(unit).await?;
+        if now.active_state == "failed" {
+            return Err(SystemdError::CrashLoop {
+                unit: unit.to_string(),
+                reason: format!(
+                    "the unit failed right after starting (Result={})",
+                    now.result
+                ),
+                state: Box::new(now),
+            });
+        }
+        Ok(now)
+    }
+
+    /// Stop `unit` and wait for the job.
+    pub async fn stop_unit(
+        &self,
+        unit: &str,
+        deadline: Duration,
+    ) -> Result<UnitState, SystemdError> {
+        self.snapshot(unit).await?;
+        self.run_job(JobKind::Stop, unit, deadline).await?;
+        self.unit_state(unit).await
+    }
+
+    /// Reload `unit` and wait for the job. A unit without ExecReload= is
+    /// [`SystemdError::NoReload`]. A finished reload job proves nothing about what the
+    /// service did with it (CRI-O reloads asynchronously, and partially): check separately.
+    pub async fn reload_unit(
+        &self,
+        unit: &str,
+        deadline: Duration,
+    ) -> Result<UnitState, SystemdError> {
+        let snap = self.preflight(unit).await?;
+        if !snap.can_reload {
+            return Err(SystemdError::NoReload {
+                unit: unit.to_string(),
+            });
+        }
+        self.run_job(JobKind::Reload, unit, deadline).await?;
+        self.unit_state(unit).await
+    }
+
+    /// `systemctl daemon-reload`: make systemd re-read unit files.
+    pub async fn daemon_reload(&self, deadline: Duration) -> Result<(), SystemdError> {
+        let manager = self.manager().await?;
+        match tokio::time::timeout(deadline, manager.reload()).await {
+            Ok(r) => r.map_err(|e| jobs::map_call_error("", "Reload", e)),
+            Err(_) => Err(SystemdError::Deadline {
+                unit: String::new(),
+                what: "daemon-reload".to_string(),
+                deadline,
+                last_state: String::new(),
+            }),
+        }
+    }
+
+    /// `systemctl reset-failed UNIT`.
+    pub async fn reset_failed_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        let manager = self.manager().await?;
+        manager
+            .reset_failed_unit(unit.to_string())
+            .await
+            .map_err(|e| jobs::map_call_error(unit, "ResetFailedUnit", e))
+    }
+}
+
+fn prop_string(m: &HashMap<String, OwnedVariant>, k: &str) -> String {
+    m.get(k)
+        .and_then(|v| <&str>::try_from(v).ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn prop_bool(m: &HashMap<String, OwnedVariant>, k: &str) -> bool {
+    m.get(k)
+        .and_then(|v| bool::try_from(v).ok())
+        .unwrap_or(false)
+}
+
+fn prop_u32(m: &HashMap<String, OwnedVariant>, k: &str) -> u32 {
+    m.get(k).and_then(|v| u32::try_from(v).ok()).unwrap_or(0)
+}
+
+fn prop_i32(m: &HashMap<String, OwnedVariant>, k: &str) -> i32 {
+    m.get(k).and_then(|v| i32::try_from(v).ok()).unwrap_or(0)
+}
+
+fn prop_u64(m: &HashMap<String, OwnedVariant>, k: &str) -> u64 {
+    m.get(k).and_then(|v| u64::try_from(v).ok()).unwrap_or(0)
+}
+
+/// `ay` property as lowercase hex (InvocationID: 16 bytes -> 32 digits; empty when unset).
+fn prop_hex(m: &HashMap<String, OwnedVariant>, k: &str) -> String {
+    let Some(bytes) = m
+        .get(k)
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| Vec::<u8>::try_from(v).ok())
+    else {
+        return String::new();
+    };
+    if bytes.iter().all(|b| *b == 0) {
+        return String::new();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,362 @@
+//! Hand-off: `kata-live install|uninstall` started by hand from a process that dies with CRI-O
+//! (a debug pod, a `crio-*.scope`) would be killed half-way by the CRI-O restart it causes.
+//! Instead it asks the host's systemd to run the same command as a transient unit
+//! (`StartTransientUnit`), follows it, and exits with its exit status.
+//!
+//! The transient unit is `Type=exec` with `RemainAfterExit=yes`: once the command ends, the
+//! unit stays `active/exited` (exit 0) or `failed` (non-zero, killed), so its ExecMainStatus is
+//! readable even if the process that started it is gone; the follower cleans it up after
+//! reading. (`CollectMode=inactive-or-failed` would garbage-collect a failed run at once and
+//! lose its result.) The fixed unit name makes systemd refuse a second concurrent run
+//! (`UnitExists`).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use zbus::{OwnedVariant, Variant};
+
+use super::client::Systemd;
+use super::jobs::{self, ErrorClass};
+use super::{SystemdError, UnitState};
+
+/// Where to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run in this process. The reason is for the log.
+    RunInPlace(String),
+    /// Hand the run to a transient unit: this process would not survive a CRI-O restart.
+    HandOff(String),
+}
+
+/// cgroup path components that mean "a container / a pod managed by the container runtime".
+fn container_marker(component: &str) -> bool {
+    let scope_prefixes = [
+        "crio-",
+        "cri-containerd-",
+        "docker-",
+        "libpod-",
+        "containerd-",
+    ];
+    component.starts_with("kubepods")
+        || component == "machine.slice"
+        || (component.ends_with(".scope")
+            && scope_prefixes.iter().any(|p| component.starts_with(p)))
+}
+
+/// Decide from the contents of `/proc/self/cgroup` whether to hand off.
+///
+/// - `--no-detach` always runs in place (the transient unit itself runs with it).
+/// - Inside one of our own units (`{own_unit_prefix}*.service`) runs in place.
+/// - Inside a container runtime's cgroup (crio-*.scope, kubepods*, ...) hands off.
+/// - A cgroup path of exactly `/` means a private cgroup namespace, i.e. a container whose
+///   real cgroup is hidden (debug pods on cgroup v2): hand off.
+/// - Anything else (an ssh session, a user slice) runs in place.
+pub fn should_hand_off(
+    cgroup_file_contents: &str,
+    no_detach: bool,
+    own_unit_prefix: &str,
+) -> Decision {
+    if no_detach {
+        return Decision::RunInPlace("--no-detach given".to_string());
+    }
+    let paths: Vec<&str> = cgroup_file_contents
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .filter(|p| !p.is_empty())
+        .collect();
+    if paths.is_empty() {
+        return Decision::HandOff("no cgroup information: assuming a container".to_string());
+    }
+    for p in &paths {
+        if let Some(c) = p
+            .split('/')
+            .find(|c| c.starts_with(own_unit_prefix) && c.ends_with(".service"))
+        {
+            return Decision::RunInPlace(format!("already inside our unit {c}"));
+        }
+    }
+    for p in &paths {
+        if let Some(c) = p.split('/').find(|c| container_marker(c)) {
+            return Decision::HandOff(format!(
+                "running inside {c} (cgroup {p}), which a CRI-O restart may kill"
+            ));
+        }
+    }
+    if paths.iter().all(|p| *p == "/") {
+        return Decision::HandOff(
+            "cgroup path is / (private cgroup namespace): assuming a container".to_string(),
+        );
+    }
+    Decision::RunInPlace(format!("cgroup {} is not a container", paths[0]))
+}
+
+/// Read `/proc/self/cgroup` under an injectable proc directory.
+pub fn read_self_cgroup(proc_dir: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(proc_dir.join("self/cgroup"))
+}
+
+/// The fixed hand-off unit name for a subcommand: `kata-live-handoff-install.service`.
+pub fn handoff_unit_name(subcommand: &str) -> String {
+    format!("kata-live-handoff-{subcommand}.service")
+}
+
+fn variant<'a>(v: impl Into<Variant<'a>>, unit: &str) -> Result<OwnedVariant, SystemdError> {
+    OwnedVariant::try_from(v.into()).map_err(|e| SystemdError::BadCommand {
+        unit: unit.to_string(),
+        reason: format!("cannot encode a property: {e}"),
+    })
+}
+
+/// The properties of the transient unit running `argv` (argv[0] absolute).
+pub fn transient_properties(
+    unit: &str,
+    argv: &[String],
+) -> Result<Vec<(String, OwnedVariant)>, SystemdError> {
+    let Some(program) = argv.first() else {
+        return Err(SystemdError::BadCommand {
+            unit: unit.to_string(),
+            reason: "empty command".to_string(),
+        });
+    };
+    if !program.starts_with('/') {
+        return Err(SystemdError::BadCommand {
+            unit: unit.to_string(),
+            reason: format!("{program} is not an absolute path; systemd needs one"),
+        });
+    }
+    let exec_start: Vec<(String, Vec<String>, bool)> =
+        vec![(program.clone(), argv.to_vec(), false)];
+    let description = format!("kata-live hand-off: {}", argv.join(" "));
+    Ok(vec![
+        (
+            "Description".to_string(),
+            variant(description.as_str(), unit)?,
+        ),
+        ("Type".to_string(), variant("exec", unit)?),
+        ("RemainAfterExit".to_string(), variant(true, unit)?),
+        ("NotifyAccess".to_string(), variant("main", unit)?),
+        ("ExecStart".to_string(), variant(exec_start, unit)?),
+    ])
+}
+
+/// Run `argv` as the transient unit `unit_name`, follow it (its `STATUS=` lines go to the
+/// log), and return its exit status (128+signal when killed). The unit survives this process:
+/// if we die or hit `deadline`, it keeps running and its result stays readable.
+///
+/// A unit of that name that is still running means another run is in progress:
+/// [`SystemdError::HandOffBusy`]. One left over from a finished run (its follower died) is
+/// reported, cleaned up, and replaced.
+pub async fn run_transient(
+    sd: &Systemd,
+    unit_name: &str,
+    argv: &[String],
+    deadline: Duration,
+) -> Result<i32, SystemdError> {
+    let started = Instant::now();
+    let until = started + deadline;
+    let props = transient_properties(unit_name, argv)?;
+    let manager = sd.manager().await?;
+    let mut stream = sd.listen_job_removed(&manager, unit_name).await?;
+
+    let mut cleaned_leftover = false;
+    let job = loop {
+        let props = props
+            .iter()
+            .map(|(k, v)| v.try_clone().map(|v| (k.clone(), v)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| jobs::map_call_error(unit_name, "StartTransientUnit", e))?;
+        match manager
+            .start_transient_unit(unit_name.to_string(), "fail".to_string(), props, Vec::new())
+            .await
+        {
+            Ok(job) => break job,
+            Err(e) => {
+                let exists = jobs::dbus_error_name(&e)
+                    .map(|(n, _)| jobs::classify_error_name(&n) == ErrorClass::UnitExists)
+                    .unwrap_or(false);
+                if !exists || cleaned_leftover {
+                    return Err(jobs::map_call_error(unit_name, "StartTransientUnit", e));
+                }
+                let snap = sd.snapshot(unit_name).await?;
+                match jobs::transient_finished(
+                    &snap.state,
+                    snap.exec_main_code,
+                    snap.exec_main_status,
+                ) {
+                    None => {
+                        return Err(SystemdError::HandOffBusy {
+                            unit: unit_name.to_string(),
+                            state: Box::new(snap.state),
+                        })
+                    }
+                    Some(status) => {
+                        tracing::warn!(unit = %unit_name, status, state = %snap.state,
+                            "a previous hand-off finished unobserved; removing it to start a new run");
+                        cleanup(sd, unit_name, &snap.state).await?;
+                        cleaned_leftover = true;
+                    }
+                }
+            }
+        }
+    };
+    tracing::info!(unit = %unit_name, %job, "handed off to a transient unit; follow with journalctl -fu {unit_name}");
+    let result = sd
+        .wait_job(&mut stream, unit_name, &job, until, deadline)
+        .await?;
+    jobs::check_job_result(unit_name, job.as_str(), &result)?;
+
+    let mut last_status = String::new();
+    loop {
+        let snap = sd.snapshot(unit_name).await?;
+        if !snap.status_text.is_empty() && snap.status_text != last_status {
+            tracing::info!(unit = %unit_name, "{}", snap.status_text);
+            last_status = snap.status_text.clone();
+        }
+        if let Some(status) =
+            jobs::transient_finished(&snap.state, snap.exec_main_code, snap.exec_main_status)
+        {
+            tracing::info!(unit = %unit_name, status, state = %snap.state, "hand-off finished");
+            cleanup(sd, unit_name, &snap.state).await?;
+            return Ok(status);
+        }
+        if Instant::now() >= until {
+            return Err(SystemdError::Deadline {
+                unit: unit_name.to_string(),
+                what:
+                    "the handed-off run to finish (it keeps running; follow it with journalctl -fu)"
+                        .to_string(),
+                deadline,
+                last_state: snap.state.summary(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Remove a finished hand-off unit so the next run can use the name.
+async fn cleanup(sd: &Systemd, unit: &str, state: &UnitState) -> Result<(), SystemdError> {
+    if state.active_state == "failed" {
+        sd.reset_failed_unit(unit).await
+    } else if state.active_state == "active" {
+        // active/exited: stopping runs no process, it only lets systemd unload the unit.
+        sd.stop_unit(unit, Duration::from_secs(30))
+            .await
+            .map(|_| ())
+    } else {
+        Ok(())
+    }
+}
+
+/// Read a hand-off unit's result (after its follower died, for example): `None` while it runs.
+pub async fn transient_result(sd: &Systemd, unit_name: &str) -> Result<Option<i32>, SystemdError> {
+    let snap = sd.snapshot(unit_name).await?;
+    Ok(jobs::transient_finished(
+        &snap.state,
+        snap.exec_main_code,
+        snap.exec_main_status,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: &str = "kata-live";
+
+    #[test]
+    fn no_detach_runs_in_place() {
+        let cg = "0::/kubepods.slice/kubepods-besteffort.slice/crio-abc.scope\n";
+        assert!(matches!(
+            should_hand_off(cg, true, P),
+            Decision::RunInPlace(_)
+        ));
+    }
+
+    #[test]
+    fn crio_scope_and_kubepods_hand_off() {
+        for cg in [
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/crio-0123.scope\n",
+            "12:memory:/kubepods/besteffort/pod1/0123\n1:name=systemd:/kubepods/besteffort/pod1/0123\n0::/\n",
+            "0::/system.slice/crio-conmon-0123.scope\n",
+            "0::/machine.slice/libpod-0123.scope/container\n",
+        ] {
+            assert!(matches!(should_hand_off(cg, false, P), Decision::HandOff(_)), "{cg}");
+        }
+    }
+
+    #[test]
+    fn private_cgroup_namespace_hands_off() {
+        assert!(matches!(
+            should_hand_off("0::/\n", false, P),
+            Decision::HandOff(_)
+        ));
+        assert!(matches!(
+            should_hand_off("", false, P),
+            Decision::HandOff(_)
+        ));
+    }
+
+    #[test]
+    fn our_own_unit_runs_in_place() {
+        for cg in [
+            "0::/system.slice/kata-live-handoff-install.service\n",
+            "0::/system.slice/kata-live-install.service\n",
+            "1:name=systemd:/system.slice/kata-live-handoff-uninstall.service\n0::/system.slice/kata-live-handoff-uninstall.service\n",
+        ] {
+            assert!(matches!(should_hand_off(cg, false, P), Decision::RunInPlace(_)), "{cg}");
+        }
+    }
+
+    #[test]
+    fn ssh_session_runs_in_place() {
+        let cg = "0::/user.slice/user-0.slice/session-3.scope\n";
+        assert!(matches!(
+            should_hand_off(cg, false, P),
+            Decision::RunInPlace(_)
+        ));
+        let cg = "0::/system.slice/sshd.service\n";
+        assert!(matches!(
+            should_hand_off(cg, false, P),
+            Decision::RunInPlace(_)
+        ));
+    }
+
+    #[test]
+    fn transient_properties_need_an_absolute_program() {
+        let u = "kata-live-handoff-install.service";
+        assert!(matches!(
+            transient_properties(u, &[]),
+            Err(SystemdError::BadCommand { .. })
+        ));
+        assert!(matches!(
+            transient_properties(u, &["kata-live".to_string()]),
+            Err(SystemdError::BadCommand { .. })
+        ));
+        let argv: Vec<String> = ["/usr/bin/kata-live", "install", "--no-detach"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let props = transient_properties(u, &argv).unwrap();
+        let names: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "Description",
+                "Type",
+                "RemainAfterExit",
+                "NotifyAccess",
+                "ExecStart"
+            ]
+        );
+        let exec = props.iter().find(|(k, _)| k == "ExecStart").unwrap();
+        assert_eq!(exec.1.value_signature().to_string(), "a(sasb)");
+    }
+
+    #[test]
+    fn unit_name_is_fixed_per_subcommand() {
+        assert_eq!(
+            handoff_unit_name("install"),
+            "kata-live-handoff-install.service"
+        );
+    }
+}

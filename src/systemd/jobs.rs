@@ -1,0 +1,346 @@
+//! Pure decisions behind systemd jobs: what a JobRemoved result means, which D-Bus errors are
+//! which operator-facing failures, when a restart is proven, when a unit is crash-looping and
+//! when a handed-off unit has finished. No I/O here: [`super::client`] observes, these decide.
+
+use super::{SystemdError, UnitState};
+
+/// What a `JobRemoved` result means; `None` for `done` (success).
+pub fn job_result_meaning(result: &str) -> Option<&'static str> {
+    match result {
+        "done" => None,
+        "canceled" => {
+            Some("canceled: another job replaced ours, or the unit was stopped meanwhile")
+        }
+        "timeout" => Some("timeout: systemd's own start/stop timeout of the unit fired"),
+        "failed" => Some("failed: the unit's process failed to start or exited with an error"),
+        "dependency" => Some("dependency: a unit this one requires failed"),
+        "skipped" => Some("skipped: the job did not apply to the unit's current state"),
+        "invalid" => Some("invalid: the job type does not apply to this unit"),
+        "unsupported" => Some("unsupported: the unit type does not support this job"),
+        "once" => Some("once: the unit refuses a second start (RefuseManualStart/once)"),
+        "frozen" => Some("frozen: the unit is frozen"),
+        _ => Some("unknown result reported by systemd"),
+    }
+}
+
+/// Map a job's result to success or [`SystemdError::JobFailed`].
+pub fn check_job_result(unit: &str, job: &str, result: &str) -> Result<(), SystemdError> {
+    match job_result_meaning(result) {
+        None => Ok(()),
+        Some(meaning) => Err(SystemdError::JobFailed {
+            unit: unit.to_string(),
+            job: job.to_string(),
+            result: result.to_string(),
+            meaning,
+        }),
+    }
+}
+
+/// The classes of D-Bus errors that deserve their own [`SystemdError`] variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    NoSuchUnit,
+    AccessDenied,
+    Masked,
+    /// e.g. ReloadUnit on a unit without ExecReload=.
+    NotApplicable,
+    UnitExists,
+    AlreadySubscribed,
+    /// The bus has no systemd (`org.freedesktop.systemd1` is not there).
+    NoSystemd,
+    Other,
+}
+
+/// Classify a D-Bus error name (as sent by systemd or the bus daemon).
+pub fn classify_error_name(name: &str) -> ErrorClass {
+    match name {
+        "org.freedesktop.systemd1.NoSuchUnit" | "org.freedesktop.systemd1.LoadFailed" => {
+            ErrorClass::NoSuchUnit
+        }
+        "org.freedesktop.DBus.Error.AccessDenied"
+        | "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
+        | "org.freedesktop.DBus.Error.AuthFailed" => ErrorClass::AccessDenied,
+        "org.freedesktop.systemd1.UnitMasked" => ErrorClass::Masked,
+        "org.freedesktop.systemd1.JobTypeNotApplicable" => ErrorClass::NotApplicable,
+        "org.freedesktop.systemd1.UnitExists" => ErrorClass::UnitExists,
+        "org.freedesktop.systemd1.AlreadySubscribed" => ErrorClass::AlreadySubscribed,
+        "org.freedesktop.DBus.Error.ServiceUnknown"
+        | "org.freedesktop.DBus.Error.NameHasNoOwner" => ErrorClass::NoSystemd,
+        _ => ErrorClass::Other,
+    }
+}
+
+/// The D-Bus error name and description carried by a zbus error, if it is a D-Bus error reply.
+pub fn dbus_error_name(e: &zbus::Error) -> Option<(String, String)> {
+    use zbus::DBusError;
+    match e {
+        zbus::Error::MethodError(name, detail, _) => {
+            Some((name.to_string(), detail.clone().unwrap_or_default()))
+        }
+        zbus::Error::FDO(fdo) => Some((
+            fdo.name().to_string(),
+            fdo.description().unwrap_or_default().to_string(),
+        )),
+        _ => None,
+    }
+}
+
+/// Turn a failed D-Bus call about `unit` into the most specific [`SystemdError`].
+pub fn map_call_error(unit: &str, call: &'static str, e: zbus::Error) -> SystemdError {
+    let Some((name, detail)) = dbus_error_name(&e) else {
+        return SystemdError::Dbus {
+            unit: unit.to_string(),
+            call,
+            source: e,
+        };
+    };
+    let unit = unit.to_string();
+    match classify_error_name(&name) {
+        ErrorClass::NoSuchUnit => SystemdError::NoSuchUnit { unit },
+        ErrorClass::AccessDenied => SystemdError::AccessDenied { unit, detail },
+        ErrorClass::Masked => SystemdError::Masked { unit },
+        ErrorClass::NotApplicable if call == "ReloadUnit" => SystemdError::NoReload { unit },
+        _ => SystemdError::Dbus {
+            unit,
+            call,
+            source: e,
+        },
+    }
+}
+
+/// Is the unit failing? `baseline` is a state seen after our own job completed (a manual
+/// start resets NRestarts, so the state before the job is no baseline for it).
+/// Returns the reason, for the operator.
+pub fn crash_loop(baseline: &UnitState, now: &UnitState) -> Option<String> {
+    if now.active_state == "failed" {
+        return Some(format!(
+            "the unit failed (Result={})",
+            non_empty(&now.result)
+        ));
+    }
+    if now.sub_state == "auto-restart" {
+        return Some(format!(
+            "the unit's process exited (Result={}) and systemd is restarting it automatically",
+            non_empty(&now.result)
+        ));
+    }
+    if now.n_restarts > baseline.n_restarts {
+        return Some(format!(
+            "automatic restarts climbed from {} to {}",
+            baseline.n_restarts, now.n_restarts
+        ));
+    }
+    if !now.result.is_empty() && now.result != "success" {
+        return Some(format!("Result={}", now.result));
+    }
+    None
+}
+
+fn non_empty(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+/// Where a restart stands, judged from fresh states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestartVerdict {
+    /// New InvocationID, new MainPID, active/running.
+    Proven,
+    /// Not yet: what is still missing.
+    Waiting(String),
+    /// The new instance is failing.
+    Failing(String),
+}
+
+/// Judge a restart. `before` is the state read before RestartUnit, `baseline` the first state
+/// read after our job was removed, `now` the latest state.
+pub fn restart_verdict(
+    before: &UnitState,
+    baseline: &UnitState,
+    now: &UnitState,
+) -> RestartVerdict {
+    if let Some(reason) = crash_loop(baseline, now) {
+        return RestartVerdict::Failing(reason);
+    }
+    let mut missing = Vec::new();
+    if now.invocation_id.is_empty() || now.invocation_id == before.invocation_id {
+        missing.push("a new InvocationID");
+    }
+    if now.main_pid == 0 || now.main_pid == before.main_pid {
+        missing.push("a new MainPID");
+    }
+    if !now.is_running() {
+        missing.push("active/running");
+    }
+    if missing.is_empty() {
+        RestartVerdict::Proven
+    } else {
+        RestartVerdict::Waiting(missing.join(", "))
+    }
+}
+
+/// Did the identity change at all? (Used to tell `NotRestarted` from a slow start at the
+/// deadline.)
+pub fn identity_changed(before: &UnitState, now: &UnitState) -> bool {
+    !now.invocation_id.is_empty() && now.invocation_id != before.invocation_id
+}
+
+/// `si_code` values systemd reports in ExecMainCode.
+const CLD_EXITED: i32 = 1;
+const CLD_KILLED: i32 = 2;
+const CLD_DUMPED: i32 = 3;
+
+/// Shell-style exit status of a finished main process: the exit code, or 128+signal.
+pub fn exit_status(exec_main_code: i32, exec_main_status: i32) -> Option<i32> {
+    match exec_main_code {
+        CLD_EXITED => Some(exec_main_status),
+        CLD_KILLED | CLD_DUMPED => Some(128 + exec_main_status),
+        _ => None,
+    }
+}
+
+/// Has a handed-off unit (Type=exec, RemainAfterExit=yes) finished? Returns its exit status.
+/// `active/exited` is a clean exit, `failed` an error exit or a kill; `inactive` happens only
+/// if someone stopped it (then the main process was killed by the stop).
+pub fn transient_finished(
+    state: &UnitState,
+    exec_main_code: i32,
+    exec_main_status: i32,
+) -> Option<i32> {
+    let ended = state.sub_state == "exited"
+        || state.active_state == "failed"
+        || state.active_state == "inactive";
+    if !ended {
+        return None;
+    }
+    // A unit that never ran its main process (ExecMainCode=0) still ended: report a failure.
+    Some(exit_status(exec_main_code, exec_main_status).unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(active: &str, sub: &str, result: &str, inv: &str, pid: u32, nr: u32) -> UnitState {
+        UnitState {
+            name: "x.service".into(),
+            active_state: active.into(),
+            sub_state: sub.into(),
+            result: result.into(),
+            invocation_id: inv.into(),
+            main_pid: pid,
+            exec_main_start_us: 0,
+            n_restarts: nr,
+        }
+    }
+
+    #[test]
+    fn job_results_map_to_typed_errors() {
+        assert!(check_job_result("a.service", "/j/1", "done").is_ok());
+        for r in [
+            "canceled",
+            "timeout",
+            "failed",
+            "dependency",
+            "skipped",
+            "weird",
+        ] {
+            match check_job_result("a.service", "/j/1", r) {
+                Err(SystemdError::JobFailed { unit, result, .. }) => {
+                    assert_eq!(unit, "a.service");
+                    assert_eq!(result, r);
+                }
+                other => panic!("{r}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn error_names_are_classified() {
+        assert_eq!(
+            classify_error_name("org.freedesktop.systemd1.NoSuchUnit"),
+            ErrorClass::NoSuchUnit
+        );
+        assert_eq!(
+            classify_error_name("org.freedesktop.DBus.Error.AccessDenied"),
+            ErrorClass::AccessDenied
+        );
+        assert_eq!(
+            classify_error_name("org.freedesktop.systemd1.JobTypeNotApplicable"),
+            ErrorClass::NotApplicable
+        );
+        assert_eq!(
+            classify_error_name("org.freedesktop.systemd1.UnitExists"),
+            ErrorClass::UnitExists
+        );
+        assert_eq!(classify_error_name("org.example.Other"), ErrorClass::Other);
+    }
+
+    #[test]
+    fn restart_needs_new_invocation_new_pid_and_running() {
+        let before = st("active", "running", "success", "aa", 10, 0);
+        let same = before.clone();
+        assert!(matches!(
+            restart_verdict(&before, &same, &same),
+            RestartVerdict::Waiting(m) if m.contains("InvocationID") && m.contains("MainPID")
+        ));
+        let activating = st("activating", "start", "success", "bb", 11, 0);
+        assert!(matches!(
+            restart_verdict(&before, &activating, &activating),
+            RestartVerdict::Waiting(m) if m == "active/running"
+        ));
+        let same_pid = st("active", "running", "success", "bb", 10, 0);
+        assert!(matches!(
+            restart_verdict(&before, &same_pid, &same_pid),
+            RestartVerdict::Waiting(m) if m == "a new MainPID"
+        ));
+        let ok = st("active", "running", "success", "bb", 11, 0);
+        assert_eq!(restart_verdict(&before, &ok, &ok), RestartVerdict::Proven);
+    }
+
+    #[test]
+    fn restart_of_a_stopped_unit_is_proven_by_its_first_identity() {
+        let before = st("inactive", "dead", "success", "", 0, 0);
+        let ok = st("active", "running", "success", "cc", 42, 0);
+        assert_eq!(restart_verdict(&before, &ok, &ok), RestartVerdict::Proven);
+    }
+
+    #[test]
+    fn crash_loop_is_spotted() {
+        let base = st("active", "running", "success", "bb", 11, 0);
+        assert_eq!(crash_loop(&base, &base), None);
+        let climbing = st("active", "running", "success", "cc", 12, 2);
+        assert!(crash_loop(&base, &climbing)
+            .unwrap()
+            .contains("climbed from 0 to 2"));
+        let auto = st("activating", "auto-restart", "exit-code", "bb", 0, 0);
+        assert!(crash_loop(&base, &auto).unwrap().contains("automatically"));
+        let failed = st("failed", "failed", "exit-code", "bb", 0, 0);
+        assert!(crash_loop(&base, &failed).unwrap().contains("exit-code"));
+        assert!(matches!(
+            restart_verdict(
+                &st("active", "running", "success", "aa", 1, 0),
+                &base,
+                &failed
+            ),
+            RestartVerdict::Failing(_)
+        ));
+    }
+
+    #[test]
+    fn exit_status_of_transient_units() {
+        let running = st("active", "running", "success", "a", 5, 0);
+        assert_eq!(transient_finished(&running, 0, 0), None);
+        let exited = st("active", "exited", "success", "a", 0, 0);
+        assert_eq!(transient_finished(&exited, 1, 0), Some(0));
+        let failed = st("failed", "failed", "exit-code", "a", 0, 0);
+        assert_eq!(transient_finished(&failed, 1, 13), Some(13));
+        let killed = st("failed", "failed", "signal", "a", 0, 0);
+        assert_eq!(transient_finished(&killed, 2, 9), Some(137));
+        let never_ran = st("failed", "failed", "resources", "a", 0, 0);
+        assert_eq!(transient_finished(&never_ran, 0, 0), Some(1));
+    }
+}

@@ -1,0 +1,164 @@
+//! systemd over D-Bus: fresh unit state, start/stop/restart/reload with proof, hand-off of a
+//! whole run to a transient unit, and progress through sd_notify.
+//!
+//! - [`client`]: the [`Systemd`] connection and fresh property reads.
+//! - [`jobs`]: the pure decisions behind waiting for jobs and proving a restart.
+//! - [`handoff`]: run `kata-live` as a transient unit when it would die with CRI-O.
+//! - [`notify`]: `STATUS=` / `EXTEND_TIMEOUT_USEC=` for `systemctl status`.
+
+pub mod client;
+pub mod handoff;
+pub mod jobs;
+pub mod notify;
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use client::{Systemd, DEFAULT_SYSTEM_BUS_ADDRESS};
+pub use jobs::crash_loop;
+
+/// A unit's state, read fresh from systemd (never from a proxy's property cache).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UnitState {
+    pub name: String,
+    pub active_state: String,
+    pub sub_state: String,
+    /// `Result` property: "success", "exit-code", "signal", "timeout", ...
+    pub result: String,
+    /// 32 hex digits; changes at every start of the unit.
+    pub invocation_id: String,
+    pub main_pid: u32,
+    /// ExecMainStartTimestamp, microseconds since the epoch (CLOCK_REALTIME).
+    pub exec_main_start_us: u64,
+    pub n_restarts: u32,
+}
+
+impl UnitState {
+    /// One short line for logs and error messages.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} {}/{} result={} pid={} invocation={} restarts={}",
+            self.name,
+            self.active_state,
+            self.sub_state,
+            if self.result.is_empty() {
+                "-"
+            } else {
+                &self.result
+            },
+            self.main_pid,
+            if self.invocation_id.is_empty() {
+                "-"
+            } else {
+                &self.invocation_id
+            },
+            self.n_restarts
+        )
+    }
+
+    /// `active/running`: the state a long-running service must reach after a (re)start.
+    pub fn is_running(&self) -> bool {
+        self.active_state == "active" && self.sub_state == "running"
+    }
+}
+
+impl std::fmt::Display for UnitState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary())
+    }
+}
+
+/// What a proven restart saw: the identity before and after, and how long it took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RestartProof {
+    pub before: UnitState,
+    pub after: UnitState,
+    /// The JobRemoved result of our restart job (always "done" in a proof).
+    pub job_result: String,
+    pub elapsed: Duration,
+}
+
+/// Errors of the systemd module. Every variant names the unit (or the bus) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemdError {
+    #[error(
+        "cannot talk to systemd on the system bus at {addr}: {source}; run on the host, \
+         e.g. `chroot /host` in a debug pod, or set DBUS_SYSTEM_BUS_ADDRESS"
+    )]
+    NoBus {
+        addr: String,
+        #[source]
+        source: zbus::Error,
+    },
+    #[error("unit {unit} does not exist (not found by systemd); check the unit name in the configuration")]
+    NoSuchUnit { unit: String },
+    #[error(
+        "access denied by systemd for unit {unit}: {detail}; run kata-live as root on the host"
+    )]
+    AccessDenied { unit: String, detail: String },
+    #[error("unit {unit} cannot be reloaded (it has no ExecReload=); use a restart instead")]
+    NoReload { unit: String },
+    #[error("unit {unit} is masked; unmask it (`systemctl unmask {unit}`) before kata-live can act on it")]
+    Masked { unit: String },
+    #[error("systemd job {job} on unit {unit} ended with result `{result}` ({meaning}); see `journalctl -u {unit}`")]
+    JobFailed {
+        unit: String,
+        job: String,
+        result: String,
+        meaning: &'static str,
+    },
+    #[error("deadline of {deadline:?} passed on unit {unit} while waiting for {what}; last state: {last_state}; see `journalctl -u {unit}`")]
+    Deadline {
+        unit: String,
+        what: String,
+        deadline: Duration,
+        last_state: String,
+    },
+    #[error("unit {unit} did not really restart: before {before}, after {after}")]
+    NotRestarted {
+        unit: String,
+        before: Box<UnitState>,
+        after: Box<UnitState>,
+    },
+    #[error("unit {unit} is failing: {reason}; state {state}; see `journalctl -u {unit}`")]
+    CrashLoop {
+        unit: String,
+        reason: String,
+        state: Box<UnitState>,
+    },
+    #[error(
+        "a hand-off unit {unit} is already running ({state}); another kata-live run is in progress: \
+         follow it with `journalctl -fu {unit}` and wait for it to finish"
+    )]
+    HandOffBusy { unit: String, state: Box<UnitState> },
+    #[error("invalid hand-off command for unit {unit}: {reason}")]
+    BadCommand { unit: String, reason: String },
+    #[error("D-Bus call {call} for unit {unit} failed: {source}")]
+    Dbus {
+        unit: String,
+        call: &'static str,
+        #[source]
+        source: zbus::Error,
+    },
+}
+
+impl SystemdError {
+    /// The unit this error is about ("" for bus-level errors).
+    pub fn unit(&self) -> &str {
+        match self {
+            SystemdError::NoBus { .. } => "",
+            SystemdError::NoSuchUnit { unit }
+            | SystemdError::AccessDenied { unit, .. }
+            | SystemdError::NoReload { unit }
+            | SystemdError::Masked { unit }
+            | SystemdError::JobFailed { unit, .. }
+            | SystemdError::Deadline { unit, .. }
+            | SystemdError::NotRestarted { unit, .. }
+            | SystemdError::CrashLoop { unit, .. }
+            | SystemdError::HandOffBusy { unit, .. }
+            | SystemdError::BadCommand { unit, .. }
+            | SystemdError::Dbus { unit, .. } => unit,
+        }
+    }
+}
