@@ -21,6 +21,9 @@ pub enum AppError {
     Systemd(#[from] SystemdError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("{0}")]
+    NotImplemented(String),
+    Generate(#[from] crate::generate::GenerateError),
 }
 
 impl AppError {
@@ -31,6 +34,9 @@ impl AppError {
             // Nothing can be observed or changed without systemd: refused, node untouched.
             AppError::Systemd(SystemdError::NoBus { .. }) => ExitCode::PreflightRefused,
             AppError::Crio(_) | AppError::Systemd(_) | AppError::Runtime(_) => ExitCode::Internal,
+            AppError::Crio(_) => ExitCode::Internal,
+            AppError::NotImplemented(_) => ExitCode::NotImplemented,
+            AppError::Generate(_) => ExitCode::Usage,
         }
     }
 }
@@ -55,10 +61,34 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
+    // Packaging-time generation (man pages, completions) needs no host and no configuration.
+    if let Command::Generate(args) = &cli.command {
+        crate::generate::run(args)?;
+        return Ok(ExitCode::Ok);
+    }
     let loaded = config::load(host)?;
     if let Command::Config = cli.command {
         print_config(&loaded, cli.global.json);
         return Ok(ExitCode::Ok);
+    match &cli.command {
+        Command::Config => {
+            print_config(&loaded, cli.global.json);
+            Ok(ExitCode::Ok)
+        Command::Install(_) if cli.global.dry_run => {
+            dry_run_install(&loaded, host)?;
+        Command::Install(_) => Err(AppError::NotImplemented(
+            "install: the package, activation and proof steps are not in this build yet; \
+             `kata-live install --dry-run` shows the drop-in it would write"
+                .into(),
+        )),
+        Command::Uninstall(_) => Err(AppError::NotImplemented(
+            "uninstall is not in this build yet".into(),
+        Command::Status => Err(AppError::NotImplemented(
+            "status is not in this build yet; `kata-live config` shows the configuration".into(),
+        Command::Verify => Err(AppError::NotImplemented(
+            "verify is not in this build yet".into(),
+        // Handled above, before the configuration is loaded.
+        Command::Generate(_) => Ok(ExitCode::Ok),
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

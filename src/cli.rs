@@ -81,6 +81,9 @@ pub enum Command {
     Verify,
     /// Print the merged configuration and which file set each value.
     Config,
+    /// Write the man pages or shell completions (packaging; see src/generate.rs).
+    #[command(hide = true)]
+    Generate(crate::generate::GenerateArgs),
 }
 
 #[derive(Debug, Args)]

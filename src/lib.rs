@@ -11,6 +11,7 @@ pub mod crio;
 pub mod exit;
 pub mod flow;
 pub mod fsutil;
+pub mod generate;
 pub mod host;
 pub mod install;
 pub mod kubelet;
