@@ -21,22 +21,18 @@ pub enum AppError {
     Systemd(#[from] SystemdError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
-    #[error("{0}")]
-    NotImplemented(String),
+    #[error(transparent)]
     Generate(#[from] crate::generate::GenerateError),
 }
 
 impl AppError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            AppError::Config(_) => ExitCode::Usage,
+            AppError::Config(_) | AppError::Generate(_) => ExitCode::Usage,
             AppError::Systemd(SystemdError::HandOffBusy { .. }) => ExitCode::LockBusy,
             // Nothing can be observed or changed without systemd: refused, node untouched.
             AppError::Systemd(SystemdError::NoBus { .. }) => ExitCode::PreflightRefused,
             AppError::Crio(_) | AppError::Systemd(_) | AppError::Runtime(_) => ExitCode::Internal,
-            AppError::Crio(_) => ExitCode::Internal,
-            AppError::NotImplemented(_) => ExitCode::NotImplemented,
-            AppError::Generate(_) => ExitCode::Usage,
         }
     }
 }
@@ -70,25 +66,6 @@ fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
     if let Command::Config = cli.command {
         print_config(&loaded, cli.global.json);
         return Ok(ExitCode::Ok);
-    match &cli.command {
-        Command::Config => {
-            print_config(&loaded, cli.global.json);
-            Ok(ExitCode::Ok)
-        Command::Install(_) if cli.global.dry_run => {
-            dry_run_install(&loaded, host)?;
-        Command::Install(_) => Err(AppError::NotImplemented(
-            "install: the package, activation and proof steps are not in this build yet; \
-             `kata-live install --dry-run` shows the drop-in it would write"
-                .into(),
-        )),
-        Command::Uninstall(_) => Err(AppError::NotImplemented(
-            "uninstall is not in this build yet".into(),
-        Command::Status => Err(AppError::NotImplemented(
-            "status is not in this build yet; `kata-live config` shows the configuration".into(),
-        Command::Verify => Err(AppError::NotImplemented(
-            "verify is not in this build yet".into(),
-        // Handled above, before the configuration is loaded.
-        Command::Generate(_) => Ok(ExitCode::Ok),
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -122,7 +99,8 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         }
         Command::Status => Ok(crate::status::status(&ctx, cli.global.json).await),
         Command::Verify => Ok(crate::status::verify(&ctx, cli.global.json).await),
-        Command::Config => Ok(ExitCode::Ok),
+        // Handled before the runtime starts.
+        Command::Config | Command::Generate(_) => Ok(ExitCode::Ok),
     }
 }
 
