@@ -3,6 +3,7 @@
 //! stderr already is the journal (a unit's output, per JOURNAL_STREAM), only the
 //! structured layer is kept, so no line is logged twice.
 
+use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::path::Path;
 use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer};

@@ -96,12 +96,19 @@ fn without_a_system_bus_install_is_refused_and_changes_nothing() {
     let r = tempfile::tempdir().unwrap();
     let bus = r.path().join("no-such-bus");
     kata_live()
-        .env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", bus.display()))
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            format!("unix:path={}", bus.display()),
+        )
         .arg("--root")
         .arg(r.path())
         .args(["install", "--no-detach"])
         .assert()
         .code(10)
         .stderr(predicate::str::contains("chroot /host"));
-    assert_eq!(fs::read_dir(r.path()).unwrap().count(), 0, "wrote something");
+    assert_eq!(
+        fs::read_dir(r.path()).unwrap().count(),
+        0,
+        "wrote something"
+    );
 }

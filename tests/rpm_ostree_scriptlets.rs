@@ -1,5 +1,5 @@
 //! The post-install work the package scriptlets would have done, against the fake
-//! semodule/setsebool/getsebool/systemd-tmpfiles of tests/node/fakes (which record their
+//! semodule/setsebool/getsebool/systemd-tmpfiles of tests/node/node-root/usr/sbin and tests/node/fakes (which record their
 //! calls and keep state, like the real tools).
 
 use std::collections::BTreeMap;
@@ -12,8 +12,14 @@ use kata_live::scriptlets::{run_scriptlets, ScriptletError, StepOutcome, Tools};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-fn fakes() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/node/fakes")
+/// Where each fake lives: the SELinux ones in the test node's base tree (installed as
+/// /usr/sbin/* in every node), systemd-tmpfiles beside it (the node keeps its real one).
+fn fake(name: &str) -> PathBuf {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    match name {
+        "systemd-tmpfiles" => repo.join("tests/node/fakes").join(name),
+        _ => repo.join("tests/node/node-root/usr/sbin").join(name),
+    }
 }
 
 /// The fakes take their state directory from the environment: wrap each in a script
@@ -29,7 +35,7 @@ fn tools(tmp: &std::path::Path) -> (Tools, PathBuf) {
             format!(
                 "#!/bin/sh\nFAKE_SELINUX_DIR='{}' exec '{}' \"$@\"\n",
                 state.display(),
-                fakes().join(name).display()
+                fake(name).display()
             ),
         )
         .unwrap();
