@@ -380,6 +380,63 @@ async fn second_handoff_is_refused_while_one_runs() {
     }
 }
 
+/// An unprivileged caller gets a typed AccessDenied, not a generic D-Bus error.
+#[test]
+fn unprivileged_caller_gets_access_denied() {
+    let node = BootedNode::boot("denied");
+    node.write_unit("kl-sleeper.service", SLEEPER);
+    node.exec(&["systemctl", "daemon-reload"]);
+    let bus_dir = format!("{}/run/dbus", node.node.root_dir().display());
+    // SAFETY: the child only changes identity, runs one call on a fresh runtime and exits.
+    let child = match unsafe { fork() }.expect("fork") {
+        ForkResult::Parent { child } => child,
+        ForkResult::Child => {
+            // Enter the node's /run/dbus as root: nobody may not walk /proc/<leader>/root.
+            let code = if std::env::set_current_dir(&bus_dir).is_err()
+                || nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).is_err()
+                || nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).is_err()
+            {
+                90
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map(|rt| {
+                        rt.block_on(async {
+                            let Ok(sd) = Systemd::at_address("unix:path=system_bus_socket").await
+                            else {
+                                return 91;
+                            };
+                            match sd
+                                .restart_unit("kl-sleeper.service", Duration::from_secs(10))
+                                .await
+                            {
+                                Err(SystemdError::AccessDenied { unit, .. })
+                                    if unit == "kl-sleeper.service" =>
+                                {
+                                    0
+                                }
+                                Err(e) => {
+                                    eprintln!("unexpected error: {e:?}");
+                                    92
+                                }
+                                Ok(_) => 93,
+                            }
+                        })
+                    })
+                    .unwrap_or(94)
+            };
+            std::process::exit(code)
+        }
+    };
+    let status = nix::sys::wait::waitpid(child, None).unwrap();
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Exited(child, 0),
+        "90: setup, 91: no bus, 92: other error, 93: no error, 94: runtime"
+    );
+}
+
 /// Measurement: how long a restart proof takes on the node (median of 15).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn measure_restart_proof_time() {
