@@ -95,6 +95,18 @@ pub fn read_self_cgroup(proc_dir: &Path) -> std::io::Result<String> {
     std::fs::read_to_string(proc_dir.join("self/cgroup"))
 }
 
+/// The command the transient unit runs: our own argv with `--no-detach` (so the handed-off
+/// run executes in place instead of handing off again). `exe` must be absolute: systemd
+/// resolves it on the host, so run kata-live from the host's filesystem (`chroot /host`).
+pub fn handoff_argv(exe: &Path, args: &[String]) -> Vec<String> {
+    let mut argv = vec![exe.to_string_lossy().into_owned()];
+    argv.extend(args.iter().cloned());
+    if !args.iter().any(|a| a == "--no-detach") {
+        argv.push("--no-detach".to_string());
+    }
+    argv
+}
+
 /// The fixed hand-off unit name for a subcommand: `kata-live-handoff-install.service`.
 pub fn handoff_unit_name(subcommand: &str) -> String {
     format!("kata-live-handoff-{subcommand}.service")
@@ -379,6 +391,28 @@ mod tests {
         };
         let parsed: Vec<(String, Vec<String>, bool)> = Vec::try_from(v).unwrap();
         assert_eq!(parsed[0].1[2], "echo $$HOME");
+    }
+
+    #[test]
+    fn handoff_argv_adds_no_detach_once() {
+        let exe = Path::new("/usr/bin/kata-live");
+        let args = vec![
+            "install".to_string(),
+            "--config".to_string(),
+            "/etc/k.toml".to_string(),
+        ];
+        assert_eq!(
+            handoff_argv(exe, &args),
+            [
+                "/usr/bin/kata-live",
+                "install",
+                "--config",
+                "/etc/k.toml",
+                "--no-detach"
+            ]
+        );
+        let args = vec!["install".to_string(), "--no-detach".to_string()];
+        assert_eq!(handoff_argv(exe, &args).len(), 3);
     }
 
     #[test]
