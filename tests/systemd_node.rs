@@ -159,6 +159,10 @@ async fn typed_failures_deadline_and_no_reload() {
         "[Unit]\nStartLimitIntervalSec=0\n[Service]\nType=exec\nExecStart=/bin/sh -c 'sleep 0.5; exit 3'\nRestart=always\nRestartSec=100ms\n",
     );
     node.exec(&["systemctl", "mask", "kl-masked.service"]);
+    node.write_unit(
+        "kl-broken.service",
+        "[Service]\nType=exec\nExecStart=relative/path/is/invalid\n",
+    );
     let sd = node.systemd().await;
     sd.daemon_reload(Duration::from_secs(30)).await.unwrap();
 
@@ -244,6 +248,16 @@ async fn typed_failures_deadline_and_no_reload() {
     {
         Err(SystemdError::Masked { unit }) => assert_eq!(unit, "kl-masked.service"),
         other => panic!("expected Masked, got {other:?}"),
+    }
+    match sd
+        .restart_unit("kl-broken.service", Duration::from_secs(5))
+        .await
+    {
+        Err(SystemdError::LoadError { unit, detail }) => {
+            assert_eq!(unit, "kl-broken.service");
+            eprintln!("broken unit: {detail}");
+        }
+        other => panic!("expected LoadError, got {other:?}"),
     }
 }
 
