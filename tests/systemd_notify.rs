@@ -20,7 +20,10 @@ fn status_extend_timeout_and_ready_reach_the_notify_socket() {
         String::from_utf8_lossy(&buf[..n]).into_owned()
     };
     notify::status("restarting crio.service\n(step 3 of 7)");
-    assert_eq!(recv().trim_end(), "STATUS=restarting crio.service (step 3 of 7)");
+    assert_eq!(
+        recv().trim_end(),
+        "STATUS=restarting crio.service (step 3 of 7)"
+    );
     notify::extend_timeout(Duration::from_secs(90));
     assert_eq!(recv().trim_end(), "EXTEND_TIMEOUT_USEC=90000000");
     notify::ready();
