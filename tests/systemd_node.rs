@@ -372,6 +372,32 @@ async fn second_handoff_is_refused_while_one_runs() {
         other => panic!("expected HandOffBusy, got {other:?}"),
     }
     assert_eq!(first.await.unwrap().unwrap(), 0);
+    // The operator who handed off sees the run's output, and only this run's.
+    let journalctl: Vec<String> = [
+        "nsenter",
+        "-t",
+        &node.node.leader_pid().to_string(),
+        "-m",
+        "-p",
+        "--",
+        "journalctl",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut seen = Vec::new();
+    let code = handoff::run_transient_following(
+        &sd,
+        unit,
+        &sh("echo line one; sleep 0.5; echo line two; exit 3"),
+        Duration::from_secs(20),
+        Some(&journalctl),
+        &mut |l: &str| seen.push(l.to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 3);
+    assert_eq!(seen, ["line one", "line two"]);
     // Cleaned up after reading: the name is free again, and exit codes come through.
     let code = handoff::run_transient(&sd, unit, &sh("exit 5"), Duration::from_secs(20))
         .await

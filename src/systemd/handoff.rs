@@ -165,6 +165,21 @@ pub async fn run_transient(
     argv: &[String],
     deadline: Duration,
 ) -> Result<i32, SystemdError> {
+    run_transient_following(sd, unit_name, argv, deadline, None, &mut |_| {}).await
+}
+
+/// [`run_transient`], and also pass each line the run writes to the journal to `on_line`
+/// (for the operator who started it by hand). `journalctl` is the argv that runs journalctl
+/// on the host (`["journalctl"]`; a test node needs `nsenter ... journalctl`); `None` follows
+/// STATUS= only. Lines are matched by the run's InvocationID, so old runs never show up.
+pub async fn run_transient_following(
+    sd: &Systemd,
+    unit_name: &str,
+    argv: &[String],
+    deadline: Duration,
+    journalctl: Option<&[String]>,
+    on_line: &mut (dyn FnMut(&str) + Send),
+) -> Result<i32, SystemdError> {
     let started = Instant::now();
     let until = started + deadline;
     let props = transient_properties(unit_name, argv)?;
@@ -234,8 +249,17 @@ pub async fn run_transient(
     }
 
     let mut last_status = String::new();
+    let mut journal: Option<JournalFollower> = None;
     loop {
         let snap = sd.snapshot(unit_name).await?;
+        if journal.is_none() && !snap.state.invocation_id.is_empty() {
+            if let Some(cmd) = journalctl {
+                journal = JournalFollower::spawn(cmd, &snap.state.invocation_id);
+            }
+        }
+        if let Some(j) = journal.as_mut() {
+            j.drain(on_line);
+        }
         if !snap.status_text.is_empty() && snap.status_text != last_status {
             tracing::info!(unit = %unit_name, "{}", snap.status_text);
             last_status = snap.status_text.clone();
@@ -243,6 +267,9 @@ pub async fn run_transient(
         if let Some(status) =
             jobs::transient_finished(&snap.state, snap.exec_main_code, snap.exec_main_status)
         {
+            if let Some(j) = journal.as_mut() {
+                j.finish(on_line).await;
+            }
             tracing::info!(unit = %unit_name, status, state = %snap.state, "hand-off finished");
             cleanup(sd, unit_name, &snap.state).await?;
             return Ok(status);
@@ -258,6 +285,69 @@ pub async fn run_transient(
             });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `journalctl -f --lines=all -o cat _SYSTEMD_INVOCATION_ID=<id>` (from the first line of the
+/// run, however late we start) in the background, lines over a channel.
+struct JournalFollower {
+    _child: tokio::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl JournalFollower {
+    fn spawn(cmd: &[String], invocation_id: &str) -> Option<Self> {
+        use tokio::io::AsyncBufReadExt;
+        let (program, args) = cmd.split_first()?;
+        let spawned = tokio::process::Command::new(program)
+            .args(args)
+            .args(["-f", "--lines=all", "-q", "-o", "cat", "--no-pager"])
+            .arg(format!("_SYSTEMD_INVOCATION_ID={invocation_id}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                // Progress display only: the run itself is unaffected.
+                tracing::warn!(error = %e, ?cmd, "cannot follow the hand-off's journal");
+                return None;
+            }
+        };
+        let stdout = child.stdout.take()?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Some(JournalFollower {
+            _child: child,
+            lines: rx,
+        })
+    }
+
+    fn drain(&mut self, on_line: &mut (dyn FnMut(&str) + Send)) {
+        while let Ok(line) = self.lines.try_recv() {
+            on_line(&line);
+        }
+    }
+
+    /// The journal lags the process: take lines until it has been quiet for a moment
+    /// (bounded: at most 2 s).
+    async fn finish(&mut self, on_line: &mut (dyn FnMut(&str) + Send)) {
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            match tokio::time::timeout(Duration::from_millis(300), self.lines.recv()).await {
+                Ok(Some(line)) => on_line(&line),
+                _ => break,
+            }
+        }
     }
 }
 
