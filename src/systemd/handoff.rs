@@ -240,6 +240,11 @@ pub async fn run_transient_following(
             jobs::transient_finished(&snap.state, snap.exec_main_code, snap.exec_main_status)
         {
             if !(200..=243).contains(&status) {
+                if let Some(mut j) = journalctl
+                    .and_then(|cmd| JournalFollower::spawn(cmd, &snap.state.invocation_id))
+                {
+                    j.finish(on_line).await;
+                }
                 tracing::info!(unit = %unit_name, status, state = %snap.state, "hand-off finished");
                 cleanup(sd, unit_name, &snap.state).await?;
                 return Ok(status);
@@ -293,6 +298,7 @@ pub async fn run_transient_following(
 struct JournalFollower {
     _child: tokio::process::Child,
     lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    got_any: bool,
 }
 
 impl JournalFollower {
@@ -329,22 +335,33 @@ impl JournalFollower {
         Some(JournalFollower {
             _child: child,
             lines: rx,
+            got_any: false,
         })
     }
 
     fn drain(&mut self, on_line: &mut (dyn FnMut(&str) + Send)) {
         while let Ok(line) = self.lines.try_recv() {
+            self.got_any = true;
             on_line(&line);
         }
     }
 
-    /// The journal lags the process: take lines until it has been quiet for a moment
-    /// (bounded: at most 2 s).
+    /// The journal lags the process (and journalctl needs a moment to start): take lines
+    /// until it has been quiet for a second (longer before a first line). Best effort, for
+    /// display only (the journal keeps everything); bounded at 5 s.
     async fn finish(&mut self, on_line: &mut (dyn FnMut(&str) + Send)) {
-        let until = Instant::now() + Duration::from_secs(2);
+        let until = Instant::now() + Duration::from_secs(5);
         while Instant::now() < until {
-            match tokio::time::timeout(Duration::from_millis(300), self.lines.recv()).await {
-                Ok(Some(line)) => on_line(&line),
+            let quiet = if self.got_any {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs(2)
+            };
+            match tokio::time::timeout(quiet, self.lines.recv()).await {
+                Ok(Some(line)) => {
+                    self.got_any = true;
+                    on_line(&line);
+                }
                 _ => break,
             }
         }
