@@ -159,6 +159,10 @@ async fn typed_failures_deadline_and_no_reload() {
         "[Unit]\nStartLimitIntervalSec=0\n[Service]\nType=exec\nExecStart=/bin/sh -c 'sleep 0.5; exit 3'\nRestart=always\nRestartSec=100ms\n",
     );
     node.exec(&["systemctl", "mask", "kl-masked.service"]);
+    node.write_unit(
+        "kl-broken.service",
+        "[Service]\nType=exec\nExecStart=relative/path/is/invalid\n",
+    );
     let sd = node.systemd().await;
     sd.daemon_reload(Duration::from_secs(30)).await.unwrap();
 
@@ -244,6 +248,16 @@ async fn typed_failures_deadline_and_no_reload() {
     {
         Err(SystemdError::Masked { unit }) => assert_eq!(unit, "kl-masked.service"),
         other => panic!("expected Masked, got {other:?}"),
+    }
+    match sd
+        .restart_unit("kl-broken.service", Duration::from_secs(5))
+        .await
+    {
+        Err(SystemdError::LoadError { unit, detail }) => {
+            assert_eq!(unit, "kl-broken.service");
+            eprintln!("broken unit: {detail}");
+        }
+        other => panic!("expected LoadError, got {other:?}"),
     }
 }
 
@@ -358,6 +372,46 @@ async fn second_handoff_is_refused_while_one_runs() {
         other => panic!("expected HandOffBusy, got {other:?}"),
     }
     assert_eq!(first.await.unwrap().unwrap(), 0);
+    // The operator who handed off sees the run's output, and only this run's.
+    let journalctl: Vec<String> = [
+        "nsenter",
+        "-t",
+        &node.node.leader_pid().to_string(),
+        "-m",
+        "-p",
+        "--",
+        "journalctl",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut seen = Vec::new();
+    let code = handoff::run_transient_following(
+        &sd,
+        unit,
+        &sh("echo line one; sleep 0.5; echo line two; exit 3"),
+        Duration::from_secs(20),
+        Some(&journalctl),
+        &mut |l: &str| seen.push(l.to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 3);
+    assert_eq!(seen, ["line one", "line two"]);
+    // A run that fails at once (a config error, say) still shows its message.
+    let mut seen = Vec::new();
+    let code = handoff::run_transient_following(
+        &sd,
+        unit,
+        &sh("echo bad config >&2; exit 2"),
+        Duration::from_secs(20),
+        Some(&journalctl),
+        &mut |l: &str| seen.push(l.to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 2);
+    assert_eq!(seen, ["bad config"]);
     // Cleaned up after reading: the name is free again, and exit codes come through.
     let code = handoff::run_transient(&sd, unit, &sh("exit 5"), Duration::from_secs(20))
         .await
@@ -378,6 +432,63 @@ async fn second_handoff_is_refused_while_one_runs() {
         Err(SystemdError::JobFailed { result, .. }) => assert_eq!(result, "failed"),
         other => panic!("expected JobFailed for a missing program, got {other:?}"),
     }
+}
+
+/// An unprivileged caller gets a typed AccessDenied, not a generic D-Bus error.
+#[test]
+fn unprivileged_caller_gets_access_denied() {
+    let node = BootedNode::boot("denied");
+    node.write_unit("kl-sleeper.service", SLEEPER);
+    node.exec(&["systemctl", "daemon-reload"]);
+    let bus_dir = format!("{}/run/dbus", node.node.root_dir().display());
+    // SAFETY: the child only changes identity, runs one call on a fresh runtime and exits.
+    let child = match unsafe { fork() }.expect("fork") {
+        ForkResult::Parent { child } => child,
+        ForkResult::Child => {
+            // Enter the node's /run/dbus as root: nobody may not walk /proc/<leader>/root.
+            let code = if std::env::set_current_dir(&bus_dir).is_err()
+                || nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).is_err()
+                || nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).is_err()
+            {
+                90
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map(|rt| {
+                        rt.block_on(async {
+                            let Ok(sd) = Systemd::at_address("unix:path=system_bus_socket").await
+                            else {
+                                return 91;
+                            };
+                            match sd
+                                .restart_unit("kl-sleeper.service", Duration::from_secs(10))
+                                .await
+                            {
+                                Err(SystemdError::AccessDenied { unit, .. })
+                                    if unit == "kl-sleeper.service" =>
+                                {
+                                    0
+                                }
+                                Err(e) => {
+                                    eprintln!("unexpected error: {e:?}");
+                                    92
+                                }
+                                Ok(_) => 93,
+                            }
+                        })
+                    })
+                    .unwrap_or(94)
+            };
+            std::process::exit(code)
+        }
+    };
+    let status = nix::sys::wait::waitpid(child, None).unwrap();
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Exited(child, 0),
+        "90: setup, 91: no bus, 92: other error, 93: no error, 94: runtime"
+    );
 }
 
 /// Measurement: how long a restart proof takes on the node (median of 15).

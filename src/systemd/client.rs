@@ -335,10 +335,19 @@ impl Systemd {
     /// Check the unit exists and is not masked before queueing a job on it.
     async fn preflight(&self, unit: &str) -> Result<UnitSnapshot, SystemdError> {
         let snap = self.snapshot(unit).await?;
-        if snap.load_state == "masked" {
-            return Err(SystemdError::Masked {
-                unit: unit.to_string(),
-            });
+        match snap.load_state.as_str() {
+            "masked" => {
+                return Err(SystemdError::Masked {
+                    unit: unit.to_string(),
+                })
+            }
+            "error" | "bad-setting" => {
+                return Err(SystemdError::LoadError {
+                    unit: unit.to_string(),
+                    detail: format!("LoadState={}", snap.load_state),
+                })
+            }
+            _ => {}
         }
         Ok(snap)
     }

@@ -95,6 +95,18 @@ pub fn read_self_cgroup(proc_dir: &Path) -> std::io::Result<String> {
     std::fs::read_to_string(proc_dir.join("self/cgroup"))
 }
 
+/// The command the transient unit runs: our own argv with `--no-detach` (so the handed-off
+/// run executes in place instead of handing off again). `exe` must be absolute: systemd
+/// resolves it on the host, so run kata-live from the host's filesystem (`chroot /host`).
+pub fn handoff_argv(exe: &Path, args: &[String]) -> Vec<String> {
+    let mut argv = vec![exe.to_string_lossy().into_owned()];
+    argv.extend(args.iter().cloned());
+    if !args.iter().any(|a| a == "--no-detach") {
+        argv.push("--no-detach".to_string());
+    }
+    argv
+}
+
 /// The fixed hand-off unit name for a subcommand: `kata-live-handoff-install.service`.
 pub fn handoff_unit_name(subcommand: &str) -> String {
     format!("kata-live-handoff-{subcommand}.service")
@@ -152,6 +164,21 @@ pub async fn run_transient(
     unit_name: &str,
     argv: &[String],
     deadline: Duration,
+) -> Result<i32, SystemdError> {
+    run_transient_following(sd, unit_name, argv, deadline, None, &mut |_| {}).await
+}
+
+/// [`run_transient`], and also pass each line the run writes to the journal to `on_line`
+/// (for the operator who started it by hand). `journalctl` is the argv that runs journalctl
+/// on the host (`["journalctl"]`; a test node needs `nsenter ... journalctl`); `None` follows
+/// STATUS= only. Lines are matched by the run's InvocationID, so old runs never show up.
+pub async fn run_transient_following(
+    sd: &Systemd,
+    unit_name: &str,
+    argv: &[String],
+    deadline: Duration,
+    journalctl: Option<&[String]>,
+    on_line: &mut (dyn FnMut(&str) + Send),
 ) -> Result<i32, SystemdError> {
     let started = Instant::now();
     let until = started + deadline;
@@ -213,6 +240,11 @@ pub async fn run_transient(
             jobs::transient_finished(&snap.state, snap.exec_main_code, snap.exec_main_status)
         {
             if !(200..=243).contains(&status) {
+                if let Some(mut j) = journalctl
+                    .and_then(|cmd| JournalFollower::spawn(cmd, &snap.state.invocation_id))
+                {
+                    j.finish(on_line).await;
+                }
                 tracing::info!(unit = %unit_name, status, state = %snap.state, "hand-off finished");
                 cleanup(sd, unit_name, &snap.state).await?;
                 return Ok(status);
@@ -222,8 +254,17 @@ pub async fn run_transient(
     }
 
     let mut last_status = String::new();
+    let mut journal: Option<JournalFollower> = None;
     loop {
         let snap = sd.snapshot(unit_name).await?;
+        if journal.is_none() && !snap.state.invocation_id.is_empty() {
+            if let Some(cmd) = journalctl {
+                journal = JournalFollower::spawn(cmd, &snap.state.invocation_id);
+            }
+        }
+        if let Some(j) = journal.as_mut() {
+            j.drain(on_line);
+        }
         if !snap.status_text.is_empty() && snap.status_text != last_status {
             tracing::info!(unit = %unit_name, "{}", snap.status_text);
             last_status = snap.status_text.clone();
@@ -231,6 +272,9 @@ pub async fn run_transient(
         if let Some(status) =
             jobs::transient_finished(&snap.state, snap.exec_main_code, snap.exec_main_status)
         {
+            if let Some(j) = journal.as_mut() {
+                j.finish(on_line).await;
+            }
             tracing::info!(unit = %unit_name, status, state = %snap.state, "hand-off finished");
             cleanup(sd, unit_name, &snap.state).await?;
             return Ok(status);
@@ -246,6 +290,81 @@ pub async fn run_transient(
             });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `journalctl -f --lines=all -o cat _SYSTEMD_INVOCATION_ID=<id>` (from the first line of the
+/// run, however late we start) in the background, lines over a channel.
+struct JournalFollower {
+    _child: tokio::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    got_any: bool,
+}
+
+impl JournalFollower {
+    fn spawn(cmd: &[String], invocation_id: &str) -> Option<Self> {
+        use tokio::io::AsyncBufReadExt;
+        let (program, args) = cmd.split_first()?;
+        let spawned = tokio::process::Command::new(program)
+            .args(args)
+            .args(["-f", "--lines=all", "-q", "-o", "cat", "--no-pager"])
+            .arg(format!("_SYSTEMD_INVOCATION_ID={invocation_id}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                // Progress display only: the run itself is unaffected.
+                tracing::warn!(error = %e, ?cmd, "cannot follow the hand-off's journal");
+                return None;
+            }
+        };
+        let stdout = child.stdout.take()?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Some(JournalFollower {
+            _child: child,
+            lines: rx,
+            got_any: false,
+        })
+    }
+
+    fn drain(&mut self, on_line: &mut (dyn FnMut(&str) + Send)) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.got_any = true;
+            on_line(&line);
+        }
+    }
+
+    /// The journal lags the process (and journalctl needs a moment to start): take lines
+    /// until it has been quiet for a second (longer before a first line). Best effort, for
+    /// display only (the journal keeps everything); bounded at 5 s.
+    async fn finish(&mut self, on_line: &mut (dyn FnMut(&str) + Send)) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            let quiet = if self.got_any {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs(2)
+            };
+            match tokio::time::timeout(quiet, self.lines.recv()).await {
+                Ok(Some(line)) => {
+                    self.got_any = true;
+                    on_line(&line);
+                }
+                _ => break,
+            }
+        }
     }
 }
 
@@ -379,6 +498,28 @@ mod tests {
         };
         let parsed: Vec<(String, Vec<String>, bool)> = Vec::try_from(v).unwrap();
         assert_eq!(parsed[0].1[2], "echo $$HOME");
+    }
+
+    #[test]
+    fn handoff_argv_adds_no_detach_once() {
+        let exe = Path::new("/usr/bin/kata-live");
+        let args = vec![
+            "install".to_string(),
+            "--config".to_string(),
+            "/etc/k.toml".to_string(),
+        ];
+        assert_eq!(
+            handoff_argv(exe, &args),
+            [
+                "/usr/bin/kata-live",
+                "install",
+                "--config",
+                "/etc/k.toml",
+                "--no-detach"
+            ]
+        );
+        let args = vec!["install".to_string(), "--no-detach".to_string()];
+        assert_eq!(handoff_argv(exe, &args).len(), 3);
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub fn check_job_result(unit: &str, job: &str, result: &str) -> Result<(), Syste
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
     NoSuchUnit,
+    /// The unit file exists but has errors.
+    LoadFailed,
     AccessDenied,
     Masked,
     /// e.g. ReloadUnit on a unit without ExecReload=.
@@ -55,9 +57,8 @@ pub enum ErrorClass {
 /// Classify a D-Bus error name (as sent by systemd or the bus daemon).
 pub fn classify_error_name(name: &str) -> ErrorClass {
     match name {
-        "org.freedesktop.systemd1.NoSuchUnit" | "org.freedesktop.systemd1.LoadFailed" => {
-            ErrorClass::NoSuchUnit
-        }
+        "org.freedesktop.systemd1.NoSuchUnit" => ErrorClass::NoSuchUnit,
+        "org.freedesktop.systemd1.LoadFailed" => ErrorClass::LoadFailed,
         "org.freedesktop.DBus.Error.AccessDenied"
         | "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
         | "org.freedesktop.DBus.Error.AuthFailed" => ErrorClass::AccessDenied,
@@ -98,6 +99,7 @@ pub fn map_call_error(unit: &str, call: &'static str, e: zbus::Error) -> Systemd
     let unit = unit.to_string();
     match classify_error_name(&name) {
         ErrorClass::NoSuchUnit => SystemdError::NoSuchUnit { unit },
+        ErrorClass::LoadFailed => SystemdError::LoadError { unit, detail },
         ErrorClass::AccessDenied => SystemdError::AccessDenied { unit, detail },
         ErrorClass::Masked => SystemdError::Masked { unit },
         ErrorClass::NotApplicable if call == "ReloadUnit" => SystemdError::NoReload { unit },

@@ -99,6 +99,10 @@ pub enum SystemdError {
     AccessDenied { unit: String, detail: String },
     #[error("unit {unit} cannot be reloaded (it has no ExecReload=); use a restart instead")]
     NoReload { unit: String },
+    #[error(
+        "unit {unit} failed to load ({detail}); fix its unit file, see `systemctl status {unit}`"
+    )]
+    LoadError { unit: String, detail: String },
     #[error("unit {unit} is masked; unmask it (`systemctl unmask {unit}`) before kata-live can act on it")]
     Masked { unit: String },
     #[error("systemd job {job} on unit {unit} ended with result `{result}` ({meaning}); unit state: {state}; see `journalctl -u {unit}`")]
@@ -154,6 +158,7 @@ impl SystemdError {
             | SystemdError::AccessDenied { unit, .. }
             | SystemdError::NoReload { unit }
             | SystemdError::Masked { unit }
+            | SystemdError::LoadError { unit, .. }
             | SystemdError::JobFailed { unit, .. }
             | SystemdError::Deadline { unit, .. }
             | SystemdError::NotRestarted { unit, .. }

@@ -109,11 +109,10 @@ impl Manager {
             (st.next_job, script)
         };
         let job = format!("/org/freedesktop/systemd1/job/{id}");
-        let path = OwnedObjectPath::try_from(job.as_str()).map_err(zbus::Error::from)?;
+        let path = OwnedObjectPath::try_from(job.as_str())?;
         if script.foreign_job_first {
             let other =
-                OwnedObjectPath::try_from(format!("/org/freedesktop/systemd1/job/{}", id - 1))
-                    .map_err(zbus::Error::from)?;
+                OwnedObjectPath::try_from(format!("/org/freedesktop/systemd1/job/{}", id - 1))?;
             Self::job_removed(
                 emitter,
                 id - 1,
@@ -137,7 +136,7 @@ impl Manager {
 
     async fn load_unit(&self, name: String) -> zbus::fdo::Result<OwnedObjectPath> {
         lock(&self.state).calls.push(format!("LoadUnit {name}"));
-        OwnedObjectPath::try_from(unit_path(&name)).map_err(|e| zbus::Error::from(e).into())
+        OwnedObjectPath::try_from(unit_path(&name)).map_err(Into::into)
     }
 
     async fn restart_unit(
