@@ -248,6 +248,7 @@ async fn client_survives_a_runtime_restart() {
     let cri = TestCri::start(dir.path()).unwrap();
     let c = connect(cri.socket_path()).await.unwrap();
     c.version().await.unwrap();
+    assert_eq!(cri.connections(), 1);
 
     cri.restart(Duration::from_millis(300)).unwrap();
     // Right after the restart the old connection is gone; the same client reconnects.
