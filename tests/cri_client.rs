@@ -177,6 +177,32 @@ async fn slow_start_is_waited_for_with_retry_until() {
 }
 
 #[tokio::test]
+async fn connect_when_ready_waits_for_a_slow_runtime() {
+    let dir = tmp();
+    let cri = TestCri::start_delayed(dir.path(), Duration::from_millis(300)).unwrap();
+    // Up, but Version is slow at first: attempts time out until it answers in time.
+    cri.set_delay(CriCall::Version, Duration::from_millis(800));
+    let socket = cri.socket_path().to_path_buf();
+    let waiter = tokio::spawn(async move {
+        CriClient::connect_when_ready(&socket, Duration::from_secs(10), Duration::from_millis(200))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cri.clear_delays();
+    let (c, v) = waiter.await.unwrap().unwrap();
+    assert_eq!(v.runtime_name, "cri-o");
+    c.status(true).await.unwrap();
+
+    // Never up: the deadline error names the socket and the last error.
+    let nowhere = dir.path().join("nowhere.sock");
+    let e = CriClient::connect_when_ready(&nowhere, Duration::from_millis(300), CALL)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("nowhere.sock"), "{e}");
+    assert!(matches!(e, CriError::RetryDeadline { .. }), "{e}");
+}
+
+#[tokio::test]
 async fn retry_until_reports_the_last_error_at_its_deadline() {
     let dir = tmp();
     let socket = dir.path().join("never.sock");
