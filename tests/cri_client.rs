@@ -206,7 +206,7 @@ async fn connect_when_ready_waits_for_a_slow_runtime() {
 async fn retry_until_reports_the_last_error_at_its_deadline() {
     let dir = tmp();
     let socket = dir.path().join("never.sock");
-    let e = retry_until(Duration::from_millis(300), "connect to nothing", || {
+    let e = retry_until(Duration::from_secs(1), "connect to nothing", || {
         connect(&socket)
     })
     .await
@@ -293,7 +293,7 @@ async fn mid_session_stop_reads_as_socket_missing() {
     let c = connect(cri.socket_path()).await.unwrap();
     c.version().await.unwrap();
     cri.stop().unwrap();
-    let e = retry_until(Duration::from_millis(500), "Version", || c.version())
+    let e = retry_until(Duration::from_secs(2), "Version", || c.version())
         .await
         .unwrap_err();
     let CriError::RetryDeadline { last, .. } = &e else {
