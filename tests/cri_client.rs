@@ -177,10 +177,36 @@ async fn slow_start_is_waited_for_with_retry_until() {
 }
 
 #[tokio::test]
+async fn connect_when_ready_waits_for_a_slow_runtime() {
+    let dir = tmp();
+    let cri = TestCri::start_delayed(dir.path(), Duration::from_millis(300)).unwrap();
+    // Up, but Version is slow at first: attempts time out until it answers in time.
+    cri.set_delay(CriCall::Version, Duration::from_millis(800));
+    let socket = cri.socket_path().to_path_buf();
+    let waiter = tokio::spawn(async move {
+        CriClient::connect_when_ready(&socket, Duration::from_secs(10), Duration::from_millis(200))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cri.clear_delays();
+    let (c, v) = waiter.await.unwrap().unwrap();
+    assert_eq!(v.runtime_name, "cri-o");
+    c.status(true).await.unwrap();
+
+    // Never up: the deadline error names the socket and the last error.
+    let nowhere = dir.path().join("nowhere.sock");
+    let e = CriClient::connect_when_ready(&nowhere, Duration::from_millis(300), CALL)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("nowhere.sock"), "{e}");
+    assert!(matches!(e, CriError::RetryDeadline { .. }), "{e}");
+}
+
+#[tokio::test]
 async fn retry_until_reports_the_last_error_at_its_deadline() {
     let dir = tmp();
     let socket = dir.path().join("never.sock");
-    let e = retry_until(Duration::from_millis(300), "connect to nothing", || {
+    let e = retry_until(Duration::from_secs(1), "connect to nothing", || {
         connect(&socket)
     })
     .await
@@ -248,6 +274,7 @@ async fn client_survives_a_runtime_restart() {
     let cri = TestCri::start(dir.path()).unwrap();
     let c = connect(cri.socket_path()).await.unwrap();
     c.version().await.unwrap();
+    assert_eq!(cri.connections(), 1);
 
     cri.restart(Duration::from_millis(300)).unwrap();
     // Right after the restart the old connection is gone; the same client reconnects.
@@ -266,7 +293,7 @@ async fn mid_session_stop_reads_as_socket_missing() {
     let c = connect(cri.socket_path()).await.unwrap();
     c.version().await.unwrap();
     cri.stop().unwrap();
-    let e = retry_until(Duration::from_millis(500), "Version", || c.version())
+    let e = retry_until(Duration::from_secs(2), "Version", || c.version())
         .await
         .unwrap_err();
     let CriError::RetryDeadline { last, .. } = &e else {

@@ -103,10 +103,14 @@ async fn real_containerd_serves_kata_remote() {
         "this test needs root (debootstrap, chroot, unshare): run it as root, it must not be skipped"
     );
     let rootfs = setup_rootfs();
-    let socket = rootfs.join("run/containerd/containerd.sock");
-    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(rootfs.join("run/containerd/containerd.sock"));
 
+    // The client goes through a symlinked directory, as /var/run -> /run on the node; it
+    // also keeps the path short (sun_path holds 108 bytes, CI checkouts can be deep).
     let logdir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(rootfs.join("run"), logdir.path().join("run")).unwrap();
+    let socket = logdir.path().join("run/containerd/containerd.sock");
+
     let log = logdir.path().join("containerd.log");
     let logf = std::fs::File::create(&log).unwrap();
     let child = Command::new(script("run-containerd.sh"))
@@ -171,5 +175,27 @@ async fn real_containerd_serves_kata_remote() {
         .await
         .unwrap()
         .is_empty());
+
+    // A canary on kata-remote cannot succeed here (no Kata shim in the rootfs): the real
+    // server's refusal must come back as an error, and nothing may be left behind.
+    let t = Instant::now();
+    let canary = client
+        .run_canary("kata-remote", Duration::from_secs(120))
+        .await;
+    println!("canary on kata-remote after {:?}: {canary:?}", t.elapsed());
+    let err = match canary {
+        Ok(r) => panic!("a canary without a Kata shim reported success: {r:?}"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(
+            err,
+            kata_live::cri::CriError::Canary { .. }
+                | kata_live::cri::CriError::CanaryDeadline { .. }
+        ),
+        "{err}"
+    );
+    let left = client.list_pod_sandboxes(None).await.unwrap();
+    assert!(left.is_empty(), "canary left sandboxes behind: {left:?}");
     drop(ctrd);
 }

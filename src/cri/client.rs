@@ -96,6 +96,23 @@ impl CriClient {
         })
     }
 
+    /// For right after a runtime (re)start: connects and calls `Version` until both work or
+    /// `deadline` passes (as kubelet does: a runtime that answers `Version` is up). Each
+    /// attempt connects within `call_timeout`.
+    pub async fn connect_when_ready(
+        socket: &Path,
+        deadline: Duration,
+        call_timeout: Duration,
+    ) -> Result<(CriClient, VersionInfo), CriError> {
+        let what = format!("CRI Version on {}", socket.display());
+        retry_until(deadline, &what, || async {
+            let c = CriClient::connect(socket, call_timeout, call_timeout).await?;
+            let v = c.version().await?;
+            Ok((c, v))
+        })
+        .await
+    }
+
     pub fn socket(&self) -> &Path {
         &self.socket
     }

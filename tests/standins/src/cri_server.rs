@@ -5,6 +5,16 @@
 //! conditions, listed vs. runnable handlers (CRI-O's reload bug), pods, per-call delays and
 //! errors, and the socket's life (slow start, stop, refuse, restart). Every call is counted.
 //! Dropping the handle stops the server.
+//!
+//! ```text
+//! let dir = tempfile::tempdir()?;
+//! let cri = TestCri::start(dir.path())?;            // serves dir/crio.sock
+//! cri.list_handler_without_running_it("kata-remote"); // CRI-O's reload bug
+//! let (sandbox, _containers) = cri.add_pod("default", "web", "uid-1", "", &["app"]);
+//! cri.set_delay(CriCall::Status, Duration::from_secs(3));
+//! cri.restart(Duration::from_millis(500))?;          // cut connections, serve again later
+//! assert_eq!(cri.calls(CriCall::Version), 0);
+//! ```
 
 use kata_live::cri::proto;
 use kata_live::cri::proto::runtime_service_server::{RuntimeService, RuntimeServiceServer};
@@ -106,6 +116,8 @@ impl CriState {
 struct Shared {
     state: Mutex<CriState>,
     calls: Mutex<HashMap<CriCall, u64>>,
+    /// Connections accepted, over all incarnations (a reconnecting client adds one).
+    connections: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -410,7 +422,18 @@ async fn serve(
             return;
         }
     };
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let counter = shared.clone();
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::UnixListenerStream::new(listener),
+        move |conn| {
+            if conn.is_ok() {
+                counter
+                    .connections
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            conn
+        },
+    );
     let server = tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::from_arc(Arc::new(Service(shared))))
         .serve_with_incoming(incoming);
@@ -666,6 +689,13 @@ impl TestCri {
     /// How many times `call` reached the server (including failed and delayed ones).
     pub fn calls(&self, call: CriCall) -> u64 {
         lock(&self.shared.calls).get(&call).copied().unwrap_or(0)
+    }
+
+    /// Connections accepted so far, over restarts.
+    pub fn connections(&self) -> u64 {
+        self.shared
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn reset_calls(&self) {
