@@ -166,3 +166,66 @@ fn crio_reload_and_restart_under_systemd() {
         eprintln!("{line}");
     }
 }
+
+#[test]
+fn crio_faults_under_systemd() {
+    let node = boot();
+    wait_count(
+        &node,
+        "kubelet.service",
+        "kubelet-standin: connected to CRI at ",
+        1,
+    );
+
+    // fail-start: the restart job fails and kubelet (Requires=crio) does not come back.
+    node.write_file("/etc/fake-crio/faults/fail-start", b"")
+        .expect("fault");
+    let out = node.exec(&["systemctl", "restart", "crio.service"]);
+    assert!(!out.status.success(), "restart should fail: {out:?}");
+    wait_count(&node, "crio.service", "fault fail-start is set", 1);
+    assert_ne!(show(&node, "crio.service", "ActiveState"), "active");
+    assert_ne!(show(&node, "kubelet.service", "ActiveState"), "active");
+    eprintln!(
+        "after fail-start: crio {}/{} result={}, kubelet {}/{}",
+        show(&node, "crio.service", "ActiveState"),
+        show(&node, "crio.service", "SubState"),
+        show(&node, "crio.service", "Result"),
+        show(&node, "kubelet.service", "ActiveState"),
+        show(&node, "kubelet.service", "SubState"),
+    );
+
+    // Cleared: starting kubelet pulls crio in again.
+    node.exec_ok(&["rm", "/etc/fake-crio/faults/fail-start"])
+        .expect("rm fault");
+    node.exec_ok(&["systemctl", "start", "kubelet.service"])
+        .expect("start kubelet");
+    assert_eq!(show(&node, "crio.service", "ActiveState"), "active");
+    wait_count(
+        &node,
+        "kubelet.service",
+        "kubelet-standin: connected to CRI at ",
+        2,
+    );
+
+    // slow-start: crio stays "activating" with fake-crio's STATUS= text until READY.
+    node.write_file("/etc/fake-crio/faults/slow-start", b"3")
+        .expect("fault");
+    node.exec_ok(&["systemctl", "--no-block", "restart", "crio.service"])
+        .expect("queue restart");
+    node.wait_for("crio activating with the slow-start status", WAIT, |n| {
+        show(n, "crio.service", "ActiveState") == "activating"
+            && show(n, "crio.service", "StatusText").contains("slow-start")
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("crio.service")));
+    node.wait_for("crio active after the slow start", WAIT, |n| {
+        show(n, "crio.service", "ActiveState") == "active"
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("crio.service")));
+    assert!(show(&node, "crio.service", "StatusText").contains("serving /var/run/crio/crio.sock"));
+    wait_count(
+        &node,
+        "kubelet.service",
+        "kubelet-standin: connected to CRI at ",
+        3,
+    );
+}
