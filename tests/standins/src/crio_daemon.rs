@@ -216,6 +216,61 @@ fn fault_seconds(dir: &Path, name: &str) -> Result<Option<f64>, DaemonError> {
     }
 }
 
+/// `GET /config`: the runtime part of the configuration as CRI-O's `/config` shows it, from
+/// the RELOADED table (like `crio status config`, it lies after a reload).
+pub fn config_toml(current: &RwLock<RuntimeTable>, metrics: &MetricsConfig) -> String {
+    #[derive(serde::Serialize)]
+    struct Doc<'a> {
+        crio: Crio<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Crio<'a> {
+        runtime: Runtime<'a>,
+        metrics: Metrics<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Runtime<'a> {
+        default_runtime: &'a str,
+        runtimes: &'a std::collections::BTreeMap<String, crio_config::RuntimeHandlerConfig>,
+    }
+    #[derive(serde::Serialize)]
+    struct Metrics<'a> {
+        enable_metrics: bool,
+        metrics_host: &'a str,
+        metrics_port: u16,
+    }
+    let table = match current.read() {
+        Ok(t) => t.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    let doc = Doc {
+        crio: Crio {
+            runtime: Runtime {
+                default_runtime: &table.default_runtime,
+                runtimes: &table.handlers,
+            },
+            metrics: Metrics {
+                enable_metrics: metrics.enable_metrics,
+                metrics_host: &metrics.metrics_host,
+                metrics_port: metrics.metrics_port,
+            },
+        },
+    };
+    toml::to_string(&doc).unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+}
+
+/// `GET /info`: CRI-O's JSON keys with fixed values.
+pub fn info_json() -> String {
+    serde_json::json!({
+        "storage_driver": "overlay",
+        "storage_image": "",
+        "storage_root": "/var/lib/containers/storage",
+        "cgroup_driver": "systemd",
+        "default_id_mappings": { "uids": [], "gids": [] },
+    })
+    .to_string()
+}
+
 fn notify(states: &[sd_notify::NotifyState]) {
     // Outside systemd (tests) NOTIFY_SOCKET is unset and this is a no-op.
     if let Err(e) = sd_notify::notify(false, states) {
@@ -340,8 +395,22 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
 
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // gRPC and CRI-O's small HTTP API share the socket, as in CRI-O.
+    let config_view = current.clone();
+    let metrics_view = metrics.clone();
+    let router = tonic::service::Routes::new(RuntimeServiceServer::new(service))
+        .into_axum_router()
+        .route(
+            "/config",
+            axum::routing::get(move || {
+                let body = config_toml(&config_view, &metrics_view);
+                async move { body }
+            }),
+        )
+        .route("/info", axum::routing::get(|| async { info_json() }));
     let server = tonic::transport::Server::builder()
-        .add_service(RuntimeServiceServer::new(service))
+        .accept_http1(true)
+        .add_routes(tonic::service::Routes::from(router))
         .serve_with_incoming(incoming);
     tokio::pin!(server);
 

@@ -17,12 +17,15 @@ use serde::{Deserialize, Serialize};
 
 pub const STATE_FILE: &str = "state.json";
 const LOCK_FILE: &str = "state.lock";
+const LOCK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("cannot create state directory {path}: {source}")]
     CreateDir { path: PathBuf, source: io::Error },
-    #[error("cannot lock {path}: {source}")]
+    #[error(
+        "cannot lock {path} within 5 s: {source}; another fake-crio or `fake-crio seed` holds it"
+    )]
     Lock { path: PathBuf, source: io::Error },
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
@@ -132,10 +135,24 @@ impl StateStore {
                 path: path.clone(),
                 source,
             })?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| StateError::Lock {
-            path,
-            source: io::Error::from(errno),
-        })
+        // Holders keep the lock for one read-modify-write; give up after LOCK_DEADLINE.
+        let start = std::time::Instant::now();
+        let mut file = file;
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(lock),
+                Err((f, nix::errno::Errno::EWOULDBLOCK)) if start.elapsed() < LOCK_DEADLINE => {
+                    file = f;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err((_, errno)) => {
+                    return Err(StateError::Lock {
+                        path,
+                        source: io::Error::from(errno),
+                    })
+                }
+            }
+        }
     }
 
     fn read_unlocked(&self) -> Result<State, StateError> {

@@ -69,6 +69,13 @@ async fn handler_added_by_reload_is_listed_but_run_pod_sandbox_fails_until_resta
     p.signal(Signal::SIGHUP);
     wait_log(&p.log, "Configuration reload completed").await;
     assert_eq!(handler_names(&mut c).await, ["", "crun", "kata-remote"]);
+    // The /config endpoint lies the same way (it shows the reloaded table).
+    let config = http_get_unix(&node.socket(), "/config");
+    assert!(
+        config.contains("[crio.runtime.runtimes.kata-remote]"),
+        "{config}"
+    );
+    assert!(http_get_unix(&node.socket(), "/info").contains("\"cgroup_driver\""));
 
     let err = c
         .run_pod_sandbox(sandbox_request("k1", "kata-remote"))

@@ -288,3 +288,21 @@ impl NotifySocket {
             .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
     }
 }
+
+/// `GET path` over HTTP/1.1 on the CRI socket (CRI-O's small HTTP API); the body.
+pub fn http_get_unix(socket: &Path, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).expect("connect CRI socket");
+    s.set_read_timeout(Some(WAIT)).expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read response");
+    assert!(out.starts_with("HTTP/1.1 200"), "GET {path}: {out}");
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
