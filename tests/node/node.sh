@@ -25,8 +25,8 @@
 #
 # Installed before boot: kata-live, fake-crio, fake-kubelet, fake-rpm-ostree (those built),
 # bind-mounted read-only into /usr/local/bin (kata-live also linked from /usr/bin);
-# tests/node/units/* and the repo's
-# systemd/*.{service,socket,timer,path,target} into /etc/systemd/system/; the base trees, every
+# tests/node/units/* and the repo's systemd/*.{service,socket,timer,path,target} into
+# /etc/systemd/system/; the base trees, every
 # tests/*/node-root/ directory in lexical order (files a test component needs in every node, laid
 # out as in /, e.g. tests/standins/node-root/etc/crio/crio.conf.d/00-default).
 #
@@ -222,6 +222,8 @@ cmd_boot() {
     # Tear down on any failure from here on.
     boot_name=$name boot_dir=$dir
     trap boot_failed EXIT
+    # Killed at a caller's deadline: still tear down (the EXIT trap runs on exit).
+    trap 'exit 143' TERM INT
 
     local t_copy
     t_copy=$(now)

@@ -27,6 +27,8 @@ const NODE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin
 pub const EXEC_DEADLINE: Duration = Duration::from_secs(120);
 /// Exit status of a command killed at its deadline (coreutils `timeout`).
 pub const TIMED_OUT: i32 = 124;
+/// Deadline of the rootfs build (debootstrap: 1-2 min on a quiet machine, once per recipe).
+pub const ROOTFS_DEADLINE: Duration = Duration::from_secs(1800);
 
 static NEXT_NODE: AtomicU32 = AtomicU32::new(0);
 
@@ -45,7 +47,13 @@ pub enum NodeError {
     },
     #[error("cannot find the cargo target dir from test binary {exe}: {reason}")]
     TargetDir { exe: PathBuf, reason: String },
-    #[error("`{script} boot {name}` failed ({status}); its log:\n{log}")]
+    #[error("`{script}` failed ({status}; 124: not done within its deadline); its log:\n{log}")]
+    Rootfs {
+        script: PathBuf,
+        status: std::process::ExitStatus,
+        log: String,
+    },
+    #[error("`{script} boot {name}` failed ({status}; 124: not done within its deadline); its log:\n{log}")]
     Boot {
         script: PathBuf,
         name: String,
@@ -246,8 +254,37 @@ impl Node {
             })?;
         }
 
-        let mut cmd = Command::new(&script);
-        cmd.arg("boot")
+        // The rootfs build (minutes, once) gets its own deadline, so that the boot deadline
+        // below measures the boot.
+        let rootfs = paths.repo.join("tests/node/rootfs.sh");
+        let out = Command::new("timeout")
+            .arg("--kill-after=30")
+            .arg(ROOTFS_DEADLINE.as_secs().to_string())
+            .arg(&rootfs)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| NodeError::Io {
+                name: name.clone(),
+                path: rootfs.clone(),
+                source,
+            })?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprint!("{stderr}");
+        if !out.status.success() {
+            return Err(NodeError::Rootfs {
+                script: rootfs,
+                status: out.status,
+                log: stderr,
+            });
+        }
+
+        // node.sh tears the node down itself when it fails or is killed at this deadline.
+        let deadline = opts.boot_timeout * 2 + Duration::from_secs(30);
+        let mut cmd = Command::new("timeout");
+        cmd.arg("--kill-after=30")
+            .arg(deadline.as_secs().to_string())
+            .arg(&script)
+            .arg("boot")
             .arg(&name)
             .arg("--bin-dir")
             .arg(&paths.bin_dir)
