@@ -69,11 +69,18 @@ fn one_complete_entry_per_message_id() {
         assert_eq!(e.headers["Defined-By"], "kata-live", "{id}");
         let body = e.body.trim();
         // What happened, then what to do: two paragraphs at least.
-        assert!(body.contains("\n\n"), "{id}: needs the event and the action");
+        assert!(
+            body.contains("\n\n"),
+            "{id}: needs the event and the action"
+        );
         assert!(body.len() > 150, "{id}: text too short");
     }
     for (id, name) in ids::ALL {
-        assert_eq!(seen.get(id), Some(&1), "{name} ({id}) needs exactly one entry");
+        assert_eq!(
+            seen.get(id),
+            Some(&1),
+            "{name} ({id}) needs exactly one entry"
+        );
     }
 }
 
@@ -95,7 +102,10 @@ fn journalctl_compiles_and_shows_every_entry() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     journalctl(&["--update-catalog"]);
-    assert!(root.path().join("var/lib/systemd/catalog/database").is_file());
+    assert!(root
+        .path()
+        .join("var/lib/systemd/catalog/database")
+        .is_file());
     let listed = journalctl(&["--list-catalog"]);
     for (id, name) in ids::ALL {
         assert!(

@@ -8,7 +8,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const FRAGMENT_PATH: &str = "/etc/kata-live/config.d/60-openshift.toml";
-const ACTIONS: [&str; 6] = ["None", "Drain", "Reload", "Restart", "DaemonReload", "Reboot"];
+const ACTIONS: [&str; 6] = [
+    "None",
+    "Drain",
+    "Reload",
+    "Restart",
+    "DaemonReload",
+    "Reboot",
+];
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/openshift")
@@ -82,7 +89,10 @@ fn machine_configs_target_workers_with_ignition_3() {
     assert_eq!(mcs.len(), 2, "install and uninstall variants");
     for (file, mc) in &mcs {
         assert_eq!(
-            s(mc, "/metadata/labels/machineconfiguration.openshift.io~1role"),
+            s(
+                mc,
+                "/metadata/labels/machineconfiguration.openshift.io~1role"
+            ),
             "worker",
             "{file}"
         );
@@ -161,7 +171,9 @@ fn uninstall_machine_config_drops_the_fragment_and_disables_install() {
 /// (path or unit name, action types, services restarted) per policy entry.
 fn policy(v: &Value) -> BTreeMap<String, (Vec<String>, Vec<String>)> {
     let mut out = BTreeMap::new();
-    let ndp = v.pointer("/spec/nodeDisruptionPolicy").expect("nodeDisruptionPolicy");
+    let ndp = v
+        .pointer("/spec/nodeDisruptionPolicy")
+        .expect("nodeDisruptionPolicy");
     for (list, key) in [("files", "path"), ("units", "name")] {
         for e in ndp[list].as_array().cloned().unwrap_or_default() {
             let mut types = Vec::new();
@@ -205,13 +217,22 @@ fn disruption_policies_restart_the_unit_on_install_and_do_nothing_on_uninstall()
     assert_eq!(install["kata-live-install.service"].0, ["None"]);
     let uninstall = policy(&m["machineconfiguration-cluster-uninstall.yaml"]);
     for (k, (types, _)) in &uninstall {
-        assert_eq!(types, &["None"], "{k}: the uninstall must not start anything");
+        assert_eq!(
+            types,
+            &["None"],
+            "{k}: the uninstall must not start anything"
+        );
     }
     assert!(uninstall.contains_key(FRAGMENT_PATH));
     // Every unit named in the policies and MachineConfigs is one we ship.
     for (k, (_, restarted)) in install.iter().chain(uninstall.iter()) {
-        for u in restarted.iter().chain(std::iter::once(k).filter(|k| !k.starts_with('/'))) {
-            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd").join(u);
+        for u in restarted
+            .iter()
+            .chain(std::iter::once(k).filter(|k| !k.starts_with('/')))
+        {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("systemd")
+                .join(u);
             assert!(p.is_file(), "{u} is not in systemd/");
         }
     }

@@ -60,7 +60,14 @@ fn file_list_is_exactly_the_shipped_files() {
     .into_iter()
     .map(String::from)
     .collect();
-    for page in ["", "-install", "-uninstall", "-status", "-verify", "-config"] {
+    for page in [
+        "",
+        "-install",
+        "-uninstall",
+        "-status",
+        "-verify",
+        "-config",
+    ] {
         want.insert(format!("/usr/share/man/man8/kata-live{page}.8.gz"));
     }
     let version = env!("CARGO_PKG_VERSION");
