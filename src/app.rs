@@ -119,13 +119,9 @@ async fn hand_off(ctx: &Ctx, sub: &str, no_detach: bool) -> Result<Option<ExitCo
         handoff::Decision::HandOff(why) => {
             let unit = handoff::handoff_unit_name(sub);
             eprintln!("kata-live: {why}; handing the run to the host's systemd as {unit}");
-            let mut argv: Vec<String> = std::env::args().collect();
-            if let Ok(exe) = std::env::current_exe() {
-                if let Some(first) = argv.first_mut() {
-                    *first = exe.to_string_lossy().into_owned();
-                }
-            }
-            argv.push("--no-detach".into());
+            let exe = std::env::current_exe().map_err(AppError::Runtime)?;
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            let argv = handoff::handoff_argv(&exe, &args);
             let d = &ctx.cfg.deadlines;
             let total = d.lock
                 + d.preflight

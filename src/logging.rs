@@ -76,6 +76,16 @@ pub fn init(verbosity: i8) {
         None
     };
     let to_journal = journald.is_some();
+    // The journal gets every field; a person reading stderr gets the message, and the
+    // fields too from -v on. No colour codes in logs captured to files or pipes.
+    let terse = verbosity < 1;
+    let fields = tracing_subscriber::fmt::format::debug_fn(move |w, field, value| {
+        match (field.name(), terse) {
+            ("message", _) => write!(w, "{value:?}"),
+            (_, true) => Ok(()),
+            (name, false) => write!(w, " {name}={value:?}"),
+        }
+    });
     let stderr_layer =
         if to_journal && stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref()) {
             None
@@ -83,8 +93,10 @@ pub fn init(verbosity: i8) {
             Some(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
+                    .with_ansi(std::io::stderr().is_terminal())
                     .with_target(false)
                     .without_time()
+                    .fmt_fields(fields)
                     .with_filter(filter()),
             )
         };
