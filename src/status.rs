@@ -14,18 +14,44 @@ use crate::systemd::UnitState;
 use serde::Serialize;
 use std::time::Duration;
 
+/// A value seen, or why it could not be: `{...}` or `{"error": "..."}` in JSON.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Seen<T> {
+    Value(T),
+    Error { error: String },
+}
+
+impl<T> From<Result<T, String>> for Seen<T> {
+    fn from(r: Result<T, String>) -> Self {
+        match r {
+            Ok(v) => Seen::Value(v),
+            Err(error) => Seen::Error { error },
+        }
+    }
+}
+
+impl<T> Seen<T> {
+    pub fn as_result(&self) -> Result<&T, &String> {
+        match self {
+            Seen::Value(v) => Ok(v),
+            Seen::Error { error } => Err(error),
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Observation {
     pub handler: String,
     pub package: String,
     pub drop_in: String,
     pub drop_in_path: String,
-    pub crio: Result<UnitState, String>,
-    pub runtime: Result<RuntimeView, String>,
+    pub crio: Seen<UnitState>,
+    pub runtime: Seen<RuntimeView>,
     /// The running CRI-O started after the drop-in and the runtime files changed.
     pub crio_newer_than_artifacts: bool,
-    pub kubelet: Result<Evidence, String>,
-    pub canary: Option<Result<(), String>>,
+    pub kubelet: Seen<Evidence>,
+    pub canary: Option<Seen<&'static str>>,
     pub last_run: Option<RunStatus>,
 }
 
@@ -85,18 +111,18 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         package,
         drop_in,
         drop_in_path: ctx.host.path(&c.handler.drop_in).display().to_string(),
-        crio,
-        runtime,
+        crio: crio.into(),
+        runtime: runtime.into(),
         crio_newer_than_artifacts: crio_newer,
-        kubelet,
-        canary,
+        kubelet: kubelet.into(),
+        canary: canary.map(|c| c.map(|()| "ok").into()),
         last_run: read_status(&ctx.host.path(STATUS_PATH)),
     }
 }
 
 /// The verdict of `verify` over an observation (pure).
 pub fn judge(o: &Observation) -> plan::Verdict {
-    let (listed, ready, net) = match &o.runtime {
+    let (listed, ready, net) = match o.runtime.as_result() {
         Ok(v) => (
             match v.handler_presence {
                 HandlerPresence::Listed => Some(true),
@@ -108,7 +134,7 @@ pub fn judge(o: &Observation) -> plan::Verdict {
         ),
         Err(_) => (Some(false), false, false),
     };
-    let kubelet_missing = match &o.kubelet {
+    let kubelet_missing = match o.kubelet.as_result() {
         Ok(e) => match kubelet::verdict(e) {
             kubelet::Verdict::Reconnected => None,
             kubelet::Verdict::Missing(_) => Some(kubelet::describe_missing(e)),
@@ -123,9 +149,12 @@ pub fn judge(o: &Observation) -> plan::Verdict {
         network_ready: net,
         kubelet_missing,
         pods_lost: Vec::new(),
-        canary: o.canary.clone(),
+        canary: o
+            .canary
+            .as_ref()
+            .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone())),
     });
-    if let Err(e) = &o.runtime {
+    if let Err(e) = o.runtime.as_result() {
         v.missing.insert(0, format!("CRI-O unreachable: {e}"));
     }
     v
@@ -136,7 +165,7 @@ fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
     s.push_str(&format!("handler:   {}\n", o.handler));
     s.push_str(&format!("package:   {}\n", o.package));
     s.push_str(&format!("drop-in:   {} ({})\n", o.drop_in, o.drop_in_path));
-    match &o.crio {
+    match o.crio.as_result() {
         Ok(u) => s.push_str(&format!(
             "crio:      {} (started {} the drop-in and runtime files)\n",
             u.summary(),
@@ -148,14 +177,14 @@ fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
         )),
         Err(e) => s.push_str(&format!("crio:      unreadable: {e}\n")),
     }
-    match &o.runtime {
+    match o.runtime.as_result() {
         Ok(v) => s.push_str(&v.render_human()),
         Err(e) => s.push_str(&format!("runtime:   unreachable: {e}\n")),
     }
     if !s.ends_with('\n') {
         s.push('\n');
     }
-    match &o.kubelet {
+    match o.kubelet.as_result() {
         Ok(e) => {
             for (label, c) in e.pieces() {
                 s.push_str(&format!(
@@ -170,8 +199,8 @@ fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
     if let Some(c) = &o.canary {
         s.push_str(&format!(
             "canary:    {}\n",
-            match c {
-                Ok(()) => "ok".to_string(),
+            match c.as_result() {
+                Ok(_) => "ok".to_string(),
                 Err(e) => format!("FAILED {e}"),
             }
         ));

@@ -1,0 +1,245 @@
+//! A booted test node set up as kata-live finds an OpenShift worker: fake CRI-O as
+//! crio.service, fake kubelet as kubelet.service (Requires=crio.service), fake rpm-ostree as
+//! /usr/bin/rpm-ostree whose live apply brings the Kata files after a delay, and fake
+//! SELinux tools. Scenarios drive the real kata-live binary in it and read what an operator
+//! would: exit code, status.json, journal, the drop-in, systemd's view of the units.
+
+#![allow(dead_code)] // each test file uses its own part of this
+
+use super::node::{Node, NodeOptions};
+use std::process::Output;
+use std::time::Duration;
+
+/// Short deadlines so that failure scenarios end in seconds, not minutes.
+pub const TEST_CONFIG: &str = r#"
+[kubelet]
+stable_window = 2.0
+
+[deadlines]
+lock = 5.0
+preflight = 20.0
+package = 60.0
+post_install = 30.0
+visibility = 20.0
+restart = 30.0
+cri_ready = 15.0
+kubelet = 20.0
+canary = 20.0
+rollback = 60.0
+"#;
+
+pub const DROP_IN: &str = "/etc/crio/crio.conf.d/50-kata-remote";
+pub const STATUS: &str = "/run/kata-live/status.json";
+
+/// MESSAGE_IDs of src/logging.rs, for journal assertions.
+pub mod ids {
+    pub const STARTED: &str = "2cdf8cbe46034e34ba73f1725bac0fc3";
+    pub const SUCCEEDED: &str = "556da62eebd54ec986eb5c0ecf81f5ad";
+    pub const FAILED: &str = "1e51da56e3304f33afd012aff9dc972b";
+    pub const ROLLED_BACK: &str = "b51c7b50710f4c7781d8d79d85c6c7d9";
+    pub const ROLLBACK_FAILED: &str = "d82c69e6b5c84a218c3941c6b7fff968";
+    pub const REFUSED: &str = "3a00b16f49974554a12100a080630147";
+    pub const CRIO_RESTARTED: &str = "c1b84c691025410bbd05d7564016bb29";
+}
+
+pub struct KataNode {
+    pub node: Node,
+}
+
+/// The result of one kata-live run.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Self {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// systemd's view of a unit, read with `systemctl show`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    pub active: String,
+    pub sub: String,
+    pub invocation_id: String,
+    pub main_pid: u32,
+}
+
+impl KataNode {
+    /// Boots a node with the test deadlines and `extra_config` as a later fragment.
+    pub fn boot(extra_config: &str) -> KataNode {
+        Self::boot_with(NodeOptions::default(), extra_config)
+    }
+
+    pub fn boot_with(opts: NodeOptions, extra_config: &str) -> KataNode {
+        let opts = opts
+            .file("/etc/kata-live/config.d/80-test.toml", TEST_CONFIG, 0o644)
+            .file(
+                "/etc/kata-live/config.d/90-scenario.toml",
+                extra_config,
+                0o644,
+            );
+        let node = Node::boot(opts).expect("the test node must boot (run the suite as root)");
+        let k = KataNode { node };
+        if k.node
+            .exists("/etc/systemd/system/kubelet.service")
+            .unwrap_or(false)
+        {
+            k.wait_kubelet_connected(Duration::from_secs(30));
+        }
+        k
+    }
+
+    /// Waits until kubelet answers healthz and holds a CRI connection (its own log).
+    pub fn wait_kubelet_connected(&self, deadline: Duration) {
+        self.node
+            .wait_for("kubelet connected to CRI-O", deadline, |n| {
+                let o = n.exec(&["curl", "-fsS", "http://127.0.0.1:10248/healthz"]);
+                o.status.success()
+                    && n.journal_unit("kubelet.service")
+                        .contains("connected to CRI")
+            })
+            .expect("kubelet stand-in must connect to the CRI-O stand-in");
+    }
+
+    /// Runs `kata-live ARGS` inside the node, in place (no hand-off), within `deadline`.
+    pub fn kata(&self, args: &[&str]) -> Run {
+        let mut argv = vec!["kata-live"];
+        argv.extend_from_slice(args);
+        self.node
+            .exec_timeout(&argv, Duration::from_secs(240))
+            .into()
+    }
+
+    pub fn install(&self) -> Run {
+        self.kata(&["install", "--no-detach"])
+    }
+
+    pub fn uninstall(&self, extra: &[&str]) -> Run {
+        let mut a = vec!["uninstall", "--no-detach"];
+        a.extend_from_slice(extra);
+        self.kata(&a)
+    }
+
+    pub fn unit(&self, name: &str) -> Unit {
+        let out = self
+            .node
+            .exec_ok(&[
+                "systemctl",
+                "show",
+                "-p",
+                "ActiveState,SubState,InvocationID,MainPID",
+                name,
+            ])
+            .expect("systemctl show");
+        let get = |k: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                .unwrap_or_default()
+                .to_string()
+        };
+        Unit {
+            active: get("ActiveState"),
+            sub: get("SubState"),
+            invocation_id: get("InvocationID"),
+            main_pid: get("MainPID").parse().unwrap_or(0),
+        }
+    }
+
+    pub fn status_json(&self) -> serde_json::Value {
+        let bytes = self
+            .node
+            .read_file(STATUS)
+            .expect("status.json must exist after a run");
+        serde_json::from_slice(&bytes).expect("status.json must be JSON")
+    }
+
+    pub fn drop_in(&self) -> Option<String> {
+        self.node
+            .read_file(DROP_IN)
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// kata-live's journal records carrying this MESSAGE_ID.
+    pub fn journal_count(&self, message_id: &str) -> usize {
+        let o = self.node.exec(&[
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "cat",
+            &format!("MESSAGE_ID={message_id}"),
+        ]);
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("-- "))
+            .count()
+    }
+
+    /// A running pod with one container under `handler` ("" = default).
+    pub fn seed_pod(&self, namespace: &str, name: &str, handler: &str) -> String {
+        self.node
+            .exec_ok(&[
+                "fake-crio",
+                "seed",
+                "--name",
+                name,
+                "--namespace",
+                namespace,
+                "--handler",
+                handler,
+                "--containers",
+                "1",
+            ])
+            .expect("fake-crio seed")
+            .trim()
+            .to_string()
+    }
+
+    /// Sets a fake-crio fault switch (marker file; survives CRI-O restarts).
+    pub fn crio_fault(&self, name: &str, contents: &str) {
+        self.node
+            .write_file(format!("/etc/fake-crio/faults/{name}"), contents.as_bytes())
+            .expect("write fault marker");
+    }
+
+    pub fn clear_crio_fault(&self, name: &str) {
+        let _ = self
+            .node
+            .exec(&["rm", "-f", &format!("/etc/fake-crio/faults/{name}")]);
+    }
+
+    /// The node is as healthy as a rollout needs: CRI-O and kubelet running, CRI ready,
+    /// kubelet connected to the running CRI-O (kata-live's own observation).
+    pub fn assert_healthy(&self) {
+        for u in ["crio.service", "kubelet.service"] {
+            let deadline = Duration::from_secs(30);
+            self.node
+                .wait_for(&format!("{u} active/running"), deadline, |n| {
+                    let o = n.exec(&["systemctl", "show", "-p", "SubState", u]);
+                    String::from_utf8_lossy(&o.stdout).trim() == "SubState=running"
+                })
+                .unwrap_or_else(|e| panic!("{u} is not running: {e:?}"));
+        }
+        let st = self.kata(&["status", "--json"]);
+        assert_eq!(st.code, 0, "status failed: {}", st.stderr);
+        let v: serde_json::Value = serde_json::from_str(&st.stdout).expect("status --json");
+        assert_eq!(v["runtime"]["ready"], true, "CRI not ready: {}", st.stdout);
+        let k = &v["kubelet"];
+        for piece in ["unit", "healthz", "connection"] {
+            assert_eq!(
+                k[piece]["ok"], true,
+                "kubelet {piece} missing: {}",
+                st.stdout
+            );
+        }
+    }
+}
