@@ -33,6 +33,17 @@ pub mod ids {
     ];
 }
 
+/// Fields that index journal records and repeat what the message says: kept off stderr.
+const JOURNAL_ONLY_FIELDS: [&str; 7] = [
+    "message_id",
+    "step",
+    "outcome",
+    "duration",
+    "operation",
+    "handler",
+    "exit_code",
+];
+
 pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
 /// `-q` gives -1, each `-v` adds one.
@@ -76,16 +87,16 @@ pub fn init(verbosity: i8) {
         None
     };
     let to_journal = journald.is_some();
-    // The journal gets every field; a person reading stderr gets the message, and the
-    // fields too from -v on. No colour codes in logs captured to files or pipes.
+    // The journal gets every field; stderr gets the message and the fields that add to it,
+    // not the ones that only index records (all of them from -v on). No colour codes in logs
+    // captured to files or pipes.
     let terse = verbosity < 1;
-    let fields = tracing_subscriber::fmt::format::debug_fn(move |w, field, value| {
-        match (field.name(), terse) {
-            ("message", _) => write!(w, "{value:?}"),
-            (_, true) => Ok(()),
-            (name, false) => write!(w, " {name}={value:?}"),
-        }
-    });
+    let fields =
+        tracing_subscriber::fmt::format::debug_fn(move |w, field, value| match field.name() {
+            "message" => write!(w, "{value:?}"),
+            name if terse && JOURNAL_ONLY_FIELDS.contains(&name) => Ok(()),
+            name => write!(w, " {name}={value:?}"),
+        });
     let stderr_layer =
         if to_journal && stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref()) {
             None
