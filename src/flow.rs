@@ -436,8 +436,15 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
         Err(e) => rep.evidence("runtime", serde_json::json!({ "error": e })),
     }
 
-    // kubelet: back, stable, and connected to this CRI-O.
-    let before = spec.restarted.then_some(&spec.baseline.kubelet);
+    // kubelet: back, stable, and connected to this CRI-O. When its unit requires CRI-O's
+    // (OpenShift: Requires=crio.service) a CRI-O restart restarts it too, so a new
+    // InvocationID is demanded; otherwise the connection to the new CRI-O is the proof.
+    let restarts_with_crio = match ctx.systemd.snapshot(&c.units.kubelet).await {
+        Ok(s) => s.restarts_with.iter().any(|u| u == &c.units.crio),
+        Err(_) => true,
+    };
+    rep.evidence("kubelet_restarts_with_crio", restarts_with_crio);
+    let before = (spec.restarted && restarts_with_crio).then_some(&spec.baseline.kubelet);
     let kin = kubelet::ProofInputs::from_config(c, &ctx.host, crio.main_pid, before);
     let read = || async { ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string()) };
     match kubelet::prove_reconnected(kin, read, Ctx::deadline(c.deadlines.kubelet)).await {

@@ -45,6 +45,8 @@ fn install_then_rerun_without_restart() {
     assert_eq!(st["result"], "succeeded");
     assert_eq!(st["exit_code"], 0);
     assert_eq!(st["evidence"]["verdict"]["proven"], true);
+    // kubelet.service Requires=crio.service, read from systemd: a new InvocationID was demanded.
+    assert_eq!(st["evidence"]["kubelet_restarts_with_crio"], true);
     assert_eq!(k.journal_count(ids::STARTED), 1);
     assert_eq!(k.journal_count(ids::SUCCEEDED), 1);
     assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 1);

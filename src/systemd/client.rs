@@ -40,6 +40,9 @@ pub struct UnitSnapshot {
     /// ExecMainCode: 0 still running / never ran, 1 exited, 2 killed, 3 dumped.
     pub exec_main_code: i32,
     pub exec_main_status: i32,
+    /// Units this one `Requires=` or `BindsTo=`: stopping or restarting one of them
+    /// restarts this unit too (kubelet with CRI-O on OpenShift).
+    pub restarts_with: Vec<String>,
 }
 
 /// The four job-producing Manager calls.
@@ -186,6 +189,10 @@ impl Systemd {
             },
             load_state,
             can_reload: prop_bool(&u, "CanReload"),
+            restarts_with: ["Requires", "BindsTo"]
+                .iter()
+                .flat_map(|k| prop_strings(&u, k))
+                .collect(),
             ..UnitSnapshot::default()
         };
         if unit.ends_with(".service") {
@@ -535,6 +542,12 @@ fn prop_string(m: &HashMap<String, OwnedVariant>, k: &str) -> String {
         .and_then(|v| <&str>::try_from(v).ok())
         .unwrap_or_default()
         .to_string()
+}
+
+fn prop_strings(m: &HashMap<String, OwnedVariant>, k: &str) -> Vec<String> {
+    m.get(k)
+        .and_then(|v| Vec::<String>::try_from(v.try_clone().ok()?).ok())
+        .unwrap_or_default()
 }
 
 fn prop_bool(m: &HashMap<String, OwnedVariant>, k: &str) -> bool {
