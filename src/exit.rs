@@ -29,12 +29,10 @@ pub enum ExitCode {
     LockBusy = 15,
     /// `verify` ran and the handler is not proven served (nothing was changed).
     NotProven = 16,
-    /// The requested operation is not available in this build.
-    NotImplemented = 69,
 }
 
 impl ExitCode {
-    pub const ALL: [ExitCode; 11] = [
+    pub const ALL: [ExitCode; 10] = [
         ExitCode::Ok,
         ExitCode::Internal,
         ExitCode::Usage,
@@ -45,7 +43,6 @@ impl ExitCode {
         ExitCode::RollbackFailed,
         ExitCode::LockBusy,
         ExitCode::NotProven,
-        ExitCode::NotImplemented,
     ];
 
     pub fn code(self) -> u8 {
@@ -67,7 +64,6 @@ impl ExitCode {
             ExitCode::RollbackFailed => "rollback failed: node state unknown, needs a human",
             ExitCode::LockBusy => "another kata-live run holds the lock",
             ExitCode::NotProven => "verify: the handler is not proven served",
-            ExitCode::NotImplemented => "this operation is not available in this build",
         }
     }
 
