@@ -9,7 +9,6 @@ use crate::host::Host;
 use crate::rpm_ostree::RpmOstree;
 use crate::scriptlets::Tools;
 use crate::systemd::{handoff, Systemd, SystemdError};
-use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -122,20 +121,18 @@ async fn hand_off(ctx: &Ctx, sub: &str, no_detach: bool) -> Result<Option<ExitCo
             let exe = std::env::current_exe().map_err(AppError::Runtime)?;
             let args: Vec<String> = std::env::args().skip(1).collect();
             let argv = handoff::handoff_argv(&exe, &args);
-            let d = &ctx.cfg.deadlines;
-            let total = d.lock
-                + d.preflight
-                + d.package
-                + d.post_install
-                + d.visibility
-                + d.restart
-                + d.cri_ready
-                + d.kubelet
-                + d.canary
-                + 2.0 * d.rollback;
-            let status =
-                handoff::run_transient(&ctx.systemd, &unit, &argv, Duration::from_secs_f64(total))
-                    .await?;
+            // Follow the run's journal so the operator sees the same progress lines here.
+            let journalctl = ["journalctl".to_string()];
+            let mut show = |line: &str| eprintln!("{line}");
+            let status = handoff::run_transient_following(
+                &ctx.systemd,
+                &unit,
+                &argv,
+                ctx.cfg.deadlines.worst_case(),
+                Some(&journalctl),
+                &mut show,
+            )
+            .await?;
             eprintln!("kata-live: {unit} finished with exit code {status}; `journalctl -u {unit}` has its log");
             Ok(Some(exit_from_status(status)))
         }

@@ -178,6 +178,24 @@ impl Deadlines {
     pub fn get(secs: f64) -> Duration {
         Duration::from_secs_f64(secs)
     }
+
+    /// The longest a whole run can take: every phase in sequence, plus a rollback after a
+    /// failed activation and another after a failed proof. What a hand-off waits for, and
+    /// what the units' TimeoutStartSec must cover.
+    pub fn worst_case(&self) -> Duration {
+        Duration::from_secs_f64(
+            self.lock
+                + self.preflight
+                + self.package
+                + self.post_install
+                + self.visibility
+                + self.restart
+                + self.cri_ready
+                + self.kubelet
+                + self.canary
+                + 2.0 * self.rollback,
+        )
+    }
 }
 
 impl Default for Handler {

@@ -31,16 +31,9 @@ rollback = 60.0
 pub const DROP_IN: &str = "/etc/crio/crio.conf.d/50-kata-remote";
 pub const STATUS: &str = "/run/kata-live/status.json";
 
-/// MESSAGE_IDs of src/logging.rs, for journal assertions.
-pub mod ids {
-    pub const STARTED: &str = "2cdf8cbe46034e34ba73f1725bac0fc3";
-    pub const SUCCEEDED: &str = "556da62eebd54ec986eb5c0ecf81f5ad";
-    pub const FAILED: &str = "1e51da56e3304f33afd012aff9dc972b";
-    pub const ROLLED_BACK: &str = "b51c7b50710f4c7781d8d79d85c6c7d9";
-    pub const ROLLBACK_FAILED: &str = "d82c69e6b5c84a218c3941c6b7fff968";
-    pub const REFUSED: &str = "3a00b16f49974554a12100a080630147";
-    pub const CRIO_RESTARTED: &str = "c1b84c691025410bbd05d7564016bb29";
-}
+/// The MESSAGE_IDs kata-live logs, for journal assertions.
+#[allow(unused_imports)] // not every test file that includes support/ asserts on the journal
+pub use kata_live::logging::ids;
 
 pub struct KataNode {
     pub node: Node,
