@@ -1,0 +1,186 @@
+//! prove_reconnected end to end in this process: a forked "kubelet" connected (or not) to a
+//! listener held by this process ("CRI-O"), a local healthz, and a scripted unit reader.
+//! Needs root; fails loudly otherwise.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+use kata_live::host::Host;
+use kata_live::kubelet::{prove_reconnected, KubeletError, ProofInputs};
+use kata_live::systemd::UnitState;
+use nix::sys::socket::{
+    accept, bind, connect, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+};
+use nix::sys::wait::waitpid;
+use nix::unistd::{fork, pipe, read, write, ForkResult, Pid};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn listener(path: &Path) -> OwnedFd {
+    let fd = socket(AddressFamily::Unix, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    bind(fd.as_raw_fd(), &UnixAddr::new(path).unwrap()).unwrap();
+    listen(&fd, Backlog::new(8).unwrap()).unwrap();
+    fd
+}
+
+/// Forks a child connected to `path`; returns (pid, release pipe).
+fn kubelet_child(path: &Path) -> (Pid, OwnedFd) {
+    let addr = UnixAddr::new(path).unwrap();
+    let (ready_r, ready_w) = pipe().unwrap();
+    let (rel_r, rel_w) = pipe().unwrap();
+    // SAFETY: the child only makes syscalls, then _exit.
+    match unsafe { fork() }.unwrap() {
+        ForkResult::Child => {
+            let ok = match socket(AddressFamily::Unix, SockType::Stream, SockFlag::empty(), None) {
+                Ok(fd) => {
+                    let ok = connect(fd.as_raw_fd(), &addr).is_ok();
+                    std::mem::forget(fd);
+                    ok
+                }
+                Err(_) => false,
+            };
+            let _ = write(&ready_w, if ok { b"1" } else { b"0" });
+            let mut b = [0u8; 1];
+            let _ = read(&rel_r, &mut b);
+            unsafe { nix::libc::_exit(0) }
+        }
+        ForkResult::Parent { child } => {
+            let mut b = [0u8; 1];
+            assert_eq!(read(&ready_r, &mut b).unwrap(), 1);
+            assert_eq!(&b, b"1", "child could not connect");
+            (child, rel_w)
+        }
+    }
+}
+
+/// A healthz that answers `ok` to every request; returns its URL.
+async fn healthz() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else { return };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                    .await;
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}/healthz")
+}
+
+fn unit(pid: Pid) -> UnitState {
+    UnitState {
+        name: "kubelet.service".into(),
+        active_state: "active".into(),
+        sub_state: "running".into(),
+        result: "success".into(),
+        invocation_id: "0123456789abcdef0123456789abcdef".into(),
+        main_pid: pid.as_raw() as u32,
+        exec_main_start_us: 1,
+        n_restarts: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proven_when_kubelet_is_connected() {
+    assert!(nix::unistd::geteuid().is_root(), "needs root");
+    let d = tempfile::tempdir_in("/run").unwrap();
+    let sock = d.path().join("crio.sock");
+    let l = listener(&sock);
+    let (pid, release) = kubelet_child(&sock);
+    // SAFETY: accept returned a fresh descriptor.
+    let _accepted = unsafe { OwnedFd::from_raw_fd(accept(l.as_raw_fd()).unwrap()) };
+    let host = Host::default();
+    let url = healthz().await;
+    let inputs = ProofInputs {
+        host: &host,
+        kubelet_unit: "kubelet.service",
+        crio_main_pid: std::process::id(),
+        cri_socket: &sock,
+        healthz_url: &url,
+        stable_window: Duration::from_millis(300),
+        metrics_url: None,
+        kubelet_before: None,
+        poll_interval: Duration::from_millis(50),
+        request_timeout: Duration::from_secs(2),
+    };
+    let state = unit(pid);
+    let ev = prove_reconnected(inputs, || { let s = state.clone(); async move { Ok(s) } }, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(ev.unit.ok && ev.healthz.ok && ev.connection.ok, "{ev:#?}");
+    drop(release);
+    waitpid(pid, None).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_names_the_connection_when_kubelet_talks_elsewhere() {
+    assert!(nix::unistd::geteuid().is_root(), "needs root");
+    let d = tempfile::tempdir_in("/run").unwrap();
+    let sock = d.path().join("crio.sock");
+    let other = d.path().join("other.sock");
+    let _l = listener(&sock);
+    let lo = listener(&other);
+    let (pid, release) = kubelet_child(&other);
+    // SAFETY: accept returned a fresh descriptor.
+    let _accepted = unsafe { OwnedFd::from_raw_fd(accept(lo.as_raw_fd()).unwrap()) };
+    let host = Host::default();
+    let url = healthz().await;
+    let inputs = ProofInputs {
+        host: &host,
+        kubelet_unit: "kubelet.service",
+        crio_main_pid: std::process::id(),
+        cri_socket: &sock,
+        healthz_url: &url,
+        stable_window: Duration::ZERO,
+        metrics_url: None,
+        kubelet_before: None,
+        poll_interval: Duration::from_millis(50),
+        request_timeout: Duration::from_secs(2),
+    };
+    let state = unit(pid);
+    let err = prove_reconnected(inputs, || { let s = state.clone(); async move { Ok(s) } }, Duration::from_millis(500))
+        .await
+        .unwrap_err();
+    let KubeletError::NotReconnected { missing, evidence, .. } = &err;
+    assert!(missing.starts_with("c (connection): "), "{err}");
+    assert!(!missing.contains("a (unit)") && !missing.contains("b (healthz)"), "{err}");
+    assert!(!evidence.connection.ok);
+    assert!(err.to_string().contains("other.sock"), "what was seen instead: {err}");
+    drop(release);
+    waitpid(pid, None).unwrap();
+}
+
+#[tokio::test]
+async fn deadline_names_every_missing_piece_when_the_unit_cannot_be_read() {
+    let host = Host::default();
+    let inputs = ProofInputs {
+        host: &host,
+        kubelet_unit: "kubelet.service",
+        crio_main_pid: std::process::id(),
+        cri_socket: Path::new("/nonexistent/crio.sock"),
+        healthz_url: "http://127.0.0.1:1/healthz",
+        stable_window: Duration::ZERO,
+        metrics_url: Some("http://127.0.0.1:1/metrics"),
+        kubelet_before: None,
+        poll_interval: Duration::from_millis(50),
+        request_timeout: Duration::from_millis(200),
+    };
+    let err = prove_reconnected(inputs, || async { Err("bus unreachable".to_string()) }, Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    let KubeletError::NotReconnected { missing, .. } = &err;
+    for piece in ["a (unit): cannot read kubelet.service: bus unreachable", "b (healthz)", "c (connection)", "d (relists)"] {
+        assert!(missing.contains(piece), "{piece} missing from: {err}");
+    }
+}
