@@ -1,0 +1,426 @@
+#!/bin/bash
+# Throwaway test nodes: a real systemd (with D-Bus and journald) booted by systemd-nspawn from
+# the cached rootfs of tests/node/rootfs.sh, on a private overlay so each node starts clean.
+#
+#   node.sh boot [NAME] [options]   boot a node (default name: node) and install into it
+#   node.sh shell [NAME]            interactive shell inside the node
+#   node.sh exec NAME -- CMD...     run CMD inside the node (argv, no shell)
+#   node.sh journal NAME [ARGS...]  the node's journal of this boot (extra journalctl ARGS)
+#   node.sh root NAME               print the node's / as seen from the host
+#   node.sh leader NAME             print the host pid of the node's systemd (for nsenter -t)
+#   node.sh down NAME | --all       tear down (kill, unmount, remove every trace)
+#   node.sh list                    list nodes and their state
+#   node.sh gc                      tear down nodes whose owner process or nspawn is gone
+#
+# boot options:
+#   --bin-dir DIR    where the built binaries are (default $CARGO_TARGET_DIR/debug or target/debug)
+#   --start UNIT     start UNIT after boot (repeatable; default: crio.service and kubelet.service
+#                    when tests/node/units/ has them)
+#   --no-start       start no unit after boot
+#   --tree DIR       copy DIR's files into the node's / before it boots (repeatable; after the
+#                    base trees); directories that exist in the node keep their owner and mode
+#   --no-base-trees  do not copy the base trees tests/*/node-root/ (see below)
+#   --timeout SECS   deadline for boot and for starting the units (default 60)
+#   --owner PID      tear the node down on `gc` once PID has exited (used by the Rust harness)
+#
+# Installed before boot: kata-live, fake-crio, fake-kubelet, fake-rpm-ostree (those built),
+# bind-mounted read-only into /usr/local/bin (kata-live also linked from /usr/bin);
+# tests/node/units/* and the repo's systemd/*.{service,socket,timer,path,target} into
+# /etc/systemd/system/; the base trees, every
+# tests/*/node-root/ directory in lexical order (files a test component needs in every node, laid
+# out as in /, e.g. tests/standins/node-root/etc/crio/crio.conf.d/00-default).
+#
+# Environment: KATA_NODE_CACHE (default tests/node/.cache), as for rootfs.sh.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${KATA_NODE_CACHE:-$here/.cache}
+nodes=$cache/nodes
+binaries=(kata-live fake-crio fake-kubelet fake-rpm-ostree)
+default_start=(crio.service kubelet.service)
+node_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+log() { printf 'node: %s\n' "$*" >&2; }
+die() { printf 'node: ERROR: %s\n' "$*" >&2; exit 1; }
+now() { echo "$EPOCHREALTIME"; }
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (systemd-nspawn, overlay mounts and nsenter need it)"
+
+valid_name() {
+    [[ $1 =~ ^[a-z0-9][a-z0-9-]{0,39}$ ]] || die "bad node name '$1': use [a-z0-9-], at most 40 chars"
+}
+
+node_dir() { echo "$nodes/$1"; }
+
+# Alive and not a zombie: nspawn is reparented to the host's init, which may reap it late.
+alive() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+
+# The node's systemd, verified: a child of our nspawn, named systemd, in another pid namespace.
+find_leader() {
+    local pid=$1 child
+    [ -r "/proc/$pid/task/$pid/children" ] || return 1
+    for child in $(<"/proc/$pid/task/$pid/children"); do
+        [ "$(cat "/proc/$child/comm" 2>/dev/null)" = systemd ] || continue
+        [ "$(readlink "/proc/$child/ns/pid")" != "$(readlink /proc/self/ns/pid)" ] || continue
+        echo "$child"
+        return 0
+    done
+    return 1
+}
+
+# The nspawn pid of node NAME if that process is alive and is really our nspawn.
+nspawn_pid() {
+    local dir pid
+    dir=$(node_dir "$1")
+    pid=$(cat "$dir/nspawn.pid" 2>/dev/null) || return 1
+    [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "-D $dir/root " || return 1
+    echo "$pid"
+}
+
+leader_of() {
+    local pid
+    pid=$(nspawn_pid "$1") || die "node '$1' is not running (see: node.sh list)"
+    find_leader "$pid" || die "node '$1': nspawn $pid has no systemd child"
+}
+
+in_node() {
+    local leader=$1
+    shift
+    nsenter -t "$leader" -m -p -u -i -n -- env -i PATH="$node_path" HOME=/root LANG=C.UTF-8 \
+        TERM="${TERM:-dumb}" "$@"
+}
+
+cmd_down() {
+    local name=$1 dir pid leader start
+    start=$(now)
+    dir=$(node_dir "$name")
+    [ -d "$dir" ] || die "no node '$name' in $nodes"
+    if pid=$(nspawn_pid "$name"); then
+        # Killing the pid-namespace init kills everything in the node at once; nobody needs a
+        # clean shutdown of a throwaway node.
+        if leader=$(find_leader "$pid"); then
+            kill -KILL "$leader" 2>/dev/null || true
+        fi
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1000); do
+            alive "$pid" || break
+            sleep 0.01
+        done
+        if alive "$pid"; then
+            log "nspawn $pid still alive after 10 s: SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            sleep 0.2
+        fi
+    fi
+    remove_cgroups "$dir"
+    if mountpoint -q "$dir/root"; then
+        umount "$dir/root" 2>/dev/null || umount -l "$dir/root"
+    fi
+    mountpoint -q "$dir/root" && die "$dir/root is still mounted; not removing it"
+    rm -rf --one-file-system "$dir"
+    log "down $name in $(since "$start")s"
+}
+
+# With --keep-unit nspawn puts the node's systemd in <nspawn's cgroup>/payload. Nodes started
+# from the same cgroup would share that tree (and each systemd would see the others' units as
+# populated), so every node gets its own cgroup, in the hierarchies systemd uses: the v2 one and
+# the v1 name=systemd one. Their paths are listed in $dir/cgroups.
+make_cgroups() {
+    local dir=$1 id line path mnt cg
+    id=kata-node-$(printf '%s' "$dir" | sha256sum | cut -c1-12)
+    : >"$dir/cgroups"
+    while IFS= read -r line; do
+        path=${line#*:*:}
+        case $line in
+            0::*)
+                if [ "$(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null)" = cgroup2fs ]; then
+                    mnt=/sys/fs/cgroup/unified
+                else
+                    mnt=/sys/fs/cgroup
+                fi
+                ;;
+            *:name=systemd:*) mnt=/sys/fs/cgroup/systemd ;;
+            *) continue ;;
+        esac
+        cg=$mnt${path%/}/$id
+        mkdir -p "$cg" || die "cannot create cgroup $cg"
+        echo "$cg" >>"$dir/cgroups"
+    done </proc/self/cgroup
+}
+
+# Remove the node's cgroups, deepest first (the node's systemd leaves its unit cgroups).
+remove_cgroups() {
+    local dir=$1 cg sub
+    [ -f "$dir/cgroups" ] || return 0
+    while read -r cg; do
+        [ -d "$cg" ] || continue
+        for _ in $(seq 50); do
+            while IFS= read -r sub; do
+                rmdir "$sub" 2>/dev/null || true
+            done < <(find "$cg" -depth -type d)
+            [ -d "$cg" ] || break
+            sleep 0.02
+        done
+        [ -d "$cg" ] && log "WARNING: could not remove cgroup $cg (processes left in it?)"
+    done <"$dir/cgroups"
+    return 0
+}
+
+# EXIT trap of boot: a node that did not come up is torn down at once.
+boot_failed() {
+    local rc=$?
+    [ "$rc" -ne 0 ] || return 0
+    log "boot of $boot_name failed"
+    if [ ! -e "$boot_dir/leader.pid" ]; then
+        log "last console lines ($boot_dir/console.log):"
+        tail -n 20 "$boot_dir/console.log" >&2 2>/dev/null || true
+    fi
+    cmd_down "$boot_name" || true
+    exit "$rc"
+}
+
+cmd_boot() {
+    local name=node bin_dir='' timeout=60 owner='' no_start=0 base_trees=1
+    local -a trees=()
+    local -a start_units=()
+    local explicit_start=0
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --bin-dir) bin_dir=$2; shift 2 ;;
+            --start) start_units+=("$2"); explicit_start=1; shift 2 ;;
+            --no-start) no_start=1; shift ;;
+            --tree) trees+=("$2"); shift 2 ;;
+            --no-base-trees) base_trees=0; shift ;;
+            --timeout) timeout=$2; shift 2 ;;
+            --owner) owner=$2; shift 2 ;;
+            -*) die "unknown boot option $1" ;;
+            *) name=$1; shift ;;
+        esac
+    done
+    valid_name "$name"
+    [[ $timeout =~ ^[0-9]+$ ]] || die "--timeout wants whole seconds, got '$timeout'"
+    if [ -z "$bin_dir" ]; then
+        bin_dir=${CARGO_TARGET_DIR:-$repo/target}/debug
+    fi
+    local t0 rootfs dir
+    t0=$(now)
+    rootfs=$("$here/rootfs.sh")
+    [ -e "$rootfs/.complete" ] || die "rootfs.sh did not produce a rootfs"
+    mkdir -p "$nodes"
+    cmd_gc
+    dir=$(node_dir "$name")
+    mkdir "$dir" 2>/dev/null || die "node '$name' exists already; tear it down first: $0 down $name"
+    if [ -n "$owner" ]; then echo "$owner" >"$dir/owner.pid"; fi
+
+    # Tear down on any failure from here on.
+    boot_name=$name boot_dir=$dir
+    trap boot_failed EXIT
+    # Killed at a caller's deadline: still tear down (the EXIT trap runs on exit).
+    trap 'exit 143' TERM INT
+
+    local t_copy
+    t_copy=$(now)
+    mkdir -p "$dir/upper" "$dir/work" "$dir/root"
+    if ! mount -t overlay "kata-node-$name" \
+            -o "lowerdir=$rootfs,upperdir=$dir/upper,workdir=$dir/work" "$dir/root" 2>/dev/null; then
+        log "overlayfs unavailable: copying the rootfs"
+        rmdir "$dir/root"
+        cp -a --reflink=auto "$rootfs" "$dir/root"
+    fi
+    log "root ready in $(since "$t_copy")s: $dir/root"
+
+    # Install before boot: no daemon-reload needed, and the units see the binaries at once.
+    # Binaries are bind-mounted read-only (copying ~250 MB of debug builds costs 0.6 s a node).
+    local root=$dir/root b f t_install
+    local -a binds=()
+    t_install=$(now)
+    [[ $bin_dir != *:* ]] || die "--bin-dir must not contain ':' (systemd-nspawn --bind-ro syntax)"
+    for b in "${binaries[@]}"; do
+        if [ -x "$bin_dir/$b" ]; then
+            binds+=("--bind-ro=$bin_dir/$b:/usr/local/bin/$b")
+            log "installing $b ($(date -r "$bin_dir/$b" '+built %F %T'))"
+        else
+            log "not built, not installed: $bin_dir/$b"
+        fi
+    done
+    if [ -x "$bin_dir/kata-live" ]; then
+        ln -sfn /usr/local/bin/kata-live "$root/usr/bin/kata-live"
+    else
+        log "WARNING: no kata-live in $bin_dir: build it (cargo build --workspace --bins) or pass --bin-dir"
+    fi
+    if [ -d "$here/units" ]; then
+        cp -a "$here/units/." "$root/etc/systemd/system/"
+        log "installed units: $(cd "$here/units" && echo *)"
+    fi
+    if [ -d "$repo/systemd" ]; then
+        for f in "$repo"/systemd/*.{service,socket,timer,path,target}; do
+            [ -f "$f" ] || continue
+            install -m 0644 "$f" "$root/etc/systemd/system/"
+            log "installed unit $(basename "$f") from systemd/"
+        done
+    fi
+    local tree
+    local -a all_trees=()
+    if [ $base_trees = 1 ]; then
+        for tree in "$repo"/tests/*/node-root; do
+            [ -d "$tree" ] && all_trees+=("$tree")
+        done
+    fi
+    for tree in ${all_trees[@]+"${all_trees[@]}"} ${trees[@]+"${trees[@]}"}; do
+        [ -d "$tree" ] || die "--tree $tree is not a directory"
+        # tar keeps the modes of the node's existing directories (cp -a would copy the
+        # tree's, and a 0700 / stops D-Bus from starting).
+        tar -C "$tree" -cf - . | tar -C "$root" -xf - --no-overwrite-dir
+        log "copied tree $tree"
+    done
+    rm -f "$root/etc/hostname"
+    log "installed in $(since "$t_install")s"
+
+    local t_boot pid leader state='' deadline
+    t_boot=$(now)
+    make_cgroups "$dir"
+    (
+        # Enter the node's own cgroups, then become nspawn (same pid).
+        while read -r cgdir; do
+            echo "$BASHPID" >"$cgdir/cgroup.procs"
+        done <"$dir/cgroups"
+        exec setsid systemd-nspawn --quiet -D "$root" --boot --register=no --keep-unit \
+            --private-network --machine="kl-$name" --console=read-only "${binds[@]}"
+    ) </dev/null >"$dir/console.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$dir/nspawn.pid"
+    deadline=$((SECONDS + timeout))
+    while :; do
+        alive "$pid" || die "systemd-nspawn exited during boot"
+        if leader=$(find_leader "$pid"); then
+            state=$(in_node "$leader" systemctl is-system-running 2>/dev/null) || true
+            case $state in running | degraded) break ;; esac
+        fi
+        [ $SECONDS -lt $deadline ] || die "not running after ${timeout}s (last state: '${state:-none}')"
+        sleep 0.05
+    done
+    echo "$leader" >"$dir/leader.pid"
+    log "booted $name: $state in $(since "$t_boot")s (leader pid $leader)"
+    if [ "$state" = degraded ]; then
+        log "failed units at boot:"
+        in_node "$leader" systemctl --failed --no-legend --no-pager >&2 || true
+    fi
+
+    if [ $no_start = 0 ] && [ $explicit_start = 0 ]; then
+        for f in "${default_start[@]}"; do
+            [ -e "$here/units/$f" ] && start_units+=("$f")
+        done
+    fi
+    if [ $no_start = 0 ] && [ ${#start_units[@]} -gt 0 ]; then
+        local t_start
+        t_start=$(now)
+        if ! in_node "$leader" timeout "$timeout" systemctl start "${start_units[@]}"; then
+            local -a unit_args=()
+            for f in "${start_units[@]}"; do unit_args+=(-u "$f"); done
+            log "journal of ${start_units[*]}:"
+            in_node "$leader" journalctl -b --no-pager -o short-precise -n 40 "${unit_args[@]}" >&2 || true
+            die "could not start ${start_units[*]} within ${timeout}s"
+        fi
+        log "started ${start_units[*]} in $(since "$t_start")s"
+    fi
+    trap - EXIT
+    log "node $name up in $(since "$t0")s; shell: $0 shell $name; down: $0 down $name"
+    # Machine-readable summary for the Rust harness.
+    printf 'NODE_DIR=%s\nNODE_ROOT=%s\nNODE_NSPAWN_PID=%s\nNODE_LEADER_PID=%s\nNODE_STATE=%s\n' \
+        "$dir" "$root" "$pid" "$leader" "$state"
+}
+
+cmd_gc() {
+    local dir name owner
+    [ -d "$nodes" ] || return 0
+    for dir in "$nodes"/*/; do
+        [ -d "$dir" ] || continue
+        name=$(basename "$dir")
+        owner=$(cat "$dir/owner.pid" 2>/dev/null || true)
+        if [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
+            log "gc: $name: owner $owner is gone"
+            cmd_down "$name" || true
+        elif [ -e "$dir/nspawn.pid" ] && ! nspawn_pid "$name" >/dev/null; then
+            log "gc: $name: nspawn is gone"
+            cmd_down "$name" || true
+        fi
+    done
+}
+
+cmd_list() {
+    local dir name pid
+    [ -d "$nodes" ] || return 0
+    for dir in "$nodes"/*/; do
+        [ -d "$dir" ] || continue
+        name=$(basename "$dir")
+        if pid=$(nspawn_pid "$name"); then
+            echo "$name running nspawn=$pid leader=$(find_leader "$pid" || echo -) root=${dir}root"
+        else
+            echo "$name stopped (node.sh down $name)"
+        fi
+    done
+}
+
+sub=${1:-}
+[ $# -gt 0 ] && shift
+case $sub in
+    boot) cmd_boot "$@" ;;
+    shell)
+        name=${1:-node}
+        valid_name "$name"
+        leader=$(leader_of "$name")
+        exec nsenter -t "$leader" -m -p -u -i -n -- env -i PATH="$node_path" HOME=/root \
+            LANG=C.UTF-8 TERM="${TERM:-dumb}" /bin/bash -l
+        ;;
+    exec)
+        name=${1:?usage: node.sh exec NAME -- CMD...}
+        shift
+        [ "${1:-}" = -- ] && shift
+        [ $# -gt 0 ] || die "usage: node.sh exec NAME -- CMD..."
+        valid_name "$name"
+        leader=$(leader_of "$name")
+        in_node "$leader" "$@"
+        ;;
+    journal)
+        name=${1:-node}
+        [ $# -gt 0 ] && shift
+        valid_name "$name"
+        leader=$(leader_of "$name")
+        in_node "$leader" journalctl -b --no-pager -o short-precise "$@"
+        ;;
+    root)
+        name=${1:-node}
+        valid_name "$name"
+        [ -d "$(node_dir "$name")/root" ] || die "no node '$name'"
+        echo "$(node_dir "$name")/root"
+        ;;
+    leader)
+        name=${1:-node}
+        valid_name "$name"
+        leader_of "$name"
+        ;;
+    down)
+        if [ "${1:-}" = --all ]; then
+            for d in "$nodes"/*/; do
+                [ -d "$d" ] && cmd_down "$(basename "$d")"
+            done
+        else
+            name=${1:-node}
+            valid_name "$name"
+            cmd_down "$name"
+        fi
+        ;;
+    list) cmd_list ;;
+    gc) cmd_gc ;;
+    *)
+        sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+        exit 2
+        ;;
+esac

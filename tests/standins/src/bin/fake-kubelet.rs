@@ -1,0 +1,5 @@
+//! kubelet stand-in for the test node (see tests/standins/README.md). Never shipped.
+
+fn main() -> std::process::ExitCode {
+    kata_live_standins::kubelet_standin::main_entry()
+}

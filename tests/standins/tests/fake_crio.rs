@@ -1,0 +1,335 @@
+//! fake-crio as a process on temp paths, driven by the generated CRI client.
+
+mod common;
+
+use common::*;
+use kata_live::cri::proto;
+use nix::sys::signal::Signal;
+
+#[tokio::test]
+async fn ready_is_sent_only_once_the_socket_serves() {
+    let node = Node::new();
+    let notify = NotifySocket::bind(node.path("notify.sock"));
+    let mut cmd = node.crio_command();
+    cmd.env("NOTIFY_SOCKET", &notify.path);
+    let p = Proc::spawn(&mut cmd, node.path("crio.log"));
+    let mut got_ready = false;
+    while let Some(msg) = notify.recv() {
+        if msg.lines().any(|l| l == "READY=1") {
+            got_ready = true;
+            break;
+        }
+    }
+    assert!(got_ready, "no READY=1:\n{}", p.log_text());
+    // READY came after listen: the socket answers at once, no retry needed.
+    let mut c = client(&node.socket()).await;
+    let v = c
+        .version(proto::VersionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(v.runtime_name, "cri-o");
+    assert_eq!(v.runtime_api_version, "v1");
+    let st = c
+        .status(proto::StatusRequest { verbose: true })
+        .await
+        .unwrap()
+        .into_inner();
+    let conds: Vec<(String, bool)> = st
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .map(|c| (c.r#type, c.status))
+        .collect();
+    assert_eq!(
+        conds,
+        [("RuntimeReady".into(), true), ("NetworkReady".into(), true)]
+    );
+    let names: Vec<String> = st.runtime_handlers.into_iter().map(|h| h.name).collect();
+    assert_eq!(names, ["", "crun"]);
+    let log = p.log_text();
+    assert!(log.contains("Starting CRI-O, version: 1.31.0"), "{log}");
+    assert!(
+        log.contains(&format!("pid: {}", p.pid())),
+        "start line carries the pid:\n{log}"
+    );
+    assert!(log.contains("default=crun handlers=[crun]"), "{log}");
+}
+
+#[tokio::test]
+async fn handler_added_by_reload_is_listed_but_run_pod_sandbox_fails_until_restart() {
+    let node = Node::new();
+    let p = node.start_crio("crio.log").await;
+    let mut c = client(&node.socket()).await;
+    assert_eq!(handler_names(&mut c).await, ["", "crun"]);
+
+    node.install_kata_files();
+    node.write_kata_dropin();
+    p.signal(Signal::SIGHUP);
+    wait_log(&p.log, "Configuration reload completed").await;
+    assert_eq!(handler_names(&mut c).await, ["", "crun", "kata-remote"]);
+    // The /config endpoint lies the same way (it shows the reloaded table).
+    let config = http_get_unix(&node.socket(), "/config");
+    assert!(
+        config.contains("[crio.runtime.runtimes.kata-remote]"),
+        "{config}"
+    );
+    assert!(http_get_unix(&node.socket(), "/info").contains("\"cgroup_driver\""));
+
+    let err = c
+        .run_pod_sandbox(sandbox_request("k1", "kata-remote"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unknown);
+    assert!(
+        err.message().starts_with(
+            "failed to find runtime handler kata-remote from runtime list map[crun:0x"
+        ),
+        "{err:?}"
+    );
+    assert!(!err.message().contains("kata-remote:"), "{err:?}");
+
+    assert!(p.stop().success());
+    let p = node.start_crio("crio.log").await;
+    let mut c = client(&node.socket()).await;
+    let id = c
+        .run_pod_sandbox(sandbox_request("k1", "kata-remote"))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let st = c
+        .pod_sandbox_status(proto::PodSandboxStatusRequest {
+            pod_sandbox_id: id,
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(st.runtime_handler, "kata-remote");
+    assert_eq!(st.state, proto::PodSandboxState::SandboxReady as i32);
+    drop(p);
+}
+
+#[tokio::test]
+async fn handler_with_missing_binary_is_ignored_and_crio_starts() {
+    let node = Node::new();
+    node.write_kata_dropin(); // binary and config file not installed
+    let p = node.start_crio("crio.log").await;
+    let mut c = client(&node.socket()).await;
+    assert_eq!(handler_names(&mut c).await, ["", "crun"]);
+    let log = p.log_text();
+    let want = format!(
+        "level=warning msg=\"Runtime handler \\\"kata-remote\\\" is being ignored due to: invalid runtime_path for runtime 'kata-remote': stat {}: no such file or directory\"",
+        node.path("bin/containerd-shim-kata-v2").display()
+    );
+    assert!(log.contains(&want), "want {want}\nin:\n{log}");
+}
+
+#[tokio::test]
+async fn invalid_default_runtime_exits_non_zero_without_ready() {
+    let node = Node::new();
+    std::fs::remove_file(node.path("bin/crun")).unwrap();
+    let notify = NotifySocket::bind(node.path("notify.sock"));
+    let mut cmd = node.crio_command();
+    cmd.env("NOTIFY_SOCKET", &notify.path);
+    let mut p = Proc::spawn(&mut cmd, node.path("crio.log"));
+    let st = p.wait_exit(WAIT).expect("fake-crio should exit");
+    assert_eq!(st.code(), Some(1), "{}", p.log_text());
+    assert!(p.log_text().contains("level=fatal"), "{}", p.log_text());
+    assert!(!node.socket().exists());
+}
+
+#[tokio::test]
+async fn failed_reload_keeps_the_old_table() {
+    let node = Node::new();
+    let p = node.start_crio("crio.log").await;
+    std::fs::write(node.path("etc/crio/crio.conf.d/99-broken"), "[crio\n").unwrap();
+    p.signal(Signal::SIGHUP);
+    let log = wait_log(&p.log, "Unable to reload configuration").await;
+    assert!(log.contains("99-broken"), "{log}");
+    let mut c = client(&node.socket()).await;
+    assert_eq!(handler_names(&mut c).await, ["", "crun"]);
+}
+
+#[tokio::test]
+async fn sandboxes_and_containers_persist_across_restarts() {
+    let node = Node::new();
+    let p = node.start_crio("crio.log").await;
+    let seeded = node.seed("running-kata", "kata-remote");
+    let mut c = client(&node.socket()).await;
+    // The running fake-crio sees the seeded pod at once.
+    let pods = c
+        .list_pod_sandbox(proto::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0].id, seeded);
+    assert_eq!(pods[0].runtime_handler, "kata-remote");
+    let own = c
+        .run_pod_sandbox(sandbox_request("plain", ""))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+
+    assert!(p.stop().success());
+    let p = node.start_crio("crio.log").await;
+    assert!(p
+        .log_text()
+        .contains("Restored 2 sandboxes and 2 containers"));
+    let mut c = client(&node.socket()).await;
+    let filter = |handler_pod: &str| proto::ListPodSandboxRequest {
+        filter: Some(proto::PodSandboxFilter {
+            id: handler_pod.into(),
+            ..Default::default()
+        }),
+    };
+    let got = c
+        .list_pod_sandbox(filter(&seeded))
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(got.len(), 1);
+    let ctrs = c
+        .list_containers(proto::ListContainersRequest {
+            filter: Some(proto::ContainerFilter {
+                pod_sandbox_id: seeded.clone(),
+                state: Some(proto::ContainerStateValue {
+                    state: proto::ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert_eq!(ctrs.len(), 2);
+
+    c.stop_pod_sandbox(proto::StopPodSandboxRequest {
+        pod_sandbox_id: seeded.clone(),
+    })
+    .await
+    .unwrap();
+    let ready_only = proto::ListPodSandboxRequest {
+        filter: Some(proto::PodSandboxFilter {
+            state: Some(proto::PodSandboxStateValue {
+                state: proto::PodSandboxState::SandboxReady as i32,
+            }),
+            ..Default::default()
+        }),
+    };
+    let ready = c
+        .list_pod_sandbox(ready_only)
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(
+        ready.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        [own.as_str()]
+    );
+    c.remove_pod_sandbox(proto::RemovePodSandboxRequest {
+        pod_sandbox_id: seeded.clone(),
+    })
+    .await
+    .unwrap();
+    let err = c
+        .pod_sandbox_status(proto::PodSandboxStatusRequest {
+            pod_sandbox_id: seeded,
+            verbose: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    drop(p);
+}
+
+#[tokio::test]
+async fn fault_fail_start_exits_1_before_listening() {
+    let node = Node::new();
+    node.fault("fail-start", "");
+    let mut p = node.spawn_crio("crio.log");
+    let st = p.wait_exit(WAIT).expect("fake-crio should exit");
+    assert_eq!(st.code(), Some(1));
+    assert!(
+        p.log_text().contains("fault fail-start"),
+        "{}",
+        p.log_text()
+    );
+    assert!(!node.socket().exists());
+}
+
+#[tokio::test]
+async fn fault_never_ready_and_no_handlers_field_act_on_status() {
+    let node = Node::new();
+    node.fault("never-ready", "");
+    node.fault("no-handlers-field", "");
+    let _p = node.start_crio("crio.log").await;
+    let mut c = client(&node.socket()).await;
+    let st = c
+        .status(proto::StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let rr = st
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.r#type == "RuntimeReady")
+        .unwrap();
+    assert!(!rr.status);
+    assert!(st.runtime_handlers.is_empty());
+    // Switches are live: removing them restores normal answers.
+    std::fs::remove_file(node.path("faults/never-ready")).unwrap();
+    std::fs::remove_file(node.path("faults/no-handlers-field")).unwrap();
+    assert_eq!(handler_names(&mut c).await, ["", "crun"]);
+}
+
+#[tokio::test]
+async fn fault_exit_after_exits_1() {
+    let node = Node::new();
+    node.fault("exit-after", "1");
+    let mut p = node.start_crio("crio.log").await;
+    let st = p.wait_exit(WAIT).expect("fake-crio should exit by itself");
+    assert_eq!(st.code(), Some(1));
+    assert!(p.log_text().contains("exit-after"), "{}", p.log_text());
+}
+
+#[tokio::test]
+async fn fault_slow_start_delays_listening_and_ready() {
+    let node = Node::new();
+    node.fault("slow-start", "2");
+    let notify = NotifySocket::bind(node.path("notify.sock"));
+    let mut cmd = node.crio_command();
+    cmd.env("NOTIFY_SOCKET", &notify.path);
+    let p = Proc::spawn(&mut cmd, node.path("crio.log"));
+    let first = notify
+        .recv()
+        .expect("a STATUS message during the slow start");
+    assert!(first.contains("STATUS=fake-crio: slow-start"), "{first}");
+    assert!(!first.contains("READY=1"));
+    assert!(!node.socket().exists(), "listening during slow start");
+    let second = notify.recv().expect("READY after the slow start");
+    assert!(second.contains("READY=1"), "{second}");
+    assert!(node.socket().exists());
+    drop(p);
+}
+
+#[tokio::test]
+async fn bad_fault_value_is_an_error() {
+    let node = Node::new();
+    node.fault("exit-after", "soon");
+    let mut p = node.spawn_crio("crio.log");
+    let st = p.wait_exit(WAIT).expect("fake-crio should exit");
+    assert_eq!(st.code(), Some(1));
+    assert!(p.log_text().contains("must hold a number of seconds"));
+}

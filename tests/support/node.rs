@@ -1,0 +1,686 @@
+//! Throwaway test nodes for integration tests: a real systemd with D-Bus and journald, booted
+//! by `tests/node/node.sh` (systemd-nspawn on an overlay of the cached rootfs), with the freshly
+//! built binaries and the units of `tests/node/units/` and `systemd/` installed.
+//!
+//! ```ignore
+//! mod support;
+//! use support::node::{Node, NodeOptions};
+//! let node = Node::boot(NodeOptions::default()).expect("boot");
+//! let out = node.exec(&["systemctl", "is-active", "crio.service"]);
+//! ```
+//!
+//! Dropping a [`Node`] always tears it down; when the test is panicking it first saves the
+//! node's journal to `<target>/node-logs/<name>.journal` and prints the path.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::ffi::OsStr;
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// PATH inside the node (the host's PATH would point at the host's tools).
+const NODE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Deadline of [`Node::exec`]; use [`Node::exec_timeout`] for anything else.
+pub const EXEC_DEADLINE: Duration = Duration::from_secs(120);
+/// Exit status of a command killed at its deadline (coreutils `timeout`).
+pub const TIMED_OUT: i32 = 124;
+/// Deadline of the rootfs build (debootstrap: 1-2 min on a quiet machine, once per recipe).
+pub const ROOTFS_DEADLINE: Duration = Duration::from_secs(1800);
+
+static NEXT_NODE: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(
+        "test nodes need root (systemd-nspawn, overlay mounts, nsenter); run the node tests as \
+         root, e.g. `sudo -E tests/run`"
+    )]
+    NotRoot,
+    #[error("cannot run {tool}: {source}; install it (apt-get install {package}) or run tests/node/rootfs.sh which does")]
+    ToolMissing {
+        tool: String,
+        package: String,
+        source: std::io::Error,
+    },
+    #[error("cannot find the cargo target dir from test binary {exe}: {reason}")]
+    TargetDir { exe: PathBuf, reason: String },
+    #[error("`{script}` failed ({status}; 124: not done within its deadline); its log:\n{log}")]
+    Rootfs {
+        script: PathBuf,
+        status: std::process::ExitStatus,
+        log: String,
+    },
+    #[error("`{script} boot {name}` failed ({status}; 124: not done within its deadline); its log:\n{log}")]
+    Boot {
+        script: PathBuf,
+        name: String,
+        status: std::process::ExitStatus,
+        log: String,
+    },
+    #[error("`{script} boot {name}` printed no {key}; its output:\n{stdout}")]
+    BootOutput {
+        script: PathBuf,
+        name: String,
+        key: String,
+        stdout: String,
+    },
+    #[error("tearing down node {name} with `{script} down {name}` failed ({status}): {log}")]
+    Teardown {
+        script: PathBuf,
+        name: String,
+        status: String,
+        log: String,
+    },
+    #[error("I/O on {path} (node {name}): {source}")]
+    Io {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("node {name}: `{argv}` failed ({status}): stdout: {stdout} stderr: {stderr}")]
+    Exec {
+        name: String,
+        argv: String,
+        status: std::process::ExitStatus,
+        stdout: String,
+        stderr: String,
+    },
+    #[error("node {name}: still waiting for {what} after {waited:?}")]
+    Deadline {
+        name: String,
+        what: String,
+        waited: Duration,
+    },
+}
+
+/// A file placed into the node before it boots (so units see it at their first start).
+#[derive(Debug, Clone)]
+pub struct NodeFile {
+    /// Absolute path inside the node. Paths under /run and /tmp are hidden by the tmpfs the
+    /// node mounts at boot: write those with [`Node::write_file`] after boot instead.
+    pub path: PathBuf,
+    pub contents: Vec<u8>,
+    pub mode: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Readable part of the node's name; a unique suffix is always added. Default: the test's
+    /// name (its thread name).
+    pub label: Option<String>,
+    /// Units started once the node runs. `None`: crio.service and kubelet.service when
+    /// tests/node/units/ has them. `Some(vec![])`: none.
+    pub start_units: Option<Vec<String>>,
+    /// Files placed before boot, after the base trees.
+    pub files: Vec<NodeFile>,
+    /// Copy the base trees `tests/*/node-root/` (e.g. CRI-O's 00-default for fake-crio).
+    pub base_trees: bool,
+    /// Deadline for booting and for starting `start_units`, each.
+    pub boot_timeout: Duration,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            label: None,
+            start_units: None,
+            files: Vec::new(),
+            base_trees: true,
+            boot_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl NodeOptions {
+    /// A node that starts no unit of its own (the stand-ins stay stopped).
+    pub fn bare() -> Self {
+        NodeOptions {
+            start_units: Some(Vec::new()),
+            ..NodeOptions::default()
+        }
+    }
+
+    pub fn file(
+        mut self,
+        path: impl Into<PathBuf>,
+        contents: impl Into<Vec<u8>>,
+        mode: u32,
+    ) -> Self {
+        self.files.push(NodeFile {
+            path: path.into(),
+            contents: contents.into(),
+            mode,
+        });
+        self
+    }
+}
+
+/// Locations the harness works with.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// The repository (where tests/node/node.sh lives).
+    pub repo: PathBuf,
+    /// Cargo's profile dir holding the built binaries, e.g. target/debug.
+    pub bin_dir: PathBuf,
+    /// Where journals of failed tests go: <target>/node-logs.
+    pub log_dir: PathBuf,
+}
+
+impl Paths {
+    pub fn discover() -> Result<Paths, NodeError> {
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let exe = std::env::current_exe().map_err(|e| NodeError::TargetDir {
+            exe: PathBuf::from("?"),
+            reason: e.to_string(),
+        })?;
+        // Integration tests run as <target>/<profile>/deps/<test>-<hash>.
+        let bin_dir = exe
+            .parent()
+            .filter(|d| d.file_name() == Some(OsStr::new("deps")))
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .ok_or_else(|| NodeError::TargetDir {
+                exe: exe.clone(),
+                reason: "expected <target>/<profile>/deps/<test binary>".into(),
+            })?;
+        let target = bin_dir.parent().unwrap_or(&bin_dir).to_path_buf();
+        Ok(Paths {
+            repo,
+            bin_dir,
+            log_dir: target.join("node-logs"),
+        })
+    }
+
+    pub fn script(&self) -> PathBuf {
+        self.repo.join("tests/node/node.sh")
+    }
+}
+
+/// A booted node. Dropping it tears it down.
+#[derive(Debug)]
+pub struct Node {
+    name: String,
+    paths: Paths,
+    dir: PathBuf,
+    overlay_root: PathBuf,
+    nspawn_pid: u32,
+    leader: u32,
+    boot_state: String,
+    boot_time: Duration,
+    down: bool,
+}
+
+impl Node {
+    /// Boot a fresh node. Panics (loudly, naming what to do) when not root: node tests must
+    /// fail, never pass silently, where they cannot run.
+    pub fn boot(opts: NodeOptions) -> Result<Node, NodeError> {
+        if !nix::unistd::geteuid().is_root() {
+            panic!("\n\n*** {} ***\n\n", NodeError::NotRoot);
+        }
+        for (tool, package) in [("nsenter", "util-linux"), ("timeout", "coreutils")] {
+            if let Err(source) = Command::new(tool).arg("--version").output() {
+                panic!(
+                    "\n\n*** {} ***\n\n",
+                    NodeError::ToolMissing {
+                        tool: tool.into(),
+                        package: package.into(),
+                        source
+                    }
+                );
+            }
+        }
+        let paths = Paths::discover()?;
+        let name = unique_name(opts.label.as_deref());
+        let script = paths.script();
+
+        let tree = tempfile::Builder::new()
+            .prefix("kata-node-tree-")
+            .tempdir()
+            .map_err(|source| NodeError::Io {
+                name: name.clone(),
+                path: std::env::temp_dir(),
+                source,
+            })?;
+        for f in &opts.files {
+            let rel = f.path.strip_prefix("/").unwrap_or(&f.path);
+            let dest = tree.path().join(rel);
+            write_new_file(&dest, &f.contents, f.mode).map_err(|source| NodeError::Io {
+                name: name.clone(),
+                path: f.path.clone(),
+                source,
+            })?;
+        }
+
+        // The rootfs build (minutes, once) gets its own deadline, so that the boot deadline
+        // below measures the boot.
+        let rootfs = paths.repo.join("tests/node/rootfs.sh");
+        let out = Command::new("timeout")
+            .arg("--kill-after=30")
+            .arg(ROOTFS_DEADLINE.as_secs().to_string())
+            .arg(&rootfs)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| NodeError::Io {
+                name: name.clone(),
+                path: rootfs.clone(),
+                source,
+            })?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprint!("{stderr}");
+        if !out.status.success() {
+            return Err(NodeError::Rootfs {
+                script: rootfs,
+                status: out.status,
+                log: stderr,
+            });
+        }
+
+        // node.sh tears the node down itself when it fails or is killed at this deadline.
+        let deadline = opts.boot_timeout * 2 + Duration::from_secs(30);
+        let mut cmd = Command::new("timeout");
+        cmd.arg("--kill-after=30")
+            .arg(deadline.as_secs().to_string())
+            .arg(&script)
+            .arg("boot")
+            .arg(&name)
+            .arg("--bin-dir")
+            .arg(&paths.bin_dir)
+            .arg("--owner")
+            .arg(std::process::id().to_string())
+            .arg("--timeout")
+            .arg(opts.boot_timeout.as_secs().max(1).to_string());
+        if !opts.files.is_empty() {
+            cmd.arg("--tree").arg(tree.path());
+        }
+        if !opts.base_trees {
+            cmd.arg("--no-base-trees");
+        }
+        match &opts.start_units {
+            None => {}
+            Some(units) if units.is_empty() => {
+                cmd.arg("--no-start");
+            }
+            Some(units) => {
+                for u in units {
+                    cmd.arg("--start").arg(u);
+                }
+            }
+        }
+        let started = Instant::now();
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| NodeError::Io {
+                name: name.clone(),
+                path: script.clone(),
+                source,
+            })?;
+        let boot_time = started.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        // Captured by the test harness: shown when the test fails.
+        eprint!("{stderr}");
+        if !out.status.success() {
+            return Err(NodeError::Boot {
+                script,
+                name,
+                status: out.status,
+                log: stderr,
+            });
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let field = |key: &str| -> Result<String, NodeError> {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+                .map(str::to_owned)
+                .ok_or_else(|| NodeError::BootOutput {
+                    script: script.clone(),
+                    name: name.clone(),
+                    key: key.into(),
+                    stdout: stdout.clone(),
+                })
+        };
+        let pid = |key: &str| -> Result<u32, NodeError> {
+            let v = field(key)?;
+            v.parse().map_err(|_| NodeError::BootOutput {
+                script: script.clone(),
+                name: name.clone(),
+                key: format!("{key} (a pid, got {v:?})"),
+                stdout: stdout.clone(),
+            })
+        };
+        // Drop tears the node down whatever goes wrong from here on.
+        let mut node = Node {
+            name: name.clone(),
+            dir: PathBuf::new(),
+            overlay_root: PathBuf::new(),
+            nspawn_pid: 0,
+            leader: 0,
+            boot_state: String::new(),
+            boot_time,
+            paths,
+            down: false,
+        };
+        node.dir = PathBuf::from(field("NODE_DIR")?);
+        node.overlay_root = PathBuf::from(field("NODE_ROOT")?);
+        node.boot_state = field("NODE_STATE")?;
+        node.nspawn_pid = pid("NODE_NSPAWN_PID")?;
+        node.leader = pid("NODE_LEADER_PID")?;
+        Ok(node)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Host pid of the node's systemd (PID 1 inside): `nsenter -t` target.
+    pub fn leader_pid(&self) -> u32 {
+        self.leader
+    }
+
+    pub fn nspawn_pid(&self) -> u32 {
+        self.nspawn_pid
+    }
+
+    /// The node's / as the host sees it, with every mount of the node (/run included):
+    /// `/proc/<leader>/root`. Absolute symlinks inside resolve against the HOST's / when
+    /// followed through this path: use [`Node::host_path`] for node paths.
+    pub fn root_dir(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root", self.leader))
+    }
+
+    /// The node's overlay (its persistent /, without /run and /tmp), removed at teardown.
+    pub fn overlay_root(&self) -> &Path {
+        &self.overlay_root
+    }
+
+    /// The node's state directory on the host (overlay layers, console log, pid files).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `running` or `degraded`, as seen when boot finished.
+    pub fn boot_state(&self) -> &str {
+        &self.boot_state
+    }
+
+    /// Wall time of `node.sh boot` (rootfs check, overlay, boot, unit start).
+    pub fn boot_time(&self) -> Duration {
+        self.boot_time
+    }
+
+    /// A command that runs `argv` inside the node (all its namespaces, a clean environment),
+    /// for tests that need stdin, extra env or a background process. No deadline.
+    pub fn command<S: AsRef<OsStr>>(&self, argv: &[S]) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.env_clear()
+            .env("PATH", NODE_PATH)
+            .env("HOME", "/root")
+            .env("LANG", "C.UTF-8")
+            .arg("-t")
+            .arg(self.leader.to_string())
+            .args(["-m", "-p", "-u", "-i", "-n", "--"])
+            .args(argv);
+        cmd
+    }
+
+    /// Run `argv` inside the node (no shell), killed after [`EXEC_DEADLINE`].
+    pub fn exec<S: AsRef<OsStr>>(&self, argv: &[S]) -> Output {
+        self.exec_timeout(argv, EXEC_DEADLINE)
+    }
+
+    /// Run `argv` inside the node; at `deadline` it is killed and exits with [`TIMED_OUT`].
+    pub fn exec_timeout<S: AsRef<OsStr>>(&self, argv: &[S], deadline: Duration) -> Output {
+        let secs = format!("{:.3}", deadline.as_secs_f64());
+        let mut full: Vec<&OsStr> = vec![
+            OsStr::new("timeout"),
+            OsStr::new("--kill-after=5"),
+            OsStr::new(&secs),
+        ];
+        full.extend(argv.iter().map(AsRef::as_ref));
+        match self.command(&full).stdin(Stdio::null()).output() {
+            Ok(out) => out,
+            Err(e) => panic!("node {}: cannot run nsenter: {e}", self.name),
+        }
+    }
+
+    /// Like [`Node::exec`] but an error (with both outputs) unless it exits 0; returns stdout.
+    pub fn exec_ok<S: AsRef<OsStr>>(&self, argv: &[S]) -> Result<String, NodeError> {
+        let out = self.exec(argv);
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(NodeError::Exec {
+                name: self.name.clone(),
+                argv: argv
+                    .iter()
+                    .map(|a| a.as_ref().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                status: out.status,
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            })
+        }
+    }
+
+    /// Run a literal, test-authored script with /bin/sh inside the node.
+    pub fn sh(&self, script: &str) -> Output {
+        self.exec(&["/bin/sh", "-c", script])
+    }
+
+    /// Where the node's `path` is on the host, all symlinks resolved inside the node.
+    pub fn host_path(&self, path: impl AsRef<Path>) -> Result<PathBuf, NodeError> {
+        let path = path.as_ref();
+        let resolved = self.exec_ok(&[
+            OsStr::new("realpath"),
+            OsStr::new("-m"),
+            OsStr::new("--"),
+            path.as_os_str(),
+        ])?;
+        let resolved = resolved.trim_end_matches('\n');
+        Ok(self.root_dir().join(resolved.trim_start_matches('/')))
+    }
+
+    /// Write a file inside the node atomically (mode 0644), creating parent directories. Works
+    /// for every path, /run included.
+    pub fn write_file(&self, path: impl AsRef<Path>, contents: &[u8]) -> Result<(), NodeError> {
+        self.write_file_mode(path, contents, 0o644)
+    }
+
+    pub fn write_file_mode(
+        &self,
+        path: impl AsRef<Path>,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), NodeError> {
+        let path = path.as_ref();
+        let dest = self.host_path(path)?;
+        let io = |source| NodeError::Io {
+            name: self.name.clone(),
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = dest
+            .parent()
+            .ok_or_else(|| io(std::io::ErrorKind::InvalidInput.into()))?;
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+        tmp.write_all(contents).map_err(io)?;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io)?;
+        tmp.as_file().sync_all().map_err(io)?;
+        tmp.persist(&dest).map_err(|e| io(e.error))?;
+        Ok(())
+    }
+
+    /// Read a file inside the node; a missing file is an `Io` error of kind NotFound.
+    pub fn read_file(&self, path: impl AsRef<Path>) -> Result<Vec<u8>, NodeError> {
+        let path = path.as_ref();
+        let src = self.host_path(path)?;
+        std::fs::read(&src).map_err(|source| NodeError::Io {
+            name: self.name.clone(),
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Whether `path` exists inside the node.
+    pub fn exists(&self, path: impl AsRef<Path>) -> Result<bool, NodeError> {
+        Ok(self.host_path(path)?.symlink_metadata().is_ok())
+    }
+
+    /// The node's journal of this boot (`journalctl -b -o short-precise`).
+    pub fn journal(&self) -> String {
+        self.journal_args(&[])
+    }
+
+    /// The journal of one unit this boot.
+    pub fn journal_unit(&self, unit: &str) -> String {
+        self.journal_args(&["-u", unit])
+    }
+
+    fn journal_args(&self, extra: &[&str]) -> String {
+        let mut argv = vec!["journalctl", "-b", "--no-pager", "-o", "short-precise"];
+        argv.extend_from_slice(extra);
+        let out = self.exec_timeout(&argv, Duration::from_secs(30));
+        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            s.push_str(&format!(
+                "\n[journalctl failed ({}): {}]\n",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        s
+    }
+
+    /// Poll `cond` every 50 ms until it holds; the time it took, or `Deadline` naming `what`.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        deadline: Duration,
+        mut cond: impl FnMut(&Node) -> bool,
+    ) -> Result<Duration, NodeError> {
+        let start = Instant::now();
+        loop {
+            if cond(self) {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() >= deadline {
+                return Err(NodeError::Deadline {
+                    name: self.name.clone(),
+                    what: what.into(),
+                    waited: start.elapsed(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Save the journal (and nspawn's console log) under <target>/node-logs/; the journal path.
+    pub fn save_journal(&self) -> Result<PathBuf, NodeError> {
+        let io = |path: &Path, source| NodeError::Io {
+            name: self.name.clone(),
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = &self.paths.log_dir;
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let journal = dir.join(format!("{}.journal", self.name));
+        std::fs::write(&journal, self.journal()).map_err(|e| io(&journal, e))?;
+        let console = dir.join(format!("{}.console", self.name));
+        // Best effort: the console log only helps when boot itself misbehaved.
+        let _ = std::fs::copy(self.dir.join("console.log"), &console);
+        Ok(journal)
+    }
+
+    /// Tear the node down now (kill, unmount, remove its directory), reporting failure.
+    pub fn teardown(mut self) -> Result<(), NodeError> {
+        self.down = true;
+        self.run_down()
+    }
+
+    fn run_down(&self) -> Result<(), NodeError> {
+        let script = self.paths.script();
+        let out = Command::new(&script)
+            .arg("down")
+            .arg(&self.name)
+            .stdin(Stdio::null())
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {
+                eprint!("{}", String::from_utf8_lossy(&out.stderr));
+                Ok(())
+            }
+            Ok(out) => Err(NodeError::Teardown {
+                script,
+                name: self.name.clone(),
+                status: out.status.to_string(),
+                log: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }),
+            Err(e) => Err(NodeError::Teardown {
+                script,
+                name: self.name.clone(),
+                status: "not started".into(),
+                log: e.to_string(),
+            }),
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if self.down {
+            return;
+        }
+        self.down = true;
+        if std::thread::panicking() {
+            match self.save_journal() {
+                Ok(p) => eprintln!("node {}: journal saved to {}", self.name, p.display()),
+                Err(e) => eprintln!("node {}: could not save the journal: {e}", self.name),
+            }
+        }
+        if let Err(e) = self.run_down() {
+            // A second panic while unwinding would abort and hide the first failure.
+            if std::thread::panicking() {
+                eprintln!("*** {e}");
+            } else {
+                panic!("{e}");
+            }
+        }
+    }
+}
+
+/// `<label>-<pid>-<n>`, valid for node.sh (`[a-z0-9-]`, at most 40 chars).
+fn unique_name(label: Option<&str>) -> String {
+    let n = NEXT_NODE.fetch_add(1, Ordering::Relaxed);
+    let thread = std::thread::current();
+    let raw = label.or(thread.name()).unwrap_or("node");
+    // Test threads are named after the test path: keep its last, most telling part.
+    let raw = raw.rsplit("::").next().unwrap_or(raw);
+    let mut label: String = raw
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9') => c,
+            _ => '-',
+        })
+        .collect();
+    let suffix = format!("-{}-{n}", std::process::id());
+    label.truncate(40 - suffix.len());
+    let label = label.trim_matches('-');
+    let label = if label.is_empty() { "node" } else { label };
+    format!("{label}{suffix}")
+}
+
+fn write_new_file(dest: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(dest, contents)?;
+    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(mode))
+}
