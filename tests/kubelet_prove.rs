@@ -13,7 +13,8 @@ use nix::sys::socket::{
     accept, bind, connect, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
 };
 use nix::sys::wait::waitpid;
-use nix::unistd::{fork, pipe, read, write, ForkResult, Pid};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::{fork, pipe, read, ForkResult, Pid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn listener(path: &Path) -> OwnedFd {
@@ -23,14 +24,20 @@ fn listener(path: &Path) -> OwnedFd {
     fd
 }
 
-/// Forks a child connected to `path`; returns (pid, release pipe).
-fn kubelet_child(path: &Path) -> (Pid, OwnedFd) {
+/// Forks a child connected to `path`, holding nothing else (it closes what it inherited);
+/// it sleeps until killed.
+fn kubelet_child(path: &Path) -> Pid {
     let addr = UnixAddr::new(path).unwrap();
     let (ready_r, ready_w) = pipe().unwrap();
-    let (rel_r, rel_w) = pipe().unwrap();
-    // SAFETY: the child only makes syscalls, then _exit.
+    // SAFETY: the child only makes syscalls and never returns (no destructor runs in it).
     match unsafe { fork() }.unwrap() {
         ForkResult::Child => {
+            let keep = ready_w.as_raw_fd();
+            for fd in 3..4096 {
+                if fd != keep {
+                    unsafe { nix::libc::close(fd) };
+                }
+            }
             let ok = match socket(AddressFamily::Unix, SockType::Stream, SockFlag::empty(), None) {
                 Ok(fd) => {
                     let ok = connect(fd.as_raw_fd(), &addr).is_ok();
@@ -39,18 +46,25 @@ fn kubelet_child(path: &Path) -> (Pid, OwnedFd) {
                 }
                 Err(_) => false,
             };
-            let _ = write(&ready_w, if ok { b"1" } else { b"0" });
-            let mut b = [0u8; 1];
-            let _ = read(&rel_r, &mut b);
-            unsafe { nix::libc::_exit(0) }
+            unsafe { nix::libc::write(keep, if ok { b"1" } else { b"0" }.as_ptr().cast(), 1) };
+            loop {
+                unsafe { nix::libc::pause() };
+            }
         }
         ForkResult::Parent { child } => {
+            drop(ready_w);
+            assert_eq!(wait_readable(&ready_r), 1, "child not ready in 10 s");
             let mut b = [0u8; 1];
             assert_eq!(read(&ready_r, &mut b).unwrap(), 1);
             assert_eq!(&b, b"1", "child could not connect");
-            (child, rel_w)
+            child
         }
     }
+}
+
+fn reap(pid: Pid) {
+    kill(pid, Signal::SIGKILL).unwrap();
+    waitpid(pid, None).unwrap();
 }
 
 /// A healthz that answers `ok` to every request; returns its URL.
@@ -97,7 +111,7 @@ async fn proven_when_kubelet_is_connected() {
     let d = tempfile::tempdir_in("/run").unwrap();
     let sock = d.path().join("crio.sock");
     let l = listener(&sock);
-    let (pid, release) = kubelet_child(&sock);
+    let pid = kubelet_child(&sock);
     // SAFETY: accept returned a fresh descriptor.
     let _accepted = unsafe { OwnedFd::from_raw_fd(accept(l.as_raw_fd()).unwrap()) };
     let host = Host::default();
@@ -119,8 +133,7 @@ async fn proven_when_kubelet_is_connected() {
         .await
         .unwrap();
     assert!(ev.unit.ok && ev.healthz.ok && ev.connection.ok, "{ev:#?}");
-    drop(release);
-    waitpid(pid, None).unwrap();
+    reap(pid);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,7 +144,7 @@ async fn deadline_names_the_connection_when_kubelet_talks_elsewhere() {
     let other = d.path().join("other.sock");
     let _l = listener(&sock);
     let lo = listener(&other);
-    let (pid, release) = kubelet_child(&other);
+    let pid = kubelet_child(&other);
     // SAFETY: accept returned a fresh descriptor.
     let _accepted = unsafe { OwnedFd::from_raw_fd(accept(lo.as_raw_fd()).unwrap()) };
     let host = Host::default();
@@ -157,8 +170,7 @@ async fn deadline_names_the_connection_when_kubelet_talks_elsewhere() {
     assert!(!missing.contains("a (unit)") && !missing.contains("b (healthz)"), "{err}");
     assert!(!evidence.connection.ok);
     assert!(err.to_string().contains("other.sock"), "what was seen instead: {err}");
-    drop(release);
-    waitpid(pid, None).unwrap();
+    reap(pid);
 }
 
 #[tokio::test]
@@ -183,4 +195,15 @@ async fn deadline_names_every_missing_piece_when_the_unit_cannot_be_read() {
     for piece in ["a (unit): cannot read kubelet.service: bus unreachable", "b (healthz)", "c (connection)", "d (relists)"] {
         assert!(missing.contains(piece), "{piece} missing from: {err}");
     }
+}
+
+/// poll(2) for input on `fd`, at most 10 s: 1 when readable, 0 on timeout.
+fn wait_readable(fd: &OwnedFd) -> i32 {
+    let mut pfd = nix::libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: nix::libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { nix::libc::poll(&mut pfd, 1, 10_000) }
 }

@@ -15,7 +15,7 @@ use nix::sys::socket::{
     accept, bind, connect, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
 };
 use nix::sys::wait::waitpid;
-use nix::unistd::{fork, pipe, read, write, ForkResult, Pid};
+use nix::unistd::{fork, pipe, read, ForkResult, Pid};
 
 fn require_root() {
     assert!(
@@ -45,38 +45,40 @@ fn accept_owned(l: &OwnedFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
-/// A forked child that runs `body` (raw syscalls only: we forked a threaded process),
-/// reports one byte when ready and then blocks until released.
+/// A forked child that runs `body` (raw syscalls only: we forked a threaded process) and
+/// then sleeps until killed. It first closes every descriptor it inherited (other tests'
+/// sockets and pipes), so that it holds only what `body` opens.
 struct Child {
     pid: Pid,
-    release: Option<OwnedFd>,
+    done: bool,
 }
 
 impl Child {
     fn spawn(body: impl FnOnce() -> bool) -> Child {
         let (ready_r, ready_w) = pipe().unwrap();
-        let (rel_r, rel_w) = pipe().unwrap();
-        // SAFETY: the child only makes syscalls (socket, connect, read, write) then _exit.
+        // SAFETY: the child only makes syscalls, then sleeps until killed; it never returns
+        // (no destructor runs in it).
         match unsafe { fork() }.unwrap() {
             ForkResult::Child => {
-                drop(ready_r);
-                drop(rel_w);
+                let keep = ready_w.as_raw_fd();
+                for fd in 3..4096 {
+                    if fd != keep {
+                        unsafe { nix::libc::close(fd) };
+                    }
+                }
                 let ok = body();
-                let _ = write(&ready_w, if ok { b"1" } else { b"0" });
-                let mut b = [0u8; 1];
-                let _ = read(&rel_r, &mut b);
-                unsafe { nix::libc::_exit(0) }
+                unsafe { nix::libc::write(keep, if ok { b"1" } else { b"0" }.as_ptr().cast(), 1) };
+                loop {
+                    unsafe { nix::libc::pause() };
+                }
             }
             ForkResult::Parent { child } => {
                 drop(ready_w);
-                drop(rel_r);
+                assert_eq!(wait_readable(&ready_r), 1, "child not ready in 10 s");
                 let mut b = [0u8; 1];
                 assert_eq!(read(&ready_r, &mut b).unwrap(), 1, "child died before ready");
                 assert_eq!(&b, b"1", "child failed its setup");
-                Child {
-                    pid: child,
-                    release: Some(rel_w),
-                }
+                Child { pid: child, done: false }
             }
         }
     }
@@ -85,16 +87,17 @@ impl Child {
         self.pid.as_raw() as u32
     }
 
-    /// Lets the child exit (closing its sockets) and reaps it.
+    /// Kills the child (closing its sockets) and reaps it.
     fn finish(mut self) {
-        self.release.take();
+        self.done = true;
+        kill(self.pid, Signal::SIGKILL).unwrap();
         waitpid(self.pid, None).unwrap();
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if self.release.take().is_some() {
+        if !self.done {
             let _ = kill(self.pid, Signal::SIGKILL);
             let _ = waitpid(self.pid, None);
         }
@@ -255,4 +258,15 @@ fn kubelet_in_another_network_namespace_is_looked_at_there() {
     let c = judge_connection(&o);
     assert!(c.ok, "{}", c.detail);
     kubelet.finish();
+}
+
+/// poll(2) for input on `fd`, at most 10 s: 1 when readable, 0 on timeout.
+fn wait_readable(fd: &OwnedFd) -> i32 {
+    let mut pfd = nix::libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: nix::libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { nix::libc::poll(&mut pfd, 1, 10_000) }
 }
