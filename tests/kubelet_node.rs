@@ -163,6 +163,9 @@ fn standin_times(node: &Node, pid: u32, needle: &str) -> Vec<i128> {
 
 fn restart_crio(node: &Node) -> UnitState {
     let before = unit_state(node, "kubelet.service").expect("kubelet state");
+    // Back-to-back restarts would hit systemd's start rate limit (5 starts in 10 s).
+    node.exec_ok(&["systemctl", "reset-failed", "crio.service", "kubelet.service"])
+        .expect("systemctl reset-failed");
     node.exec_ok(&["systemctl", "restart", "crio.service"])
         .expect("systemctl restart crio");
     before
