@@ -26,7 +26,10 @@ const SOCKET: &str = "/var/run/crio/crio.sock";
 const HEALTHZ: &str = "http://127.0.0.1:10248/healthz";
 
 fn boot() -> Node {
-    assert!(nix::unistd::geteuid().is_root(), "kubelet_node tests need root");
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "kubelet_node tests need root"
+    );
     let paths = Paths::discover().expect("find the target dir");
     for bin in ["fake-crio", "fake-kubelet"] {
         assert!(
@@ -72,7 +75,9 @@ fn unit_state(node: &Node, unit: &str) -> Result<UnitState, String> {
         sub_state: get("SubState"),
         result: get("Result"),
         invocation_id: get("InvocationID"),
-        main_pid: get("MainPID").parse().map_err(|e| format!("MainPID: {e}"))?,
+        main_pid: get("MainPID")
+            .parse()
+            .map_err(|e| format!("MainPID: {e}"))?,
         exec_main_start_us: 0,
         n_restarts: get("NRestarts").parse().unwrap_or(0),
     })
@@ -164,8 +169,13 @@ fn standin_times(node: &Node, pid: u32, needle: &str) -> Vec<i128> {
 fn restart_crio(node: &Node) -> UnitState {
     let before = unit_state(node, "kubelet.service").expect("kubelet state");
     // Back-to-back restarts would hit systemd's start rate limit (5 starts in 10 s).
-    node.exec_ok(&["systemctl", "reset-failed", "crio.service", "kubelet.service"])
-        .expect("systemctl reset-failed");
+    node.exec_ok(&[
+        "systemctl",
+        "reset-failed",
+        "crio.service",
+        "kubelet.service",
+    ])
+    .expect("systemctl reset-failed");
     node.exec_ok(&["systemctl", "restart", "crio.service"])
         .expect("systemctl restart crio");
     before
@@ -188,9 +198,16 @@ fn verdict_only_once_the_standin_reconnected() {
     node.write_file(HOLD, b"").expect("hold marker");
     let before = restart_crio(&node);
     let err = rt
-        .block_on(prove(&node, Duration::from_secs(2), Some(&before), Duration::from_secs(8)))
+        .block_on(prove(
+            &node,
+            Duration::from_secs(2),
+            Some(&before),
+            Duration::from_secs(8),
+        ))
         .expect_err("no verdict while the stand-in is held disconnected");
-    let KubeletError::NotReconnected { missing, evidence, .. } = &err;
+    let KubeletError::NotReconnected {
+        missing, evidence, ..
+    } = &err;
     assert!(
         missing.starts_with("c (connection): no live connection between kubelet pid"),
         "{err}"
@@ -204,7 +221,12 @@ fn verdict_only_once_the_standin_reconnected() {
     let released = now_ns();
     std::fs::remove_file(node.host_path(HOLD).expect("hold path")).expect("remove hold marker");
     let ev = rt
-        .block_on(prove(&node, Duration::from_secs(2), Some(&before), Duration::from_secs(30)))
+        .block_on(prove(
+            &node,
+            Duration::from_secs(2),
+            Some(&before),
+            Duration::from_secs(30),
+        ))
         .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("kubelet.service")));
     let verdict_at = now_ns();
     assert!(ev.connection.ok, "{ev:#?}");
@@ -212,7 +234,11 @@ fn verdict_only_once_the_standin_reconnected() {
         .into_iter()
         .filter(|t| *t >= released)
         .collect();
-    assert!(!reconnects.is_empty(), "{}", node.journal_unit("kubelet.service"));
+    assert!(
+        !reconnects.is_empty(),
+        "{}",
+        node.journal_unit("kubelet.service")
+    );
     assert!(
         reconnects[0] <= verdict_at,
         "verdict {verdict_at} before the stand-in reconnected at {}",
@@ -232,7 +258,12 @@ fn verdict_after_a_plain_restart_names_the_new_processes() {
     let rt = runtime();
     let before = restart_crio(&node);
     let ev = rt
-        .block_on(prove(&node, Duration::from_secs(5), Some(&before), Duration::from_secs(60)))
+        .block_on(prove(
+            &node,
+            Duration::from_secs(5),
+            Some(&before),
+            Duration::from_secs(60),
+        ))
         .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("kubelet.service")));
     let verdict_at = now_ns();
     let kubelet = unit_state(&node, "kubelet.service").expect("kubelet state");
@@ -242,7 +273,10 @@ fn verdict_after_a_plain_restart_names_the_new_processes() {
         ev.connection
             .detail
             .contains(&format!("kubelet pid {} ", kubelet.main_pid))
-            && ev.connection.detail.contains(&format!("CRI-O pid {} ", crio.main_pid)),
+            && ev
+                .connection
+                .detail
+                .contains(&format!("CRI-O pid {} ", crio.main_pid)),
         "{ev:#?}"
     );
     let first = standin_times(&node, kubelet.main_pid, "first successful call at ");
@@ -283,9 +317,15 @@ fn detection_latency_median_of_20_restarts() {
             let kubelet = unit_state(&node, "kubelet.service").expect("kubelet state");
             let first = standin_times(&node, kubelet.main_pid, "first successful call at ");
             let Some(first) = first.first().copied() else {
-                panic!("restart {i}: no first successful call logged by pid {}", kubelet.main_pid)
+                panic!(
+                    "restart {i}: no first successful call logged by pid {}",
+                    kubelet.main_pid
+                )
             };
-            assert!(first <= verdict_at, "restart {i}: verdict before the first call");
+            assert!(
+                first <= verdict_at,
+                "restart {i}: verdict before the first call"
+            );
             lat_ms.push((verdict_at - first) as f64 / 1e6);
             since_restart_ms.push((verdict_at - restart_at) as f64 / 1e6);
         }
@@ -299,6 +339,13 @@ fn detection_latency_median_of_20_restarts() {
             sorted[sorted.len() - 1],
             median(&mut since_restart_ms)
         );
-        println!("  each (ms): {}", lat_ms.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" "));
+        println!(
+            "  each (ms): {}",
+            lat_ms
+                .iter()
+                .map(|x| format!("{x:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
     }
 }

@@ -33,15 +33,25 @@ fn fake_proc() -> tempfile::TempDir {
         ],
     );
     // CRI-O: its listener and one accepted connection.
-    fake_process(d.path(), 200, &[(0, "/dev/null"), (7, "socket:[6000]"), (8, "socket:[6001]")]);
+    fake_process(
+        d.path(),
+        200,
+        &[(0, "/dev/null"), (7, "socket:[6000]"), (8, "socket:[6001]")],
+    );
     d
 }
 
 #[test]
 fn socket_inodes_come_from_fd_links() {
     let d = fake_proc();
-    assert_eq!(socket_inodes(d.path(), 100).unwrap(), BTreeSet::from([5001, 5002]));
-    assert_eq!(socket_inodes(d.path(), 200).unwrap(), BTreeSet::from([6000, 6001]));
+    assert_eq!(
+        socket_inodes(d.path(), 100).unwrap(),
+        BTreeSet::from([5001, 5002])
+    );
+    assert_eq!(
+        socket_inodes(d.path(), 200).unwrap(),
+        BTreeSet::from([6000, 6001])
+    );
 }
 
 #[test]
@@ -81,5 +91,9 @@ fn fixture_connection_judged() {
     // Connected to a socket the current CRI-O does not hold (the old CRI-O's).
     let c = judge_connection(&obs(4242));
     assert!(!c.ok);
-    assert!(c.detail.contains("socket:[4242]") && c.detail.contains("not held by CRI-O"), "{}", c.detail);
+    assert!(
+        c.detail.contains("socket:[4242]") && c.detail.contains("not held by CRI-O"),
+        "{}",
+        c.detail
+    );
 }

@@ -9,16 +9,22 @@ use std::time::Duration;
 use kata_live::host::Host;
 use kata_live::kubelet::{prove_reconnected, KubeletError, ProofInputs};
 use kata_live::systemd::UnitState;
+use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{
     accept, bind, connect, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
 };
 use nix::sys::wait::waitpid;
-use nix::sys::signal::{kill, Signal};
 use nix::unistd::{fork, pipe, read, ForkResult, Pid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn listener(path: &Path) -> OwnedFd {
-    let fd = socket(AddressFamily::Unix, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
     bind(fd.as_raw_fd(), &UnixAddr::new(path).unwrap()).unwrap();
     listen(&fd, Backlog::new(8).unwrap()).unwrap();
     fd
@@ -38,7 +44,12 @@ fn kubelet_child(path: &Path) -> Pid {
                     unsafe { nix::libc::close(fd) };
                 }
             }
-            let ok = match socket(AddressFamily::Unix, SockType::Stream, SockFlag::empty(), None) {
+            let ok = match socket(
+                AddressFamily::Unix,
+                SockType::Stream,
+                SockFlag::empty(),
+                None,
+            ) {
                 Ok(fd) => {
                     let ok = connect(fd.as_raw_fd(), &addr).is_ok();
                     std::mem::forget(fd);
@@ -73,7 +84,9 @@ async fn healthz() -> String {
     let port = l.local_addr().unwrap().port();
     tokio::spawn(async move {
         loop {
-            let Ok((mut s, _)) = l.accept().await else { return };
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 4096];
                 let mut got = Vec::new();
@@ -84,7 +97,9 @@ async fn healthz() -> String {
                     }
                 }
                 let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
                     .await;
             });
         }
@@ -129,9 +144,16 @@ async fn proven_when_kubelet_is_connected() {
         request_timeout: Duration::from_secs(2),
     };
     let state = unit(pid);
-    let ev = prove_reconnected(inputs, || { let s = state.clone(); async move { Ok(s) } }, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let ev = prove_reconnected(
+        inputs,
+        || {
+            let s = state.clone();
+            async move { Ok(s) }
+        },
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
     assert!(ev.unit.ok && ev.healthz.ok && ev.connection.ok, "{ev:#?}");
     reap(pid);
 }
@@ -162,14 +184,29 @@ async fn deadline_names_the_connection_when_kubelet_talks_elsewhere() {
         request_timeout: Duration::from_secs(2),
     };
     let state = unit(pid);
-    let err = prove_reconnected(inputs, || { let s = state.clone(); async move { Ok(s) } }, Duration::from_millis(500))
-        .await
-        .unwrap_err();
-    let KubeletError::NotReconnected { missing, evidence, .. } = &err;
+    let err = prove_reconnected(
+        inputs,
+        || {
+            let s = state.clone();
+            async move { Ok(s) }
+        },
+        Duration::from_millis(500),
+    )
+    .await
+    .unwrap_err();
+    let KubeletError::NotReconnected {
+        missing, evidence, ..
+    } = &err;
     assert!(missing.starts_with("c (connection): "), "{err}");
-    assert!(!missing.contains("a (unit)") && !missing.contains("b (healthz)"), "{err}");
+    assert!(
+        !missing.contains("a (unit)") && !missing.contains("b (healthz)"),
+        "{err}"
+    );
     assert!(!evidence.connection.ok);
-    assert!(err.to_string().contains("other.sock"), "what was seen instead: {err}");
+    assert!(
+        err.to_string().contains("other.sock"),
+        "what was seen instead: {err}"
+    );
     reap(pid);
 }
 
@@ -188,11 +225,20 @@ async fn deadline_names_every_missing_piece_when_the_unit_cannot_be_read() {
         poll_interval: Duration::from_millis(50),
         request_timeout: Duration::from_millis(200),
     };
-    let err = prove_reconnected(inputs, || async { Err("bus unreachable".to_string()) }, Duration::from_millis(200))
-        .await
-        .unwrap_err();
+    let err = prove_reconnected(
+        inputs,
+        || async { Err("bus unreachable".to_string()) },
+        Duration::from_millis(200),
+    )
+    .await
+    .unwrap_err();
     let KubeletError::NotReconnected { missing, .. } = &err;
-    for piece in ["a (unit): cannot read kubelet.service: bus unreachable", "b (healthz)", "c (connection)", "d (relists)"] {
+    for piece in [
+        "a (unit): cannot read kubelet.service: bus unreachable",
+        "b (healthz)",
+        "c (connection)",
+        "d (relists)",
+    ] {
         assert!(missing.contains(piece), "{piece} missing from: {err}");
     }
 }

@@ -29,7 +29,13 @@ fn proc_root() -> &'static Path {
 }
 
 fn stream() -> OwnedFd {
-    socket(AddressFamily::Unix, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap()
+    socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap()
 }
 
 fn listener(path: &Path) -> OwnedFd {
@@ -76,9 +82,16 @@ impl Child {
                 drop(ready_w);
                 assert_eq!(wait_readable(&ready_r), 1, "child not ready in 10 s");
                 let mut b = [0u8; 1];
-                assert_eq!(read(&ready_r, &mut b).unwrap(), 1, "child died before ready");
+                assert_eq!(
+                    read(&ready_r, &mut b).unwrap(),
+                    1,
+                    "child died before ready"
+                );
                 assert_eq!(&b, b"1", "child failed its setup");
-                Child { pid: child, done: false }
+                Child {
+                    pid: child,
+                    done: false,
+                }
             }
         }
     }
@@ -108,7 +121,12 @@ impl Drop for Child {
 fn client_of(path: &Path) -> Child {
     let addr = UnixAddr::new(path).unwrap();
     Child::spawn(move || {
-        let Ok(fd) = socket(AddressFamily::Unix, SockType::Stream, SockFlag::empty(), None) else {
+        let Ok(fd) = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        ) else {
             return false;
         };
         let ok = connect(fd.as_raw_fd(), &addr).is_ok();
@@ -160,7 +178,11 @@ fn client_of_another_listener_is_not() {
     let o = look_at_connection(proc_root(), kubelet.pid(), me(), &sock).unwrap();
     let c = judge_connection(&o);
     assert!(!c.ok, "{}", c.detail);
-    assert!(c.detail.contains(&other.display().to_string()), "{}", c.detail);
+    assert!(
+        c.detail.contains(&other.display().to_string()),
+        "{}",
+        c.detail
+    );
     // Control: the same look on the other socket finds it.
     let o = look_at_connection(proc_root(), kubelet.pid(), me(), &other).unwrap();
     assert!(judge_connection(&o).ok);
@@ -207,7 +229,11 @@ fn both_path_forms_are_accepted() {
         let _accepted = accept_owned(&l);
         let o = look_at_connection(proc_root(), kubelet.pid(), me(), configured).unwrap();
         let c = judge_connection(&o);
-        assert!(c.ok, "bound {bound:?}, configured {configured:?}: {}", c.detail);
+        assert!(
+            c.ok,
+            "bound {bound:?}, configured {configured:?}: {}",
+            c.detail
+        );
         kubelet.finish();
         drop(l);
         std::fs::remove_file(bound).unwrap();
@@ -239,7 +265,12 @@ fn kubelet_in_another_network_namespace_is_looked_at_there() {
         if unshare(CloneFlags::CLONE_NEWNET).is_err() {
             return false;
         }
-        let Ok(fd) = socket(AddressFamily::Unix, SockType::Stream, SockFlag::empty(), None) else {
+        let Ok(fd) = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        ) else {
             return false;
         };
         let ok = connect(fd.as_raw_fd(), &addr).is_ok();
@@ -248,10 +279,16 @@ fn kubelet_in_another_network_namespace_is_looked_at_there() {
     });
     let _accepted = accept_owned(&l);
     let kubelet_ns = netns::of_pid(proc_root(), kubelet.pid()).unwrap();
-    assert_ne!(kubelet_ns, netns::current().unwrap(), "child must be in its own netns");
+    assert_ne!(
+        kubelet_ns,
+        netns::current().unwrap(),
+        "child must be in its own netns"
+    );
     let ours = dump_established(Duration::from_secs(2)).unwrap();
     assert!(
-        !ours.iter().any(|s| s.name.as_deref() == Some(sock.as_path())),
+        !ours
+            .iter()
+            .any(|s| s.name.as_deref() == Some(sock.as_path())),
         "the connection must not be visible from our namespace: {ours:#?}"
     );
     let o = look_at_connection(proc_root(), kubelet.pid(), me(), &sock).unwrap();

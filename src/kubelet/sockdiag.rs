@@ -42,9 +42,7 @@ pub struct UnixSock {
 impl UnixSock {
     /// A live stream connection: established, not shut down in either direction.
     pub fn is_live_stream(&self) -> bool {
-        self.kind == SOCK_STREAM
-            && self.state == TCP_ESTABLISHED
-            && self.shutdown.unwrap_or(0) == 0
+        self.kind == SOCK_STREAM && self.state == TCP_ESTABLISHED && self.shutdown.unwrap_or(0) == 0
     }
 }
 
