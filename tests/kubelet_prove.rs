@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kata_live::host::Host;
-use kata_live::kubelet::{prove_reconnected, KubeletError, ProofInputs};
+use kata_live::kubelet::{observe, prove_reconnected, verdict, KubeletError, ProofInputs, Verdict};
 use kata_live::systemd::UnitState;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{
@@ -78,15 +78,18 @@ fn reap(pid: Pid) {
     waitpid(pid, None).unwrap();
 }
 
-/// A healthz that answers `ok` to every request; returns its URL.
-async fn healthz() -> String {
+/// A local HTTP server standing in for kubelet's healthz (`/healthz` -> `ok`) and CRI-O's
+/// metrics (`/metrics`: the ListPodSandbox counter, +1 per scrape when `grow`). Its base URL.
+async fn http_server(grow: bool) -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
+    let scrapes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = l.accept().await else {
                 return;
             };
+            let scrapes = scrapes.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 4096];
                 let mut got = Vec::new();
@@ -96,15 +99,30 @@ async fn healthz() -> String {
                         Ok(n) => got.extend_from_slice(&buf[..n]),
                     }
                 }
-                let _ = s
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                let body = if got.starts_with(b"GET /metrics ") {
+                    let n = scrapes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let n = if grow { 40 + n } else { 40 };
+                    format!(
+                        "# TYPE container_runtime_crio_operations_total counter\n\
+                         container_runtime_crio_operations_total{{operation=\"ListPodSandbox\"}} {n}\n"
                     )
-                    .await;
+                } else {
+                    "ok".to_string()
+                };
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
             });
         }
     });
-    format!("http://127.0.0.1:{port}/healthz")
+    format!("http://127.0.0.1:{port}")
+}
+
+/// Just the healthz URL of a fresh [`http_server`].
+async fn healthz() -> String {
+    format!("{}/healthz", http_server(false).await)
 }
 
 fn unit(pid: Pid) -> UnitState {
@@ -252,4 +270,39 @@ fn wait_readable(fd: &OwnedFd) -> i32 {
     };
     // SAFETY: one valid pollfd.
     unsafe { nix::libc::poll(&mut pfd, 1, 10_000) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_look_reports_each_piece_and_relists_need_growth() {
+    assert!(nix::unistd::geteuid().is_root(), "needs root");
+    let d = tempfile::tempdir_in("/run").unwrap();
+    let sock = d.path().join("crio.sock");
+    let l = listener(&sock);
+    let pid = kubelet_child(&sock);
+    // SAFETY: accept returned a fresh descriptor.
+    let _accepted = unsafe { OwnedFd::from_raw_fd(accept(l.as_raw_fd()).unwrap()) };
+    let host = Host::default();
+    for grow in [true, false] {
+        let base = http_server(grow).await;
+        let healthz = format!("{base}/healthz");
+        let metrics = format!("{base}/metrics");
+        let inputs = ProofInputs {
+            host: &host,
+            kubelet_unit: "kubelet.service",
+            crio_main_pid: std::process::id(),
+            cri_socket: &sock,
+            healthz_url: &healthz,
+            stable_window: Duration::from_secs(5),
+            metrics_url: Some(&metrics),
+            kubelet_before: None,
+            poll_interval: Duration::from_millis(50),
+            request_timeout: Duration::from_secs(2),
+        };
+        let ev = observe(&inputs, &unit(pid), Duration::from_millis(100)).await;
+        assert!(ev.unit.ok && ev.healthz.ok && ev.connection.ok, "{ev:#?}");
+        let relists = ev.relists.as_ref().expect("relists enabled");
+        assert_eq!(relists.ok, grow, "{ev:#?}");
+        assert_eq!(verdict(&ev) == Verdict::Reconnected, grow, "{ev:#?}");
+    }
+    reap(pid);
 }
