@@ -318,7 +318,10 @@ pub fn judge_connection(o: &ConnectionObservation) -> Check {
 const DIAG_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Reads /proc and sock_diag for kubelet `kubelet_pid` and CRI-O `crio_pid` (blocking I/O;
-/// the kernel answers at once). Dumps are taken in the network namespace of each process.
+/// the kernel answers at once). A dump is taken in the network namespace of each of the two
+/// processes (entered with setns when it is not ours): unix sockets bound to a path connect
+/// across namespaces, and the kernel creates the accepted (CRI-O) side in the namespace of
+/// the connecting socket, so the pair lives in kubelet's namespace, not necessarily CRI-O's.
 pub fn look_at_connection(
     proc_root: &Path,
     kubelet_pid: u32,
