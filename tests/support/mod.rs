@@ -1,2 +1,3 @@
 pub mod kata;
+pub mod kubelet_node;
 pub mod node;

@@ -3,7 +3,7 @@
 //! runs. Against the scriptable test server by default (with 50 pods of 2 containers), or
 //! any CRI socket given as the first argument.
 //!
-//!   cargo run --release --example cri_latency [-- SOCKET [RUNS]]
+//!   cargo bench --bench cri_latency [-- SOCKET [RUNS]]
 
 use kata_live::cri::CriClient;
 use kata_live_standins::cri_server::TestCri;
@@ -40,7 +40,8 @@ where
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
+    // `cargo bench` passes `--bench`: options are not ours, positional arguments are.
+    let mut args = std::env::args().skip(1).filter(|a| !a.starts_with("--"));
     let socket_arg = args.next().map(PathBuf::from);
     let runs: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(2000);
 
