@@ -55,6 +55,16 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     // 2-3. Preflight and pod snapshot.
     let base = flow::preflight(ctx, rep).await?;
     let save = |j: &Journal| journals.save(j).map_err(|e| internal("state journal")(&e));
+    if let Some(p) = &interrupted {
+        if journal.package_newly_live && Journal::package_seen_by(p, &base.crio.invocation_id) {
+            // The interrupted run's restart (or a later one) already showed CRI-O the
+            // package: carrying the flag would restart CRI-O a second time for nothing.
+            tracing::info!(
+                "CRI-O restarted since the interrupted run activated the change; the package is not new to it"
+            );
+            journal.package_newly_live = false;
+        }
+    }
     if !ctx.dry_run {
         journal
             .crio_before

@@ -88,6 +88,19 @@ impl Journal {
             other => (Journal::new(operation), other),
         }
     }
+
+    /// Whether the CRI-O running now already saw the package the interrupted run made live:
+    /// that run reached activation (the package was live and the drop-in written by then)
+    /// and CRI-O has restarted since that run's preflight. The carried `package_newly_live`
+    /// must then not force another restart; the activation decision still compares CRI-O's
+    /// start with the drop-in and the runtime files.
+    pub fn package_seen_by(previous: &Journal, running_crio_invocation: &str) -> bool {
+        previous.phase >= Phase::Activate
+            && previous
+                .crio_before
+                .as_ref()
+                .is_some_and(|b| b.invocation_id != running_crio_invocation)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -182,6 +195,27 @@ mod tests {
         let (j, _) = Journal::resume(Some(old), Operation::Uninstall);
         assert!(!j.backup_saved);
         assert_eq!(j.crio_before, None);
+    }
+
+    #[test]
+    fn a_restart_after_activation_has_seen_the_package() {
+        let mut old = Journal::new(Operation::Install);
+        old.package_newly_live = true;
+        old.crio_before = Some(UnitIdentity {
+            invocation_id: "a".into(),
+            main_pid: 7,
+        });
+        old.phase = Phase::DropIn;
+        // Killed before activation: any restart since came before the drop-in.
+        assert!(!Journal::package_seen_by(&old, "b"));
+        for phase in [Phase::Activate, Phase::Prove] {
+            old.phase = phase;
+            assert!(Journal::package_seen_by(&old, "b"), "{phase:?}");
+            // Same CRI-O as before the run: it never saw the package.
+            assert!(!Journal::package_seen_by(&old, "a"), "{phase:?}");
+        }
+        old.crio_before = None;
+        assert!(!Journal::package_seen_by(&old, "b"));
     }
 
     #[test]

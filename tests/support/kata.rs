@@ -235,4 +235,114 @@ impl KataNode {
             );
         }
     }
+
+    // --- Background runs, kill points and restart counting (uninstall/concurrency scenarios).
+
+    /// Starts `kata-live ARGS` inside the node in the background, outputs piped.
+    pub fn spawn_kata(&self, args: &[&str]) -> std::process::Child {
+        let mut argv = vec!["kata-live"];
+        argv.extend_from_slice(args);
+        self.node
+            .command(&argv)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn kata-live in the node")
+    }
+
+    /// Waits for a background run to end (killed at `deadline`, which fails the test).
+    pub fn wait_run(&self, mut child: std::process::Child, deadline: Duration) -> Run {
+        let start = std::time::Instant::now();
+        loop {
+            match child.try_wait().expect("wait for kata-live") {
+                Some(_) => return child.wait_with_output().expect("collect output").into(),
+                None if start.elapsed() >= deadline => {
+                    let _ = child.kill();
+                    let out: Run = child.wait_with_output().expect("collect output").into();
+                    panic!(
+                        "kata-live still running after {deadline:?}:\n{}\n{}",
+                        out.stdout, out.stderr
+                    );
+                }
+                None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Polls status.json until the running run is in `phase`; returns its pid inside the
+    /// node. Fails if the run finishes first. Remove status.json before starting the run.
+    pub fn wait_phase(&self, phase: &str, deadline: Duration) -> u32 {
+        let start = std::time::Instant::now();
+        let mut last = serde_json::Value::Null;
+        loop {
+            if let Ok(bytes) = self.node.read_file(STATUS) {
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+                    if v["result"] != "running" {
+                        panic!("the run ended before reaching phase {phase}: {v:#}");
+                    }
+                    if v["phase"] == phase {
+                        return v["pid"].as_u64().expect("status.json pid") as u32;
+                    }
+                    last = v;
+                }
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "phase {phase} not reached within {deadline:?}; last status: {last:#}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL of a process inside the node (pid in the node's namespace).
+    pub fn kill9(&self, pid: u32) {
+        self.node
+            .exec_ok(&["kill", "-9", &pid.to_string()])
+            .expect("kill -9 inside the node");
+    }
+
+    /// How many times CRI-O started this boot (fake-crio logs one line per start): the
+    /// ground truth for restarts, whoever asked for them.
+    pub fn crio_starts(&self) -> usize {
+        self.node
+            .journal_unit("crio.service")
+            .lines()
+            .filter(|l| l.contains("Starting CRI-O, version"))
+            .count()
+    }
+
+    /// The state journal and the drop-in backup are gone (a run finished cleanly).
+    pub fn assert_no_leftover_state(&self) {
+        for p in [
+            "/var/lib/kata-live/state.json",
+            "/var/lib/kata-live/backup/drop-in.json",
+            "/var/lib/kata-live/backup/drop-in.orig",
+        ] {
+            assert!(!self.node.exists(p).expect("stat"), "{p} left behind");
+        }
+        let left = self
+            .node
+            .exec(&["find", "/var/lib/kata-live/backup", "-mindepth", "1"]);
+        assert!(
+            String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+            "backup directory not empty: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
+
+    /// The names of the steps status.json recorded, in order.
+    pub fn status_steps(&self) -> Vec<(String, String)> {
+        self.status_json()["steps"]
+            .as_array()
+            .expect("status.json steps")
+            .iter()
+            .map(|s| {
+                (
+                    s["name"].as_str().unwrap_or_default().to_string(),
+                    s["outcome"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
 }
