@@ -8,11 +8,13 @@ use crate::crio::{Backup, BackupStore, DropIn};
 use crate::exit::ExitCode;
 use crate::host::Host;
 use crate::kubelet::{self, Evidence};
+use crate::lock::{self, Lock};
 use crate::logging::ids;
 use crate::plan::{self, Activation};
-use crate::report::{Reporter, RunResult, StepOutcome};
+use crate::report::{Reporter, RunResult, StepOutcome, STATUS_PATH};
 use crate::rpm_ostree::RpmOstree;
 use crate::scriptlets::Tools;
+use crate::state::Operation;
 use crate::state::{JournalStore, STATE_DIR};
 use crate::systemd::{notify, Systemd, SystemdError, UnitState};
 use serde::Serialize;
@@ -561,6 +563,44 @@ pub async fn rollback(
             c.units.crio, c.units.kubelet
         )),
     }
+}
+
+/// Takes the run lock, then starts reporting. A run that cannot get the lock reports to the
+/// journal and stderr only: status.json belongs to the run that holds the lock.
+pub async fn begin(ctx: &Ctx, operation: Operation) -> Result<(Lock, Reporter), ExitCode> {
+    let op = operation.to_string();
+    let started = Instant::now();
+    let lock = match lock::acquire(
+        &ctx.host.path(lock::LOCK_PATH),
+        &op,
+        Ctx::deadline(ctx.cfg.deadlines.lock),
+    )
+    .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            let e = FlowError::from(e);
+            let code = e.exit_code();
+            tracing::warn!(message_id = ids::REFUSED, operation = %op, exit_code = code.code(), "kata-live {op} refused, nothing changed: {e}");
+            eprintln!("kata-live: {op} failed: {e}");
+            eprintln!("kata-live: exit code {code}: {}", code.describe());
+            return Err(code);
+        }
+    };
+    let path = ctx.host.path(STATUS_PATH);
+    let mut rep = Reporter::start(
+        &ctx.host.root,
+        path,
+        &op,
+        &ctx.cfg.handler.name,
+        ctx.dry_run,
+    );
+    rep.begin("lock", "taking the kata-live lock");
+    rep.end(
+        StepOutcome::Ran,
+        format!("lock held after {:.1}s", started.elapsed().as_secs_f64()),
+    );
+    Ok((lock, rep))
 }
 
 /// Ends the run: status file, journal record, the operator's message on stderr.

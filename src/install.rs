@@ -12,37 +12,24 @@
 
 use crate::crio::{self, Backup};
 use crate::flow::{self, internal, Ctx, FlowError, ProofSpec};
-use crate::lock;
 use crate::plan::{self, ActivationInputs};
-use crate::report::{Reporter, StepOutcome, STATUS_PATH};
+use crate::report::{Reporter, StepOutcome};
 use crate::rpm_ostree::PackageOutcome;
 use crate::state::{Journal, Operation, Phase};
 use crate::{exit::ExitCode, scriptlets, visibility};
 
 pub async fn run(ctx: &Ctx) -> ExitCode {
-    let path = ctx.host.path(STATUS_PATH);
-    let mut rep = Reporter::start(
-        &ctx.host.root,
-        path,
-        "install",
-        &ctx.cfg.handler.name,
-        ctx.dry_run,
-    );
+    // 1. One run at a time.
+    let (_lock, mut rep) = match flow::begin(ctx, Operation::Install).await {
+        Ok(held) => held,
+        Err(code) => return code,
+    };
     let result = install(ctx, &mut rep).await;
     flow::finish(rep, result)
 }
 
 async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     let c = &ctx.cfg;
-    // 1. One run at a time.
-    rep.begin("lock", "taking the kata-live lock");
-    let _lock = lock::acquire(
-        &ctx.host.path(lock::LOCK_PATH),
-        "install",
-        Ctx::deadline(c.deadlines.lock),
-    )
-    .await?;
-    rep.end(StepOutcome::Ran, "lock held");
     let journals = ctx.journals();
     let (mut journal, interrupted) = Journal::resume(
         journals.load().map_err(|e| internal("state journal")(&e))?,

@@ -11,34 +11,22 @@
 use crate::crio::{self, Backup};
 use crate::exit::ExitCode;
 use crate::flow::{self, internal, Ctx, FlowError, ProofSpec};
-use crate::lock;
 use crate::plan::{self, ActivationInputs};
-use crate::report::{Reporter, StepOutcome, STATUS_PATH};
+use crate::report::{Reporter, StepOutcome};
 use crate::state::{Journal, Operation, Phase};
 
 pub async fn run(ctx: &Ctx, force: bool) -> ExitCode {
-    let path = ctx.host.path(STATUS_PATH);
-    let mut rep = Reporter::start(
-        &ctx.host.root,
-        path,
-        "uninstall",
-        &ctx.cfg.handler.name,
-        ctx.dry_run,
-    );
+    // 1. One run at a time.
+    let (_lock, mut rep) = match flow::begin(ctx, Operation::Uninstall).await {
+        Ok(held) => held,
+        Err(code) => return code,
+    };
     let result = uninstall(ctx, &mut rep, force).await;
     flow::finish(rep, result)
 }
 
 async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String, FlowError> {
     let c = &ctx.cfg;
-    rep.begin("lock", "taking the kata-live lock");
-    let _lock = lock::acquire(
-        &ctx.host.path(lock::LOCK_PATH),
-        "uninstall",
-        Ctx::deadline(c.deadlines.lock),
-    )
-    .await?;
-    rep.end(StepOutcome::Ran, "lock held");
     let journals = ctx.journals();
     let save = |j: &Journal| journals.save(j).map_err(|e| internal("state journal")(&e));
     let (mut journal, _) = Journal::resume(

@@ -66,7 +66,8 @@ fn two_runs_at_once_one_refuses_naming_the_holder() {
     );
     assert!(loser.stderr.contains("exit code 15"), "{}", loser.stderr);
 
-    assert_eq!(k.journal_count(ids::STARTED), 2);
+    // The refused run never started: it reported to the journal and stderr, not status.json.
+    assert_eq!(k.journal_count(ids::STARTED), 1);
     assert_eq!(k.journal_count(ids::SUCCEEDED), 1);
     assert_eq!(k.journal_count(ids::REFUSED), 1);
     assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 1);
