@@ -529,6 +529,13 @@ pub async fn rollback(
             c.units.crio, c.units.crio, c.units.crio
         ));
     }
+    if let Err(e) = restart_kubelet_if_down(ctx, rep, baseline).await {
+        return Rollback::Failed(format!(
+            "the previous drop-in is restored and {} restarted, but {} could not be started \
+             again: {e}. Check `systemctl status {}` and `journalctl -u {}`",
+            c.units.crio, c.units.kubelet, c.units.kubelet, c.units.kubelet
+        ));
+    }
     let want_listed = baseline.view.handler_presence == HandlerPresence::Listed;
     let spec = ProofSpec {
         want_listed,
@@ -553,6 +560,47 @@ pub async fn rollback(
              Do not move on to another node; check `journalctl -u {} -u {}`",
             c.units.crio, c.units.kubelet
         )),
+    }
+}
+
+/// A CRI-O that failed to start took kubelet down with it (`Requires=crio.service`: its
+/// restart job ends `dependency`, the unit inactive, and `Restart=` does not apply). The
+/// rollback's restart of CRI-O only restarts a kubelet that is running, so a kubelet that
+/// preflight found running is started again here.
+async fn restart_kubelet_if_down(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+) -> Result<(), String> {
+    let c = &ctx.cfg;
+    if !baseline.kubelet.is_running() {
+        return Ok(());
+    }
+    let now = ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string())?;
+    // Running, or being (re)started with CRI-O: the proof waits for it.
+    if now.is_running() || now.active_state == "activating" {
+        return Ok(());
+    }
+    rep.begin(
+        "start-kubelet",
+        &format!("starting {} (it went down with CRI-O)", c.units.kubelet),
+    );
+    match ctx
+        .systemd
+        .start_unit(&c.units.kubelet, Ctx::deadline(c.deadlines.kubelet))
+        .await
+    {
+        Ok(after) => {
+            rep.end(
+                StepOutcome::Ran,
+                format!("{} was {now}; started: {after}", c.units.kubelet),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            rep.end(StepOutcome::Failed, e.to_string());
+            Err(e.to_string())
+        }
     }
 }
 
