@@ -373,6 +373,9 @@ pub struct ProofSpec<'a> {
     /// Pods expected to go away (uninstall --force): not counted as lost.
     pub expendable: &'a [String],
     pub step: &'a str,
+    /// Rollback to a node whose runtime reported no handlers at preflight: an unknown
+    /// handler presence is the state it was found in.
+    pub unknown_as_found: bool,
 }
 
 /// Proves the state on the running node. Returns the evidence or what is missing.
@@ -385,6 +388,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     let started = Instant::now();
     let mut inputs = plan::ProofInputs {
         want_listed: spec.want_listed,
+        unknown_as_found: spec.unknown_as_found,
         ..Default::default()
     };
     let crio = match ctx.unit(&c.units.crio).await {
@@ -408,7 +412,13 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     let cri = ctx.cri(cri_deadline).await.map_err(|e| e.to_string());
     let view = match &cri {
         Ok(cri) => {
-            let wanted = |v: &RuntimeView| v.ready && v.network_ready && v.handler_presence == want;
+            let wanted = |v: &RuntimeView| {
+                v.ready
+                    && v.network_ready
+                    && (v.handler_presence == want
+                        || (spec.unknown_as_found
+                            && v.handler_presence == HandlerPresence::Unknown))
+            };
             loop {
                 let v = cri
                     .runtime_view(&c.handler.name)
@@ -544,6 +554,7 @@ pub async fn rollback(
         newest_artifact_us: newest_artifact_us(ctx),
         expendable: &[],
         step: "prove-rollback",
+        unknown_as_found: baseline.view.handler_presence == HandlerPresence::Unknown,
     };
     match prove(ctx, rep, spec).await {
         Ok(()) => {
