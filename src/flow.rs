@@ -587,7 +587,10 @@ async fn restart_kubelet_if_down(
     if !baseline.kubelet.is_running() {
         return Ok(());
     }
-    let now = ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string())?;
+    let now = ctx
+        .unit(&c.units.kubelet)
+        .await
+        .map_err(|e| e.to_string())?;
     // Running, or being (re)started with CRI-O: the proof waits for it.
     if now.is_running() || now.active_state == "activating" {
         return Ok(());

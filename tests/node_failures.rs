@@ -72,6 +72,26 @@ fn error_text(st: &Value) -> String {
     st["error"].as_str().unwrap_or_default().to_string()
 }
 
+/// Removes fake-kubelet's hold marker and waits until kata-live itself sees kubelet
+/// connected to CRI-O again (its journal already holds older "connected" lines).
+fn release_kubelet(k: &KataNode) {
+    k.node
+        .exec_ok(&["rm", "-f", "/run/fake-kubelet/hold-disconnected"])
+        .expect("remove the hold marker");
+    k.node
+        .wait_for(
+            "kubelet connected again (kata-live status)",
+            Duration::from_secs(30),
+            |_| {
+                let st = k.kata(&["status", "--json"]);
+                serde_json::from_str::<Value>(&st.stdout)
+                    .map(|v| v["kubelet"]["connection"]["ok"] == true)
+                    .unwrap_or(false)
+            },
+        )
+        .expect("kubelet must reconnect once the hold is released");
+}
+
 /// Boots with the foreign drop-in already in place (CRI-O started with it).
 fn boot_with_foreign(extra_config: &str) -> KataNode {
     KataNode::boot_with(
@@ -181,7 +201,8 @@ fn runtime_files_never_visible_changes_nothing() {
 #[test]
 fn handler_ignored_by_the_new_crio_rolls_back() {
     let _one = serial();
-    let k = KataNode::boot("");
+    // cri_ready bounds how long the proof waits for the handler to be listed.
+    let k = KataNode::boot("[deadlines]\ncri_ready = 5.0\n");
     k.unit_drop_in("crio.service", "hide-kata", HIDE_KATA_FROM_NEXT_CRIO);
     k.seed_pod("shop", "web", "");
 
@@ -235,7 +256,7 @@ fn handler_ignored_by_the_new_crio_rolls_back() {
 #[test]
 fn handler_ignored_over_a_foreign_drop_in_restores_it() {
     let _one = serial();
-    let k = boot_with_foreign("");
+    let k = boot_with_foreign("[deadlines]\ncri_ready = 5.0\n");
     k.unit_drop_in("crio.service", "hide-kata", HIDE_KATA_FROM_NEXT_CRIO);
     assert_eq!(
         k.handler_presence(),
@@ -299,10 +320,7 @@ fn kubelet_disconnected_before_the_run_is_refused() {
     assert!(calls.is_err(), "rpm-ostree was called: {calls:?}");
 
     // Released: the node is healthy again and the same install goes through.
-    k.node
-        .exec_ok(&["rm", "-f", "/run/fake-kubelet/hold-disconnected"])
-        .unwrap();
-    k.wait_kubelet_connected(Duration::from_secs(15));
+    release_kubelet(&k);
     k.assert_healthy();
 }
 
@@ -355,10 +373,7 @@ fn kubelet_never_reconnects_after_the_restart() {
     // The cause goes away: kubelet reconnects, the node is healthy, and a re-run
     // completes the install that the rollback undid.
     k.remove_unit_drop_in("kubelet.service", "hold");
-    k.node
-        .exec_ok(&["rm", "-f", "/run/fake-kubelet/hold-disconnected"])
-        .unwrap();
-    k.wait_kubelet_connected(Duration::from_secs(15));
+    release_kubelet(&k);
     k.assert_healthy();
     let run = k.install();
     assert_eq!(run.code, 0, "re-run after the hold: {}", show(&run));
