@@ -375,6 +375,9 @@ pub struct ProofSpec<'a> {
     /// Pods expected to go away (uninstall --force): not counted as lost.
     pub expendable: &'a [String],
     pub step: &'a str,
+    /// Rollback to a node whose runtime reported no handlers at preflight: an unknown
+    /// handler presence is the state it was found in.
+    pub unknown_as_found: bool,
 }
 
 /// Proves the state on the running node. Returns the evidence or what is missing.
@@ -387,6 +390,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     let started = Instant::now();
     let mut inputs = plan::ProofInputs {
         want_listed: spec.want_listed,
+        unknown_as_found: spec.unknown_as_found,
         ..Default::default()
     };
     let crio = match ctx.unit(&c.units.crio).await {
@@ -410,7 +414,13 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     let cri = ctx.cri(cri_deadline).await.map_err(|e| e.to_string());
     let view = match &cri {
         Ok(cri) => {
-            let wanted = |v: &RuntimeView| v.ready && v.network_ready && v.handler_presence == want;
+            let wanted = |v: &RuntimeView| {
+                v.ready
+                    && v.network_ready
+                    && (v.handler_presence == want
+                        || (spec.unknown_as_found
+                            && v.handler_presence == HandlerPresence::Unknown))
+            };
             loop {
                 let v = cri
                     .runtime_view(&c.handler.name)
@@ -538,6 +548,13 @@ pub async fn rollback(
             c.units.crio, c.units.crio, c.units.crio
         ));
     }
+    if let Err(e) = restart_kubelet_if_down(ctx, rep, baseline).await {
+        return Rollback::Failed(format!(
+            "the previous drop-in is restored and {} restarted, but {} could not be started \
+             again: {e}. Check `systemctl status {}` and `journalctl -u {}`",
+            c.units.crio, c.units.kubelet, c.units.kubelet, c.units.kubelet
+        ));
+    }
     let want_listed = baseline.view.handler_presence == HandlerPresence::Listed;
     let spec = ProofSpec {
         want_listed,
@@ -546,6 +563,7 @@ pub async fn rollback(
         newest_artifact_us: newest_artifact_us(ctx),
         expendable: &[],
         step: "prove-rollback",
+        unknown_as_found: baseline.view.handler_presence == HandlerPresence::Unknown,
     };
     match prove(ctx, rep, spec).await {
         Ok(()) => {
@@ -601,6 +619,50 @@ pub async fn begin(ctx: &Ctx, operation: Operation) -> Result<(Lock, Reporter), 
         format!("lock held after {:.1}s", started.elapsed().as_secs_f64()),
     );
     Ok((lock, rep))
+}
+
+/// A CRI-O that failed to start took kubelet down with it (`Requires=crio.service`: its
+/// restart job ends `dependency`, the unit inactive, and `Restart=` does not apply). The
+/// rollback's restart of CRI-O only restarts a kubelet that is running, so a kubelet that
+/// preflight found running is started again here.
+async fn restart_kubelet_if_down(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+) -> Result<(), String> {
+    let c = &ctx.cfg;
+    if !baseline.kubelet.is_running() {
+        return Ok(());
+    }
+    let now = ctx
+        .unit(&c.units.kubelet)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Running, or being (re)started with CRI-O: the proof waits for it.
+    if now.is_running() || now.active_state == "activating" {
+        return Ok(());
+    }
+    rep.begin(
+        "start-kubelet",
+        &format!("starting {} (it went down with CRI-O)", c.units.kubelet),
+    );
+    match ctx
+        .systemd
+        .start_unit(&c.units.kubelet, Ctx::deadline(c.deadlines.kubelet))
+        .await
+    {
+        Ok(after) => {
+            rep.end(
+                StepOutcome::Ran,
+                format!("{} was {now}; started: {after}", c.units.kubelet),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            rep.end(StepOutcome::Failed, e.to_string());
+            Err(e.to_string())
+        }
+    }
 }
 
 /// Ends the run: status file, journal record, the operator's message on stderr.

@@ -240,6 +240,7 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         newest_artifact_us: flow::newest_artifact_us(ctx),
         expendable: &[],
         step: "prove",
+        unknown_as_found: false,
     };
     if let Err(missing) = flow::prove(ctx, rep, spec).await {
         journal.phase = Phase::Rollback;

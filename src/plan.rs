@@ -83,6 +83,9 @@ pub struct ProofInputs {
     pub pods_lost: Vec<String>,
     /// Some(Err) when the canary ran and failed.
     pub canary: Option<Result<(), String>>,
+    /// Rollback only: the runtime reported no handlers at preflight either, so "cannot
+    /// tell" is the state the node was found in, not a missing piece of the proof.
+    pub unknown_as_found: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -99,6 +102,7 @@ pub fn verdict(p: &ProofInputs) -> Verdict {
             .push("the running CRI-O did not start after the drop-in and the runtime files".into());
     }
     match (p.handler_listed, p.want_listed) {
+        (None, _) if p.unknown_as_found => {}
         (None, _) => missing.push(
             "CRI-O does not report runtime handlers (CRI API older than Kubernetes 1.30): the handler cannot be proven".into(),
         ),
@@ -282,6 +286,23 @@ mod tests {
             handler_listed: None,
             want_listed: false,
             ..proven()
+        });
+        assert!(!v.proven);
+    }
+
+    #[test]
+    fn unknown_is_accepted_only_as_the_state_a_rollback_found() {
+        let back = ProofInputs {
+            handler_listed: None,
+            want_listed: false,
+            unknown_as_found: true,
+            ..proven()
+        };
+        assert!(verdict(&back).proven);
+        // Everything else is still required.
+        let v = verdict(&ProofInputs {
+            kubelet_missing: Some("no connection".into()),
+            ..back
         });
         assert!(!v.proven);
     }

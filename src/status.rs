@@ -153,6 +153,7 @@ pub fn judge(o: &Observation) -> plan::Verdict {
             .canary
             .as_ref()
             .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone())),
+        unknown_as_found: false,
     });
     if let Err(e) = o.runtime.as_result() {
         v.missing.insert(0, format!("CRI-O unreachable: {e}"));

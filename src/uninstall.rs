@@ -160,6 +160,7 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
         newest_artifact_us: flow::newest_artifact_us(ctx),
         expendable: &users,
         step: "prove",
+        unknown_as_found: false,
     };
     if let Err(missing) = flow::prove(ctx, rep, spec).await {
         journal.phase = Phase::Rollback;

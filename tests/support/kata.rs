@@ -346,3 +346,121 @@ impl KataNode {
             .collect()
     }
 }
+
+/// Helpers of the failure scenarios (tests/node_failures.rs).
+impl KataNode {
+    /// Writes a systemd drop-in for `unit` and reloads systemd: it applies from the unit's
+    /// next start on, the running instance is untouched.
+    pub fn unit_drop_in(&self, unit: &str, name: &str, contents: &str) {
+        let path = format!("/etc/systemd/system/{unit}.d/{name}.conf");
+        self.node
+            .write_file(&path, contents.as_bytes())
+            .expect("write unit drop-in");
+        self.node
+            .exec_ok(&["systemctl", "daemon-reload"])
+            .expect("systemctl daemon-reload");
+    }
+
+    pub fn remove_unit_drop_in(&self, unit: &str, name: &str) {
+        let path = format!("/etc/systemd/system/{unit}.d/{name}.conf");
+        self.node.exec_ok(&["rm", "-f", &path]).expect("rm drop-in");
+        self.node
+            .exec_ok(&["systemctl", "daemon-reload"])
+            .expect("systemctl daemon-reload");
+    }
+
+    /// The drop-in's exact bytes, `None` when there is no file.
+    pub fn drop_in_bytes(&self) -> Option<Vec<u8>> {
+        match self.node.exists(DROP_IN) {
+            Ok(true) => Some(self.node.read_file(DROP_IN).expect("read drop-in")),
+            Ok(false) => None,
+            Err(e) => panic!("cannot check {DROP_IN}: {e:?}"),
+        }
+    }
+
+    /// The messages of kata-live's journal records carrying this MESSAGE_ID.
+    pub fn journal_messages(&self, message_id: &str) -> String {
+        let o = self.node.exec(&[
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "cat",
+            &format!("MESSAGE_ID={message_id}"),
+        ]);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Sets a fake rpm-ostree fault marker (`fail`, `hang`, ...).
+    pub fn rpm_ostree_fault(&self, name: &str) {
+        self.node
+            .write_file(format!("/var/lib/fake-rpm-ostree/{name}"), b"")
+            .expect("write rpm-ostree fault marker");
+    }
+
+    pub fn clear_rpm_ostree_fault(&self, name: &str) {
+        self.node
+            .exec_ok(&["rm", "-f", &format!("/var/lib/fake-rpm-ostree/{name}")])
+            .expect("rm rpm-ostree fault marker");
+    }
+
+    /// `kata-live install --no-detach` started in the background (to act on the node while
+    /// it runs); collect it with [`KataNode::wait_run`].
+    pub fn spawn_install(&self) -> std::process::Child {
+        self.node
+            .command(&["kata-live", "install", "--no-detach"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn kata-live install")
+    }
+
+    pub fn wait_run(&self, child: std::process::Child) -> Run {
+        child.wait_with_output().expect("wait for kata-live").into()
+    }
+
+    /// status.json while a run is going on: `None` until the first run wrote it.
+    pub fn status_now(&self) -> Option<serde_json::Value> {
+        let bytes = self.node.read_file(STATUS).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// systemd's StatusText of a unit (what `systemctl status` shows as "Status:").
+    pub fn status_text(&self, unit: &str) -> String {
+        let o = self
+            .node
+            .exec(&["systemctl", "show", "-p", "StatusText", "--value", unit]);
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+}
+
+impl KataNode {
+    /// `runtime.handler_presence` as `kata-live status --json` reports it for the configured
+    /// handler: "listed", "not-listed" or "unknown".
+    pub fn handler_presence(&self) -> String {
+        let st = self.kata(&["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&st.stdout)
+            .unwrap_or_else(|e| panic!("status --json ({e}): {}\n{}", st.stdout, st.stderr));
+        v["runtime"]["handler_presence"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no runtime.handler_presence: {}", st.stdout))
+            .to_string()
+    }
+}
+
+impl KataNode {
+    /// How many journal records carry this MESSAGE_ID (one per record, whatever the
+    /// number of lines in its message; `journal_count` counts lines).
+    pub fn journal_records(&self, message_id: &str) -> usize {
+        let o = self.node.exec(&[
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "json",
+            &format!("MESSAGE_ID={message_id}"),
+        ]);
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.trim_start().starts_with('{'))
+            .count()
+    }
+}
