@@ -447,7 +447,7 @@ fn crio_slow_beyond_the_deadline_then_rolled_back() {
     let k = boot_with_foreign("[deadlines]\nrestart = 4.0\n");
     k.crio_fault("slow-start", "60");
 
-    let child = k.spawn_install();
+    let child = k.spawn_kata(&["install", "--no-detach"]);
     // fake-crio reads the marker once at start: lift it as soon as the restarted CRI-O
     // says it is sleeping, so that only the rollback's restart is fast.
     let seen = k.node.wait_for(
@@ -456,7 +456,7 @@ fn crio_slow_beyond_the_deadline_then_rolled_back() {
         |_| k.status_text("crio.service").contains("slow-start"),
     );
     k.clear_crio_fault("slow-start");
-    let run = k.wait_run(child);
+    let run = k.wait_run(child, Duration::from_secs(240));
     seen.expect("CRI-O never showed its slow start");
     assert_eq!(run.code, 12, "{}", show(&run));
     let st = k.status_json();

@@ -403,21 +403,6 @@ impl KataNode {
             .expect("rm rpm-ostree fault marker");
     }
 
-    /// `kata-live install --no-detach` started in the background (to act on the node while
-    /// it runs); collect it with [`KataNode::wait_run`].
-    pub fn spawn_install(&self) -> std::process::Child {
-        self.node
-            .command(&["kata-live", "install", "--no-detach"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn kata-live install")
-    }
-
-    pub fn wait_run(&self, child: std::process::Child) -> Run {
-        child.wait_with_output().expect("wait for kata-live").into()
-    }
-
     /// status.json while a run is going on: `None` until the first run wrote it.
     pub fn status_now(&self) -> Option<serde_json::Value> {
         let bytes = self.node.read_file(STATUS).ok()?;
