@@ -14,8 +14,7 @@ use crate::plan::{self, Activation};
 use crate::report::{Reporter, RunResult, StepOutcome, STATUS_PATH};
 use crate::rpm_ostree::RpmOstree;
 use crate::scriptlets::Tools;
-use crate::state::Operation;
-use crate::state::{JournalStore, STATE_DIR};
+use crate::state::{Journal, JournalStore, Operation, Phase, STATE_DIR};
 use crate::systemd::{notify, Systemd, SystemdError, UnitState};
 use serde::Serialize;
 use std::os::unix::fs::MetadataExt;
@@ -365,6 +364,58 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), St
     }
 }
 
+/// What a flow wants proven.
+pub struct Goal<'a> {
+    /// Install: the handler listed; uninstall: gone.
+    pub handler_listed: bool,
+    /// Pods expected to go away (uninstall --force): not counted as lost.
+    pub expendable: &'a [String],
+}
+
+/// Steps shared by both flows once the drop-in is in place: activate as decided, then
+/// prove; a failure of either rolls back to the saved drop-in. The state journal records
+/// each phase before it starts, so that a killed run can be resumed.
+pub async fn activate_and_prove(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    base: &Baseline,
+    decision: Activation,
+    journal: &mut Journal,
+    journals: &JournalStore,
+    goal: Goal<'_>,
+) -> Result<Activated, FlowError> {
+    let j = journal;
+    let save = |j: &mut Journal, phase: Phase| {
+        j.phase = phase;
+        journals.save(j).map_err(|e| internal("state journal")(&e))
+    };
+    save(j, Phase::Activate)?;
+    let backup = ctx.backups().load().map_err(|e| internal("backup")(&e))?;
+    let activated = match activate(ctx, rep, decision).await {
+        Ok(a) => a,
+        Err(error) => {
+            let rollback = rollback(ctx, rep, base, backup.as_ref()).await;
+            return Err(FlowError::Activation { error, rollback });
+        }
+    };
+    save(j, Phase::Prove)?;
+    let spec = ProofSpec {
+        want_listed: goal.handler_listed,
+        baseline: base,
+        restarted: activated.restarted,
+        newest_artifact_us: newest_artifact_us(ctx),
+        expendable: goal.expendable,
+        step: "prove",
+        unknown_as_found: false,
+    };
+    if let Err(missing) = prove(ctx, rep, spec).await {
+        save(j, Phase::Rollback)?;
+        let rollback = rollback(ctx, rep, base, backup.as_ref()).await;
+        return Err(FlowError::NotProven { missing, rollback });
+    }
+    Ok(activated)
+}
+
 /// What the proof checks besides the handler.
 pub struct ProofSpec<'a> {
     pub want_listed: bool,
@@ -436,11 +487,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     };
     match &view {
         Ok(v) => {
-            inputs.handler_listed = match v.handler_presence {
-                HandlerPresence::Listed => Some(true),
-                HandlerPresence::NotListed => Some(false),
-                HandlerPresence::Unknown => None,
-            };
+            inputs.handler_listed = v.handler_presence.as_listed();
             inputs.runtime_ready = v.ready;
             inputs.network_ready = v.network_ready;
             rep.evidence("runtime", v);

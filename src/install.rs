@@ -11,7 +11,7 @@
 //! 8. record.
 
 use crate::crio::{self, Backup};
-use crate::flow::{self, internal, Ctx, FlowError, ProofSpec};
+use crate::flow::{self, internal, Ctx, FlowError, Goal};
 use crate::plan::{self, ActivationInputs};
 use crate::report::{Reporter, StepOutcome};
 use crate::rpm_ostree::PackageOutcome;
@@ -209,7 +209,7 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         package_newly_live: journal.package_newly_live,
         crio_started_us: base.crio.exec_main_start_us,
         newest_artifact_us: flow::newest_artifact_us(ctx),
-        handler_listed: listed(&base.view),
+        handler_listed: base.view.handler_presence.as_listed(),
         want_listed: true,
         strategy: c.activation.strategy,
     });
@@ -219,35 +219,20 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         println!("{}", dry_run_plan(rep));
         return Ok("dry run: nothing was changed".into());
     }
-    journal.phase = Phase::Activate;
-    save(&journal)?;
-    let backup = backups.load().map_err(|e| internal("backup")(&e))?;
-    let activated = match flow::activate(ctx, rep, decision).await {
-        Ok(a) => a,
-        Err(error) => {
-            let rollback = flow::rollback(ctx, rep, &base, backup.as_ref()).await;
-            return Err(FlowError::Activation { error, rollback });
-        }
-    };
-
-    // 7. Prove.
-    journal.phase = Phase::Prove;
-    save(&journal)?;
-    let spec = ProofSpec {
-        want_listed: true,
-        baseline: &base,
-        restarted: activated.restarted,
-        newest_artifact_us: flow::newest_artifact_us(ctx),
-        expendable: &[],
-        step: "prove",
-        unknown_as_found: false,
-    };
-    if let Err(missing) = flow::prove(ctx, rep, spec).await {
-        journal.phase = Phase::Rollback;
-        save(&journal)?;
-        let rollback = flow::rollback(ctx, rep, &base, backup.as_ref()).await;
-        return Err(FlowError::NotProven { missing, rollback });
-    }
+    // 7. Prove (a failure of 6 or 7 rolls back).
+    let activated = flow::activate_and_prove(
+        ctx,
+        rep,
+        &base,
+        decision,
+        &mut journal,
+        &journals,
+        Goal {
+            handler_listed: true,
+            expendable: &[],
+        },
+    )
+    .await?;
 
     // 8. Record: the change is proven, the backup and the journal are no longer needed.
     backups.clear().map_err(|e| internal("backup")(&e))?;
@@ -263,14 +248,6 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
             "no restart was needed"
         }
     ))
-}
-
-fn listed(v: &crate::cri::RuntimeView) -> Option<bool> {
-    match v.handler_presence {
-        crate::cri::HandlerPresence::Listed => Some(true),
-        crate::cri::HandlerPresence::NotListed => Some(false),
-        crate::cri::HandlerPresence::Unknown => None,
-    }
 }
 
 async fn dry_run_package(ctx: &Ctx) -> PackageOutcome {

@@ -4,7 +4,7 @@
 //! drop-in and the runtime files, CRI ready, kubelet connected to it), without a restart,
 //! and exits 16 when it cannot. `status` shows everything it can see, whatever the state.
 
-use crate::cri::{HandlerPresence, RuntimeView};
+use crate::cri::RuntimeView;
 use crate::exit::ExitCode;
 use crate::flow::{self, Ctx};
 use crate::kubelet::{self, Evidence};
@@ -123,15 +123,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
 /// The verdict of `verify` over an observation (pure).
 pub fn judge(o: &Observation) -> plan::Verdict {
     let (listed, ready, net) = match o.runtime.as_result() {
-        Ok(v) => (
-            match v.handler_presence {
-                HandlerPresence::Listed => Some(true),
-                HandlerPresence::NotListed => Some(false),
-                HandlerPresence::Unknown => None,
-            },
-            v.ready,
-            v.network_ready,
-        ),
+        Ok(v) => (v.handler_presence.as_listed(), v.ready, v.network_ready),
         Err(_) => (Some(false), false, false),
     };
     let kubelet_missing = match o.kubelet.as_result() {

@@ -10,7 +10,7 @@
 
 use crate::crio::{self, Backup};
 use crate::exit::ExitCode;
-use crate::flow::{self, internal, Ctx, FlowError, ProofSpec};
+use crate::flow::{self, internal, Ctx, FlowError, Goal};
 use crate::plan::{self, ActivationInputs};
 use crate::report::{Reporter, StepOutcome};
 use crate::state::{Journal, Operation, Phase};
@@ -126,11 +126,7 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
         package_newly_live: false,
         crio_started_us: base.crio.exec_main_start_us,
         newest_artifact_us: flow::newest_artifact_us(ctx),
-        handler_listed: match base.view.handler_presence {
-            crate::cri::HandlerPresence::Listed => Some(true),
-            crate::cri::HandlerPresence::NotListed => Some(false),
-            crate::cri::HandlerPresence::Unknown => None,
-        },
+        handler_listed: base.view.handler_presence.as_listed(),
         want_listed: false,
         strategy: c.activation.strategy,
     });
@@ -139,35 +135,20 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
         rep.end(StepOutcome::Skipped, format!("dry run: would {decision:?}"));
         return Ok("dry run: nothing was changed".into());
     }
-    journal.phase = Phase::Activate;
-    save(&journal)?;
-    let backup = backups.load().map_err(|e| internal("backup")(&e))?;
-    let activated = match flow::activate(ctx, rep, decision).await {
-        Ok(a) => a,
-        Err(error) => {
-            let rollback = flow::rollback(ctx, rep, &base, backup.as_ref()).await;
-            return Err(FlowError::Activation { error, rollback });
-        }
-    };
-
-    // 5. Prove the handler gone.
-    journal.phase = Phase::Prove;
-    save(&journal)?;
-    let spec = ProofSpec {
-        want_listed: false,
-        baseline: &base,
-        restarted: activated.restarted,
-        newest_artifact_us: flow::newest_artifact_us(ctx),
-        expendable: &users,
-        step: "prove",
-        unknown_as_found: false,
-    };
-    if let Err(missing) = flow::prove(ctx, rep, spec).await {
-        journal.phase = Phase::Rollback;
-        save(&journal)?;
-        let rollback = flow::rollback(ctx, rep, &base, backup.as_ref()).await;
-        return Err(FlowError::NotProven { missing, rollback });
-    }
+    // 5. Prove the handler gone (a failure of 4 or 5 rolls back).
+    flow::activate_and_prove(
+        ctx,
+        rep,
+        &base,
+        decision,
+        &mut journal,
+        &journals,
+        Goal {
+            handler_listed: false,
+            expendable: &users,
+        },
+    )
+    .await?;
     backups.clear().map_err(|e| internal("backup")(&e))?;
 
     // 6. The package, only once CRI-O no longer refers to it.

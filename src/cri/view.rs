@@ -18,6 +18,17 @@ pub enum HandlerPresence {
     Unknown,
 }
 
+impl HandlerPresence {
+    /// Listed: `Some(true)`, not listed: `Some(false)`, cannot tell: `None`.
+    pub fn as_listed(self) -> Option<bool> {
+        match self {
+            HandlerPresence::Listed => Some(true),
+            HandlerPresence::NotListed => Some(false),
+            HandlerPresence::Unknown => None,
+        }
+    }
+}
+
 /// A `RuntimeCondition` as reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
