@@ -477,7 +477,10 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
                     .runtime_view(&c.handler.name)
                     .await
                     .map_err(|e| e.to_string());
-                if matches!(&v, Ok(v) if wanted(v)) || started.elapsed() >= cri_deadline {
+                // A runtime that does not report handlers will not start to: no use waiting.
+                let settled = matches!(&v, Ok(v) if wanted(v)
+                    || (v.ready && v.handler_presence == HandlerPresence::Unknown));
+                if settled || started.elapsed() >= cri_deadline {
                     break v;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -147,9 +147,9 @@ fn crio_fails_to_start_with_the_drop_in_then_rolls_back() {
         crio_log.contains("level=fatal") && crio_log.contains("crun"),
         "fake-crio should have refused to start on the default runtime: {crio_log}"
     );
-    assert_eq!(k.journal_records(ids::ROLLED_BACK), 1);
-    assert_eq!(k.journal_records(ids::SUCCEEDED), 0);
-    assert_eq!(k.journal_records(ids::ROLLBACK_FAILED), 0);
+    assert_eq!(k.journal_count(ids::ROLLED_BACK), 1);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
+    assert_eq!(k.journal_count(ids::ROLLBACK_FAILED), 0);
 
     // The operator's drop-in is back byte for byte, and the node is healthy on it.
     assert_eq!(
@@ -189,8 +189,8 @@ fn runtime_files_never_visible_changes_nothing() {
     for later in ["drop-in", "activate", "prove", "rollback"] {
         assert!(outcomes(&st, later).is_empty(), "{later} ran: {st:#}");
     }
-    assert_eq!(k.journal_records(ids::FAILED), 1);
-    assert_eq!(k.journal_records(ids::ROLLED_BACK), 0);
+    assert_eq!(k.journal_count(ids::FAILED), 1);
+    assert_eq!(k.journal_count(ids::ROLLED_BACK), 0);
     assert_eq!(k.drop_in_bytes(), None, "a drop-in was written");
     assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was touched");
     k.assert_healthy();
@@ -239,8 +239,8 @@ fn handler_ignored_by_the_new_crio_rolls_back() {
         crio_log.contains("Runtime handler \\\"kata-remote\\\" is being ignored"),
         "fake-crio should have ignored the handler: {crio_log}"
     );
-    assert_eq!(k.journal_records(ids::ROLLED_BACK), 1);
-    assert_eq!(k.journal_records(ids::SUCCEEDED), 0);
+    assert_eq!(k.journal_count(ids::ROLLED_BACK), 1);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
     // No drop-in before, none after; the seeded pod survived both restarts.
     assert_eq!(k.drop_in_bytes(), None, "our drop-in was left behind");
     assert_eq!(
@@ -271,7 +271,7 @@ fn handler_ignored_over_a_foreign_drop_in_restores_it() {
     assert_eq!(outcomes(&st, "prove-rollback"), ["ran"], "{st:#}");
     // The rollback's proof: the handler listed again (the operator's table).
     assert_eq!(st["evidence"]["verdict"]["proven"], true, "{st:#}");
-    assert_eq!(k.journal_records(ids::ROLLED_BACK), 1);
+    assert_eq!(k.journal_count(ids::ROLLED_BACK), 1);
     assert_eq!(
         k.drop_in_bytes().as_deref(),
         Some(FOREIGN_DROP_IN),
@@ -313,7 +313,7 @@ fn kubelet_disconnected_before_the_run_is_refused() {
     assert_eq!(steps(&st).len(), 2, "only lock and preflight ran: {st:#}");
     let err = error_text(&st);
     assert!(err.contains("c (connection)"), "{err}");
-    assert_eq!(k.journal_records(ids::REFUSED), 1);
+    assert_eq!(k.journal_count(ids::REFUSED), 1);
     assert_eq!(k.drop_in_bytes(), None);
     assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was touched");
     let calls = k.node.read_file("/var/lib/fake-rpm-ostree/calls.log");
@@ -360,9 +360,9 @@ fn kubelet_never_reconnects_after_the_restart() {
             && err.contains("not proven back"),
         "{err}"
     );
-    assert_eq!(k.journal_records(ids::ROLLBACK_FAILED), 1);
-    assert_eq!(k.journal_records(ids::ROLLED_BACK), 0);
-    assert_eq!(k.journal_records(ids::SUCCEEDED), 0);
+    assert_eq!(k.journal_count(ids::ROLLBACK_FAILED), 1);
+    assert_eq!(k.journal_count(ids::ROLLED_BACK), 0);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
     // What the message says is on disk: no drop-in (there was none before).
     assert_eq!(k.drop_in_bytes(), None);
     // kata-live status tells an operator the same.
@@ -408,8 +408,8 @@ fn crio_slow_within_the_deadline_succeeds() {
         "activate took {} ms, less than CRI-O's {delay_s} s start: {st:#}",
         activate[0].3
     );
-    assert_eq!(k.journal_records(ids::CRIO_RESTARTED), 1);
-    assert_eq!(k.journal_records(ids::SUCCEEDED), 1);
+    assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 1);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 1);
     k.clear_crio_fault("slow-start");
     k.assert_healthy();
 }
@@ -433,9 +433,9 @@ fn crio_slow_beyond_the_deadline_never_succeeds() {
         err.contains("previous drop-in is restored") && err.contains("did not restart cleanly"),
         "{err}"
     );
-    assert_eq!(k.journal_records(ids::ROLLBACK_FAILED), 1);
-    assert_eq!(k.journal_records(ids::SUCCEEDED), 0);
-    assert_eq!(k.journal_records(ids::CRIO_RESTARTED), 0);
+    assert_eq!(k.journal_count(ids::ROLLBACK_FAILED), 1);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
+    assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 0);
     assert_eq!(k.drop_in_bytes(), None, "the drop-in was not restored");
 }
 
@@ -463,8 +463,8 @@ fn crio_slow_beyond_the_deadline_then_rolled_back() {
     assert_eq!(st["result"], "rolled-back", "{st:#}");
     assert_eq!(outcomes(&st, "activate"), ["failed", "ran"], "{st:#}");
     assert_eq!(outcomes(&st, "prove-rollback"), ["ran"], "{st:#}");
-    assert_eq!(k.journal_records(ids::ROLLED_BACK), 1);
-    assert_eq!(k.journal_records(ids::SUCCEEDED), 0);
+    assert_eq!(k.journal_count(ids::ROLLED_BACK), 1);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
     assert_eq!(k.drop_in_bytes().as_deref(), Some(FOREIGN_DROP_IN));
     k.assert_healthy();
 }
@@ -491,7 +491,7 @@ fn package_step_failures_leave_crio_alone() {
         "rpm-ostree's error must reach the operator: {st:#}"
     );
     assert!(outcomes(&st, "drop-in").is_empty(), "{st:#}");
-    assert_eq!(k.journal_records(ids::FAILED), 1);
+    assert_eq!(k.journal_count(ids::FAILED), 1);
     assert_eq!(k.drop_in_bytes().as_deref(), Some(FOREIGN_DROP_IN));
     assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was touched");
     k.clear_rpm_ostree_fault("fail");
@@ -512,7 +512,7 @@ fn package_step_failures_leave_crio_alone() {
         package[0].3 >= 3000,
         "the package step ended before its deadline: {st:#}"
     );
-    assert_eq!(k.journal_records(ids::FAILED), 2);
+    assert_eq!(k.journal_count(ids::FAILED), 2);
     assert_eq!(k.drop_in_bytes().as_deref(), Some(FOREIGN_DROP_IN));
     assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was touched");
     let ps = k.node.exec(&["ps", "-eo", "pid,args"]);
@@ -569,8 +569,8 @@ fn reload_with_canary_falls_back_to_a_restart() {
         k.unit("crio.service").invocation_id,
         crio_before.invocation_id
     );
-    assert_eq!(k.journal_records(ids::CRIO_RESTARTED), 1);
-    assert_eq!(k.journal_records(ids::SUCCEEDED), 1);
+    assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 1);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 1);
     assert!(
         k.node.journal().contains("reload not proven"),
         "the journal must show the fallback"
@@ -605,8 +605,8 @@ fn unknown_handler_presence_is_never_success() {
         err.contains("older than Kubernetes 1.30") && err.contains("rolled back"),
         "{err}"
     );
-    assert_eq!(k.journal_records(ids::ROLLED_BACK), 1);
-    assert_eq!(k.journal_records(ids::SUCCEEDED), 0);
+    assert_eq!(k.journal_count(ids::ROLLED_BACK), 1);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
     assert_eq!(k.drop_in_bytes(), None);
     k.assert_healthy();
 }

@@ -164,16 +164,17 @@ impl KataNode {
 
     /// kata-live's journal records carrying this MESSAGE_ID.
     pub fn journal_count(&self, message_id: &str) -> usize {
+        // One JSON object per record: a multi-line message is still one record.
         let o = self.node.exec(&[
             "journalctl",
             "--no-pager",
             "-o",
-            "cat",
+            "json",
             &format!("MESSAGE_ID={message_id}"),
         ]);
         String::from_utf8_lossy(&o.stdout)
             .lines()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with("-- "))
+            .filter(|l| l.trim_start().starts_with('{'))
             .count()
     }
 
@@ -429,23 +430,5 @@ impl KataNode {
             .as_str()
             .unwrap_or_else(|| panic!("no runtime.handler_presence: {}", st.stdout))
             .to_string()
-    }
-}
-
-impl KataNode {
-    /// How many journal records carry this MESSAGE_ID (one per record, whatever the
-    /// number of lines in its message; `journal_count` counts lines).
-    pub fn journal_records(&self, message_id: &str) -> usize {
-        let o = self.node.exec(&[
-            "journalctl",
-            "--no-pager",
-            "-o",
-            "json",
-            &format!("MESSAGE_ID={message_id}"),
-        ]);
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| l.trim_start().starts_with('{'))
-            .count()
     }
 }
