@@ -364,6 +364,27 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), St
     }
 }
 
+/// Keeps the drop-in's pre-change content, once per operation: a run resuming an
+/// interrupted one keeps that run's backup, which holds the true pre-change state.
+pub fn save_backup_once(
+    ctx: &Ctx,
+    journal: &mut Journal,
+    drop_in: &DropIn,
+    current: &Option<Vec<u8>>,
+) -> Result<(), FlowError> {
+    if !journal.backup_saved {
+        ctx.backups()
+            .save(&Backup {
+                path: drop_in.path().into(),
+                existed: current.is_some(),
+                content: current.clone(),
+            })
+            .map_err(|e| internal("backup")(&e))?;
+        journal.backup_saved = true;
+    }
+    Ok(())
+}
+
 /// What a flow wants proven.
 pub struct Goal<'a> {
     /// Install: the handler listed; uninstall: gone.

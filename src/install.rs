@@ -10,7 +10,7 @@
 //!    pod lost; a failed proof restores the previous drop-in and proves the node back;
 //! 8. record.
 
-use crate::crio::{self, Backup};
+use crate::crio;
 use crate::flow::{self, internal, Ctx, FlowError, Goal};
 use crate::plan::{self, ActivationInputs};
 use crate::report::{Reporter, StepOutcome};
@@ -178,16 +178,7 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         state != crio::DropInState::Ours
     } else {
         journal.phase = Phase::DropIn;
-        if !journal.backup_saved {
-            backups
-                .save(&Backup {
-                    path: drop_in.path().into(),
-                    existed: current.is_some(),
-                    content: current.clone(),
-                })
-                .map_err(|e| internal("backup")(&e))?;
-            journal.backup_saved = true;
-        }
+        flow::save_backup_once(ctx, &mut journal, &drop_in, &current)?;
         save(&journal)?;
         let change = drop_in
             .write(&desired)

@@ -8,7 +8,7 @@
 //! 6. remove the package as configured (live, staged for the next boot, or kept);
 //! 7. record.
 
-use crate::crio::{self, Backup};
+use crate::crio;
 use crate::exit::ExitCode;
 use crate::flow::{self, internal, Ctx, FlowError, Goal};
 use crate::plan::{self, ActivationInputs};
@@ -92,16 +92,7 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
                 invocation_id: base.crio.invocation_id.clone(),
                 main_pid: base.crio.main_pid,
             });
-        if !journal.backup_saved {
-            backups
-                .save(&Backup {
-                    path: drop_in.path().into(),
-                    existed: current.is_some(),
-                    content: current.clone(),
-                })
-                .map_err(|e| internal("backup")(&e))?;
-            journal.backup_saved = true;
-        }
+        flow::save_backup_once(ctx, &mut journal, &drop_in, &current)?;
         save(&journal)?;
         let change = drop_in.remove().map_err(|e| internal("drop-in")(&e))?;
         rep.end(

@@ -8,9 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::node::{Node, NodeOptions, Paths};
+use support::kubelet_node::boot;
+use support::node::Node;
 
-const DEFAULT_CONF: &str = include_str!("standins/node-root/etc/crio/crio.conf.d/00-default");
 const WAIT: Duration = Duration::from_secs(60);
 
 const KATA_DROPIN: &str = "\
@@ -23,23 +23,6 @@ privileged_without_host_devices = true
 runtime_pull_image = true
 allowed_annotations = [\"io.kubernetes.cri-o.Devices\"]
 ";
-
-fn boot() -> Node {
-    let paths = Paths::discover().expect("find the target dir");
-    for bin in ["fake-crio", "fake-kubelet"] {
-        assert!(
-            paths.bin_dir.join(bin).is_file(),
-            "{} is not built: run `cargo build --workspace --bins` first",
-            paths.bin_dir.join(bin).display()
-        );
-    }
-    Node::boot(NodeOptions::default().file(
-        "/etc/crio/crio.conf.d/00-default",
-        DEFAULT_CONF.as_bytes().to_vec(),
-        0o644,
-    ))
-    .expect("boot a node with crio.service and kubelet.service")
-}
 
 fn show(node: &Node, unit: &str, prop: &str) -> String {
     node.exec_ok(&["systemctl", "show", "--value", "-p", prop, unit])
