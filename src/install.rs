@@ -87,11 +87,7 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     };
     journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
     rep.end(
-        if pkg == PackageOutcome::NewlyLive {
-            StepOutcome::Ran
-        } else {
-            StepOutcome::Skipped
-        },
+        StepOutcome::ran_if(pkg == PackageOutcome::NewlyLive),
         format!("{pkg:?}"),
     );
 
@@ -184,11 +180,7 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
             .write(&desired)
             .map_err(|e| internal("drop-in")(&e))?;
         rep.end(
-            if change.outcome.changed() {
-                StepOutcome::Ran
-            } else {
-                StepOutcome::Skipped
-            },
+            StepOutcome::ran_if(change.outcome.changed()),
             format!("{:?} {}", change.outcome, drop_in.path().display()),
         );
         change.outcome.changed()

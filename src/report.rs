@@ -41,6 +41,17 @@ pub enum StepOutcome {
     Failed,
 }
 
+impl StepOutcome {
+    /// `Ran` when the step changed something, `Skipped` when there was nothing to do.
+    pub fn ran_if(changed: bool) -> Self {
+        if changed {
+            StepOutcome::Ran
+        } else {
+            StepOutcome::Skipped
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     pub name: String,

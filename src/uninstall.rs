@@ -96,11 +96,7 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
         save(&journal)?;
         let change = drop_in.remove().map_err(|e| internal("drop-in")(&e))?;
         rep.end(
-            if change.outcome.changed() {
-                StepOutcome::Ran
-            } else {
-                StepOutcome::Skipped
-            },
+            StepOutcome::ran_if(change.outcome.changed()),
             format!("{:?} {}", change.outcome, drop_in.path().display()),
         );
         change.outcome.changed()
