@@ -516,7 +516,10 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
             inputs.network_ready = v.network_ready;
             rep.evidence("runtime", v);
         }
-        Err(e) => rep.evidence("runtime", serde_json::json!({ "error": e })),
+        Err(e) => {
+            inputs.cri_error = Some(e.clone());
+            rep.evidence("runtime", serde_json::json!({ "error": e }));
+        }
     }
 
     // kubelet: back, stable, and connected to this CRI-O. When its unit requires CRI-O's

@@ -73,6 +73,9 @@ pub fn decide_activation(i: &ActivationInputs) -> Activation {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProofInputs {
     pub want_listed: bool,
+    /// CRI-O did not answer the CRI `Status` call: what went wrong. Then neither the handler
+    /// nor readiness can be judged, and this is the one thing said about them.
+    pub cri_error: Option<String>,
     /// The running CRI-O started after the newest artifact (and after our restart, if any).
     pub crio_newer_than_artifacts: bool,
     pub handler_listed: Option<bool>,
@@ -101,7 +104,11 @@ pub fn verdict(p: &ProofInputs) -> Verdict {
         missing
             .push("the running CRI-O did not start after the drop-in and the runtime files".into());
     }
+    if let Some(e) = &p.cri_error {
+        missing.push(format!("CRI-O did not answer over its socket: {e}"));
+    }
     match (p.handler_listed, p.want_listed) {
+        _ if p.cri_error.is_some() => {}
         (None, _) if p.unknown_as_found => {}
         (None, _) => missing.push(
             "CRI-O does not report runtime handlers (CRI API older than Kubernetes 1.30): the handler cannot be proven".into(),
@@ -114,10 +121,10 @@ pub fn verdict(p: &ProofInputs) -> Verdict {
         ),
         _ => {}
     }
-    if !p.runtime_ready {
+    if !p.runtime_ready && p.cri_error.is_none() {
         missing.push("CRI-O reports RuntimeReady=false".into());
     }
-    if !p.network_ready {
+    if !p.network_ready && p.cri_error.is_none() {
         missing.push("CRI-O reports NetworkReady=false".into());
     }
     if let Some(k) = &p.kubelet_missing {
@@ -273,6 +280,22 @@ mod tests {
             assert!(!v.proven, "{c:?}");
             assert_eq!(v.missing.len(), 1, "{c:?}: {:?}", v.missing);
         }
+    }
+
+    #[test]
+    fn an_unreachable_crio_is_said_once_and_never_proven() {
+        let v = verdict(&ProofInputs {
+            cri_error: Some("socket missing".into()),
+            handler_listed: None,
+            runtime_ready: false,
+            network_ready: false,
+            ..proven()
+        });
+        assert!(!v.proven);
+        assert_eq!(
+            v.missing,
+            vec!["CRI-O did not answer over its socket: socket missing"]
+        );
     }
 
     #[test]

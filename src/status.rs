@@ -124,7 +124,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
 pub fn judge(o: &Observation) -> plan::Verdict {
     let (listed, ready, net) = match o.runtime.as_result() {
         Ok(v) => (v.handler_presence.as_listed(), v.ready, v.network_ready),
-        Err(_) => (Some(false), false, false),
+        Err(_) => (None, false, false),
     };
     let kubelet_missing = match o.kubelet.as_result() {
         Ok(e) => match kubelet::verdict(e) {
@@ -133,8 +133,9 @@ pub fn judge(o: &Observation) -> plan::Verdict {
         },
         Err(e) => Some(e.clone()),
     };
-    let mut v = plan::verdict(&plan::ProofInputs {
+    plan::verdict(&plan::ProofInputs {
         want_listed: true,
+        cri_error: o.runtime.as_result().err().cloned(),
         crio_newer_than_artifacts: o.crio_newer_than_artifacts,
         handler_listed: listed,
         runtime_ready: ready,
@@ -146,11 +147,7 @@ pub fn judge(o: &Observation) -> plan::Verdict {
             .as_ref()
             .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone())),
         unknown_as_found: false,
-    });
-    if let Err(e) = o.runtime.as_result() {
-        v.missing.insert(0, format!("CRI-O unreachable: {e}"));
-    }
-    v
+    })
 }
 
 fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
