@@ -65,7 +65,21 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
                 .package
                 .names
                 .iter()
-                .map(|n| format!("{n}: {:?}", s.package_state(n)).to_lowercase())
+                .map(|n| {
+                    // After a later deployment replaced the one applied live, the status no
+                    // longer lists what the running /usr holds: say so rather than guess.
+                    let running = if s.live_tree_known() {
+                        format!("{:?}", s.package_state(n)).to_lowercase()
+                    } else {
+                        "running /usr changed live by a deployment no longer listed".into()
+                    };
+                    let next = if s.default_deployment().has_package(n) {
+                        "in"
+                    } else {
+                        "not in"
+                    };
+                    format!("{n}: {running}; {next} the next boot")
+                })
                 .collect::<Vec<_>>()
                 .join(", "),
             Err(e) => format!("unknown ({e})"),

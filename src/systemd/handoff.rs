@@ -298,7 +298,11 @@ pub async fn run_transient_following(
 struct JournalFollower {
     _child: tokio::process::Child,
     lines: tokio::sync::mpsc::UnboundedReceiver<String>,
-    got_any: bool,
+    /// The journalctl argv and the invocation, for the final complete read.
+    cmd: Vec<String>,
+    invocation_id: String,
+    /// Lines already passed on (the journal is append-only for an invocation).
+    shown: usize,
 }
 
 impl JournalFollower {
@@ -335,35 +339,59 @@ impl JournalFollower {
         Some(JournalFollower {
             _child: child,
             lines: rx,
-            got_any: false,
+            cmd: cmd.to_vec(),
+            invocation_id: invocation_id.to_string(),
+            shown: 0,
         })
     }
 
     fn drain(&mut self, on_line: &mut (dyn FnMut(&str) + Send)) {
         while let Ok(line) = self.lines.try_recv() {
-            self.got_any = true;
+            self.shown += 1;
             on_line(&line);
         }
     }
 
-    /// The journal lags the process (and journalctl needs a moment to start): take lines
-    /// until it has been quiet for a second (longer before a first line). Best effort, for
-    /// display only (the journal keeps everything); bounded at 5 s.
+    /// Once the run has ended: `journalctl --sync` makes journald store everything the run
+    /// wrote, then one complete read of the invocation passes on the lines not shown yet.
+    /// Following alone would race the journal's lag. Bounded at 10 s; display only (the
+    /// journal keeps everything).
     async fn finish(&mut self, on_line: &mut (dyn FnMut(&str) + Send)) {
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until {
-            let quiet = if self.got_any {
-                Duration::from_secs(1)
-            } else {
-                Duration::from_secs(2)
-            };
-            match tokio::time::timeout(quiet, self.lines.recv()).await {
-                Ok(Some(line)) => {
-                    self.got_any = true;
-                    on_line(&line);
+        let Some((program, args)) = self.cmd.split_first() else {
+            return;
+        };
+        let run = |extra: Vec<String>| {
+            tokio::process::Command::new(program)
+                .args(args)
+                .args(extra)
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .output()
+        };
+        let bound = Duration::from_secs(5);
+        let _ = tokio::time::timeout(bound, run(vec!["--sync".into()])).await;
+        let all = tokio::time::timeout(
+            bound,
+            run(vec![
+                "--lines=all".into(),
+                "-q".into(),
+                "-o".into(),
+                "cat".into(),
+                "--no-pager".into(),
+                format!("_SYSTEMD_INVOCATION_ID={}", self.invocation_id),
+            ]),
+        )
+        .await;
+        match all {
+            Ok(Ok(out)) => {
+                let text = String::from_utf8_lossy(&out.stdout);
+                for line in text.lines().skip(self.shown) {
+                    self.shown += 1;
+                    on_line(line);
                 }
-                _ => break,
             }
+            _ => self.drain(on_line),
         }
     }
 }
