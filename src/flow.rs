@@ -385,6 +385,41 @@ pub fn save_backup_once(
     Ok(())
 }
 
+/// Decides the activation from the baseline and what this run changed. A dry run stops
+/// here: it prints each step, would run or skip, and why, and returns `None`.
+pub fn decide(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    base: &Baseline,
+    drop_in_changed: bool,
+    package_newly_live: bool,
+    want_listed: bool,
+) -> Option<Activation> {
+    let decision = plan::decide_activation(&plan::ActivationInputs {
+        drop_in_changed,
+        package_newly_live,
+        crio_started_us: base.crio.exec_main_start_us,
+        newest_artifact_us: newest_artifact_us(ctx),
+        handler_listed: base.view.handler_presence.as_listed(),
+        want_listed,
+        strategy: ctx.cfg.activation.strategy,
+    });
+    if !ctx.dry_run {
+        return Some(decision);
+    }
+    rep.begin("activate", "deciding");
+    rep.end(StepOutcome::Skipped, format!("dry run: would {decision:?}"));
+    let mut s = String::from("dry run plan:\n");
+    for st in &rep.status.steps {
+        s.push_str(&format!(
+            "  {:<15} {:?}: {}\n",
+            st.name, st.outcome, st.detail
+        ));
+    }
+    println!("{s}");
+    None
+}
+
 /// What a flow wants proven.
 pub struct Goal<'a> {
     /// Install: the handler listed; uninstall: gone.

@@ -12,7 +12,6 @@
 
 use crate::crio;
 use crate::flow::{self, internal, Ctx, FlowError, Goal};
-use crate::plan::{self, ActivationInputs};
 use crate::report::{Reporter, StepOutcome};
 use crate::rpm_ostree::PackageOutcome;
 use crate::state::{Journal, Operation, Phase};
@@ -86,10 +85,14 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         }
     };
     journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
-    rep.end(
-        StepOutcome::ran_if(pkg == PackageOutcome::NewlyLive),
-        format!("{pkg:?}"),
-    );
+    if ctx.dry_run {
+        rep.end(StepOutcome::Skipped, format!("dry run: would end {pkg:?}"));
+    } else {
+        rep.end(
+            StepOutcome::ran_if(pkg == PackageOutcome::NewlyLive),
+            format!("{pkg:?}"),
+        );
+    }
 
     rep.begin("post-install", "doing the package scriptlets' work");
     if ctx.dry_run {
@@ -137,7 +140,12 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         &ctx.host,
         &files,
         Some(base.crio.main_pid),
-        Ctx::deadline(c.deadlines.visibility),
+        // A dry run looks once: it must not wait for files no package step brought.
+        if ctx.dry_run {
+            std::time::Duration::ZERO
+        } else {
+            Ctx::deadline(c.deadlines.visibility)
+        },
     )
     .await;
     match seen {
@@ -187,21 +195,11 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     };
 
     // 6. Activate only what the running CRI-O has not seen.
-    let decision = plan::decide_activation(&ActivationInputs {
-        drop_in_changed,
-        package_newly_live: journal.package_newly_live,
-        crio_started_us: base.crio.exec_main_start_us,
-        newest_artifact_us: flow::newest_artifact_us(ctx),
-        handler_listed: base.view.handler_presence.as_listed(),
-        want_listed: true,
-        strategy: c.activation.strategy,
-    });
-    if ctx.dry_run {
-        rep.begin("activate", "deciding");
-        rep.end(StepOutcome::Skipped, format!("dry run: would {decision:?}"));
-        println!("{}", dry_run_plan(rep));
+    let package_newly_live = journal.package_newly_live;
+    let Some(decision) = flow::decide(ctx, rep, &base, drop_in_changed, package_newly_live, true)
+    else {
         return Ok("dry run: nothing was changed".into());
-    }
+    };
     // 7. Prove (a failure of 6 or 7 rolls back).
     let activated = flow::activate_and_prove(
         ctx,
@@ -259,16 +257,4 @@ async fn dry_run_package(ctx: &Ctx) -> PackageOutcome {
             PackageOutcome::Skipped
         }
     }
-}
-
-/// The plan a dry run shows: each step, would run or skip, and why.
-fn dry_run_plan(rep: &Reporter) -> String {
-    let mut s = String::from("dry run plan:\n");
-    for st in &rep.status.steps {
-        s.push_str(&format!(
-            "  {:<13} {:?}: {}\n",
-            st.name, st.outcome, st.detail
-        ));
-    }
-    s
 }

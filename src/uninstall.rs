@@ -11,7 +11,6 @@
 use crate::crio;
 use crate::exit::ExitCode;
 use crate::flow::{self, internal, Ctx, FlowError, Goal};
-use crate::plan::{self, ActivationInputs};
 use crate::report::{Reporter, StepOutcome};
 use crate::state::{Journal, Operation, Phase};
 
@@ -108,20 +107,9 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
     }
 
     // 4. Activate.
-    let decision = plan::decide_activation(&ActivationInputs {
-        drop_in_changed,
-        package_newly_live: false,
-        crio_started_us: base.crio.exec_main_start_us,
-        newest_artifact_us: flow::newest_artifact_us(ctx),
-        handler_listed: base.view.handler_presence.as_listed(),
-        want_listed: false,
-        strategy: c.activation.strategy,
-    });
-    if ctx.dry_run {
-        rep.begin("activate", "deciding");
-        rep.end(StepOutcome::Skipped, format!("dry run: would {decision:?}"));
+    let Some(decision) = flow::decide(ctx, rep, &base, drop_in_changed, false, false) else {
         return Ok("dry run: nothing was changed".into());
-    }
+    };
     // 5. Prove the handler gone (a failure of 4 or 5 rolls back).
     flow::activate_and_prove(
         ctx,
