@@ -121,7 +121,10 @@ cmd_down() {
     fi
     remove_cgroups "$dir"
     if mountpoint -q "$dir/root"; then
-        umount "$dir/root" 2>/dev/null || umount -l "$dir/root"
+        # A busy overlay can come free between the two calls (nspawn's last processes
+        # exiting): only a mount still there after both counts, and the check below says so.
+        umount "$dir/root" 2>/dev/null || ! mountpoint -q "$dir/root" ||
+            umount -l "$dir/root" 2>/dev/null || true
     fi
     mountpoint -q "$dir/root" && die "$dir/root is still mounted; not removing it"
     rm -rf --one-file-system "$dir"
