@@ -82,6 +82,7 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         dry_run: cli.global.dry_run,
         systemd,
         tools: Tools::default(),
+        crio_restarts: Default::default(),
     };
     match &cli.command {
         Command::Install(a) => {

@@ -29,6 +29,9 @@ pub struct Ctx {
     pub systemd: Systemd,
     pub rpm_ostree: RpmOstree,
     pub tools: Tools,
+    /// Restarts of CRI-O this run asked systemd for: a start limit that they drove CRI-O
+    /// into is cleared by the rollback, one that was there before is not.
+    pub crio_restarts: std::sync::atomic::AtomicU32,
 }
 
 /// How a flow failed. Each variant maps to one documented exit code.
@@ -176,16 +179,17 @@ fn presence_word(p: HandlerPresence) -> &'static str {
 async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
     let c = &ctx.cfg;
     let deadline = Ctx::deadline(c.deadlines.preflight);
+    let until = Instant::now() + deadline;
     let refuse = |what: &str, e: &dyn std::fmt::Display| FlowError::Refused(format!("{what}: {e}"));
-    let crio = ctx
-        .unit(&c.units.crio)
+    // A unit still starting (e.g. the restart of a run that was killed) is waited for within
+    // the preflight deadline, then judged: refusing it would only make the rollout retry.
+    let crio = settled(ctx, &c.units.crio, until)
         .await
         .map_err(|e| refuse(&c.units.crio, &e))?;
     if !crio.is_running() {
         return Err(FlowError::Refused(format!("CRI-O is not running: {crio}")));
     }
-    let kubelet = ctx
-        .unit(&c.units.kubelet)
+    let kubelet = settled(ctx, &c.units.kubelet, until)
         .await
         .map_err(|e| refuse(&c.units.kubelet, &e))?;
     if !kubelet.is_running() {
@@ -226,6 +230,36 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
         pods,
         kubelet_evidence,
     })
+}
+
+/// The unit's state once it is no longer transitional (or at `until`), saying so when that
+/// took a wait.
+async fn settled(ctx: &Ctx, unit: &str, until: Instant) -> Result<UnitState, SystemdError> {
+    let snap = ctx.systemd.snapshot(unit).await?;
+    let first = snap.state;
+    if !crate::systemd::jobs::is_transitional(&first) && snap.pending_job == 0 {
+        return Ok(first);
+    }
+    let t0 = Instant::now();
+    tracing::info!(
+        unit = %unit,
+        "{unit} is {}/{}{}; waiting up to {:.0} s for it to settle before judging it",
+        first.active_state,
+        first.sub_state,
+        if snap.pending_job != 0 { " with a job queued" } else { "" },
+        until.saturating_duration_since(t0).as_secs_f64()
+    );
+    let now = ctx.systemd.wait_settled(unit, until).await?;
+    tracing::info!(
+        unit = %unit,
+        "{unit} was {}/{}; waited {:.1} s for it to settle: now {}/{}",
+        first.active_state,
+        first.sub_state,
+        t0.elapsed().as_secs_f64(),
+        now.active_state,
+        now.sub_state
+    );
+    Ok(now)
 }
 
 /// Microseconds since the epoch of a file's last change (max of mtime and ctime: a live
@@ -278,7 +312,9 @@ pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<
             })
         }
         Activation::Restart(why) => {
-            restart_crio(ctx, rep, why).await?;
+            restart_crio(ctx, rep, why)
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(Activated {
                 restarted: true,
                 action: act,
@@ -315,7 +351,9 @@ pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<
                         StepOutcome::Failed,
                         format!("reload not proven ({e}); restarting instead"),
                     );
-                    restart_crio(ctx, rep, "the reload could not be proven").await?;
+                    restart_crio(ctx, rep, "the reload could not be proven")
+                        .await
+                        .map_err(|e| e.to_string())?;
                     Ok(Activated {
                         restarted: true,
                         action: act,
@@ -326,11 +364,13 @@ pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<
     }
 }
 
-async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), String> {
+async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), SystemdError> {
     let c = &ctx.cfg;
     rep.begin("activate", &format!("restarting {}", c.units.crio));
     let deadline = Ctx::deadline(c.deadlines.restart);
     notify::extend_timeout(deadline + Duration::from_secs(30));
+    ctx.crio_restarts
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     // Settle: a CRI-O that starts and dies at once must not count as restarted.
     match ctx
         .systemd
@@ -359,8 +399,30 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), St
         }
         Err(e) => {
             rep.end(StepOutcome::Failed, e.to_string());
-            Err(e.to_string())
+            Err(e)
         }
+    }
+}
+
+/// The rollback's restart of CRI-O. When systemd refuses it because this run's own restarts
+/// drove CRI-O into its start limit (`start request repeated too quickly`), the failed state
+/// is reset once and the restart tried again: the limit guards against a crash loop, and the
+/// rollback is what ends this one. A limit this run did not cause is left to the operator.
+async fn restart_crio_for_rollback(ctx: &Ctx, rep: &mut Reporter) -> Result<(), SystemdError> {
+    let ours_before = ctx.crio_restarts.load(std::sync::atomic::Ordering::SeqCst);
+    match restart_crio(ctx, rep, "rollback").await {
+        Err(SystemdError::StartLimitHit { unit, state }) if ours_before > 0 => {
+            tracing::warn!(
+                message_id = ids::CRIO_START_LIMIT_RESET,
+                unit = %unit,
+                restarts = ours_before,
+                "{unit} hit its start limit after {ours_before} restart(s) by this run; \
+                 resetting its failed state once for the rollback (it was {state})"
+            );
+            ctx.systemd.reset_failed_unit(&unit).await?;
+            restart_crio(ctx, rep, "rollback, after resetting the start limit").await
+        }
+        other => other,
     }
 }
 
@@ -650,7 +712,7 @@ pub async fn rollback(
         return Rollback::Failed(msg);
     }
     rep.end(StepOutcome::Ran, "previous drop-in restored".to_string());
-    if let Err(e) = restart_crio(ctx, rep, "rollback").await {
+    if let Err(e) = restart_crio_for_rollback(ctx, rep).await {
         return Rollback::Failed(format!(
             "the previous drop-in is restored but {} did not restart cleanly: {e}. \
              Check `systemctl status {}` and `journalctl -u {}`",

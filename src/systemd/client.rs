@@ -43,6 +43,9 @@ pub struct UnitSnapshot {
     /// Units this one `Requires=` or `BindsTo=`: stopping or restarting one of them
     /// restarts this unit too (kubelet with CRI-O on OpenShift).
     pub restarts_with: Vec<String>,
+    /// The id of a job queued or running on the unit (`Job` property), 0 when none: a
+    /// kubelet whose start waits for CRI-O's is still `inactive` but about to start.
+    pub pending_job: u32,
 }
 
 /// The four job-producing Manager calls.
@@ -193,6 +196,7 @@ impl Systemd {
                 .iter()
                 .flat_map(|k| prop_strings(&u, k))
                 .collect(),
+            pending_job: prop_job_id(&u),
             ..UnitSnapshot::default()
         };
         if unit.ends_with(".service") {
@@ -311,6 +315,29 @@ impl Systemd {
         Ok((job.to_string(), result))
     }
 
+    /// [`Self::run_job`] for a job that starts the unit: a failure that is systemd refusing
+    /// the start because of the unit's start limit is [`SystemdError::StartLimitHit`].
+    async fn run_start_job(
+        &self,
+        kind: JobKind,
+        unit: &str,
+        before: &UnitState,
+        deadline: Duration,
+    ) -> Result<(String, String), SystemdError> {
+        match self.run_job(kind, unit, deadline).await {
+            Err(e @ SystemdError::JobFailed { .. }) => match self.unit_state(unit).await {
+                Ok(after) if jobs::start_limit_refused(before, &after) => {
+                    Err(SystemdError::StartLimitHit {
+                        unit: unit.to_string(),
+                        state: Box::new(after),
+                    })
+                }
+                _ => Err(e),
+            },
+            other => other,
+        }
+    }
+
     /// [`jobs::check_job_result`], with the unit's state added to a failure.
     pub(crate) async fn check_job(
         &self,
@@ -382,7 +409,9 @@ impl Systemd {
         let started = Instant::now();
         let until = started + deadline;
         let before = self.preflight(unit).await?.state;
-        let (job, job_result) = self.run_job(JobKind::Restart, unit, deadline).await?;
+        let (job, job_result) = self
+            .run_start_job(JobKind::Restart, unit, &before, deadline)
+            .await?;
         tracing::debug!(%unit, %job, "restart job done");
         let baseline = self.unit_state(unit).await?;
         let mut now = baseline.clone();
@@ -459,8 +488,9 @@ impl Systemd {
         unit: &str,
         deadline: Duration,
     ) -> Result<UnitState, SystemdError> {
-        self.preflight(unit).await?;
-        self.run_job(JobKind::Start, unit, deadline).await?;
+        let before = self.preflight(unit).await?.state;
+        self.run_start_job(JobKind::Start, unit, &before, deadline)
+            .await?;
         let now = self.unit_state(unit).await?;
         if now.active_state == "failed" {
             return Err(SystemdError::CrashLoop {
@@ -527,6 +557,24 @@ impl Systemd {
         }
     }
 
+    /// Waits until `unit` is in no transitional state (activating, an automatic restart
+    /// pending, deactivating, reloading) and has no job queued, at most until `until`, and returns its state then
+    /// (still transitional when the deadline passed: the caller judges it).
+    pub async fn wait_settled(
+        &self,
+        unit: &str,
+        until: Instant,
+    ) -> Result<UnitState, SystemdError> {
+        loop {
+            let snap = self.snapshot(unit).await?;
+            let settled = !jobs::is_transitional(&snap.state) && snap.pending_job == 0;
+            if settled || Instant::now() >= until {
+                return Ok(snap.state);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// `systemctl reset-failed UNIT`.
     pub async fn reset_failed_unit(&self, unit: &str) -> Result<(), SystemdError> {
         let manager = self.manager().await?;
@@ -548,6 +596,15 @@ fn prop_strings(m: &HashMap<String, OwnedVariant>, k: &str) -> Vec<String> {
     m.get(k)
         .and_then(|v| Vec::<String>::try_from(v.try_clone().ok()?).ok())
         .unwrap_or_default()
+}
+
+/// The id of the `Job` property, a `(uo)` pair: (0, "/") when no job is pending.
+fn prop_job_id(m: &HashMap<String, OwnedVariant>) -> u32 {
+    m.get("Job")
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| <(u32, OwnedObjectPath)>::try_from(v).ok())
+        .map(|(id, _)| id)
+        .unwrap_or(0)
 }
 
 fn prop_bool(m: &HashMap<String, OwnedVariant>, k: &str) -> bool {

@@ -37,6 +37,27 @@ pub fn check_job_result(unit: &str, job: &str, result: &str) -> Result<(), Syste
     }
 }
 
+/// Whether a failed start job was systemd refusing to start the unit at all because of its
+/// start limit. systemd sets `Result=start-limit-hit` only when the unit had no failure
+/// recorded yet; after failed starts it keeps `exit-code` (measured on systemd 252), so a
+/// failed unit that kept the InvocationID it had before the job, i.e. was never started
+/// again, counts too.
+pub fn start_limit_refused(before: &UnitState, after: &UnitState) -> bool {
+    after.result == "start-limit-hit"
+        || (after.active_state == "failed"
+            && !after.invocation_id.is_empty()
+            && after.invocation_id == before.invocation_id)
+}
+
+/// A unit on its way between states (a start, stop or reload in progress, or an automatic
+/// restart pending): nothing about its health can be judged until it settles.
+pub fn is_transitional(s: &UnitState) -> bool {
+    matches!(
+        s.active_state.as_str(),
+        "activating" | "deactivating" | "reloading" | "refreshing"
+    )
+}
+
 /// The classes of D-Bus errors that deserve their own [`SystemdError`] variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -237,6 +258,52 @@ mod tests {
             main_pid: pid,
             exec_main_start_us: 0,
             n_restarts: nr,
+        }
+    }
+
+    #[test]
+    fn start_limit_refusal_is_told_from_other_failures() {
+        let running = st("active", "running", "success", "a1", 10, 0);
+        // A healthy unit restarted too often: systemd records the reason.
+        let hit = st("failed", "failed", "start-limit-hit", "a1", 0, 0);
+        assert!(start_limit_refused(&running, &hit));
+        // After failed starts systemd keeps `exit-code`; no new invocation = never started.
+        let failed = st("failed", "failed", "exit-code", "b2", 0, 0);
+        assert!(start_limit_refused(&failed, &failed.clone()));
+        // A start that ran and failed has a new invocation: not the start limit.
+        let ran_and_failed = st("failed", "failed", "exit-code", "c3", 0, 0);
+        assert!(!start_limit_refused(&failed, &ran_and_failed));
+        assert!(!start_limit_refused(&running, &ran_and_failed));
+        // Waiting for an automatic restart is not a refusal either.
+        let auto = st("activating", "auto-restart", "exit-code", "b2", 0, 0);
+        assert!(!start_limit_refused(&failed, &auto));
+        // A unit that never ran has no invocation to compare.
+        let never = st("failed", "failed", "exit-code", "", 0, 0);
+        assert!(!start_limit_refused(&never, &never.clone()));
+    }
+
+    #[test]
+    fn transitional_states_are_waited_out() {
+        for (a, sub) in [
+            ("activating", "start"),
+            ("activating", "auto-restart"),
+            ("deactivating", "stop-sigterm"),
+            ("reloading", "reload"),
+        ] {
+            assert!(
+                is_transitional(&st(a, sub, "success", "i", 1, 0)),
+                "{a}/{sub}"
+            );
+        }
+        for (a, sub) in [
+            ("active", "running"),
+            ("failed", "failed"),
+            ("inactive", "dead"),
+        ] {
+            assert!(
+                !is_transitional(&st(a, sub, "success", "i", 1, 0)),
+                "{a}/{sub}"
+            );
         }
     }
 

@@ -127,6 +127,12 @@ pub enum SystemdError {
         before: Box<UnitState>,
         after: Box<UnitState>,
     },
+    #[error(
+        "systemd refused to start {unit}: its start limit was hit (too many starts within \
+         StartLimitIntervalSec=, see `systemctl show -p StartLimitBurst {unit}`); state {state}. \
+         Once the cause of the failed starts is fixed, `systemctl reset-failed {unit}` clears it"
+    )]
+    StartLimitHit { unit: String, state: Box<UnitState> },
     #[error("unit {unit} is failing: {reason}; state {state}; see `journalctl -u {unit}`")]
     CrashLoop {
         unit: String,
@@ -163,6 +169,7 @@ impl SystemdError {
             | SystemdError::Deadline { unit, .. }
             | SystemdError::NotRestarted { unit, .. }
             | SystemdError::CrashLoop { unit, .. }
+            | SystemdError::StartLimitHit { unit, .. }
             | SystemdError::HandOffBusy { unit, .. }
             | SystemdError::BadCommand { unit, .. }
             | SystemdError::Dbus { unit, .. } => unit,

@@ -379,6 +379,21 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
         ))]);
         tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     }
+    // hold-start: stay `activating` (no READY) for as long as the marker exists, so that a
+    // test can act while CRI-O is starting without racing a timer.
+    let hold = args.fault_dir.join("hold-start");
+    if hold.exists() {
+        logrus(
+            "info",
+            "fake-crio fault hold-start: waiting for the marker to go",
+        );
+        notify(&[sd_notify::NotifyState::Status(
+            "fake-crio: hold-start fault, waiting for the marker to go",
+        )]);
+        while hold.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     let exit_after = fault_seconds(&args.fault_dir, "exit-after")?;
 
     prepare_socket(&args.listen)?;
