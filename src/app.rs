@@ -89,12 +89,14 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
             if let Some(code) = hand_off(&ctx, "install", a.no_detach).await? {
                 return Ok(code);
             }
+            listen_for_stop()?;
             Ok(crate::install::run(&ctx).await)
         }
         Command::Uninstall(a) => {
             if let Some(code) = hand_off(&ctx, "uninstall", a.run.no_detach).await? {
                 return Ok(code);
             }
+            listen_for_stop()?;
             Ok(crate::uninstall::run(&ctx, a.force).await)
         }
         Command::Status => Ok(crate::status::status(&ctx, cli.global.json).await),
@@ -102,6 +104,12 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         // Handled before the runtime starts.
         Command::Config | Command::Generate(_) => Ok(ExitCode::Ok),
     }
+}
+
+/// From here on SIGTERM/SIGINT ask the run to stop at a safe point (see [`crate::stop`]).
+/// A hand-off starter does not listen: killing it leaves the transient unit's run going.
+fn listen_for_stop() -> Result<(), AppError> {
+    crate::stop::listen().map_err(AppError::Runtime)
 }
 
 /// When this process would die with CRI-O (a debug pod, a container), hands the same

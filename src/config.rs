@@ -196,6 +196,16 @@ impl Deadlines {
                 + 2.0 * self.rollback,
         )
     }
+
+    /// The longest a run can take once a stop was requested: an activation under way is
+    /// finished and proven (and rolled back if that fails), or an interrupted rpm-ostree
+    /// client cancels its transaction. What the units' TimeoutStopSec must cover.
+    pub fn worst_case_after_stop(&self) -> Duration {
+        Duration::from_secs_f64(
+            self.restart + self.cri_ready + self.kubelet + self.canary + 2.0 * self.rollback,
+        )
+        .max(Duration::from_secs(30))
+    }
 }
 
 impl Default for Handler {

@@ -29,10 +29,16 @@ pub enum ExitCode {
     LockBusy = 15,
     /// `verify` ran and the handler is not proven served (nothing was changed).
     NotProven = 16,
+    /// A stop was requested (SIGTERM/SIGINT) and the run ended early, leaving the node in a
+    /// proven state: as found, or with what was applied undone (status.json says which).
+    Stopped = 17,
+    /// A second signal ended the run at once, possibly mid-step: run kata-live again, it
+    /// resumes from the state journal and converges.
+    StoppedAtOnce = 18,
 }
 
 impl ExitCode {
-    pub const ALL: [ExitCode; 10] = [
+    pub const ALL: [ExitCode; 12] = [
         ExitCode::Ok,
         ExitCode::Internal,
         ExitCode::Usage,
@@ -43,6 +49,8 @@ impl ExitCode {
         ExitCode::RollbackFailed,
         ExitCode::LockBusy,
         ExitCode::NotProven,
+        ExitCode::Stopped,
+        ExitCode::StoppedAtOnce,
     ];
 
     pub fn code(self) -> u8 {
@@ -64,6 +72,12 @@ impl ExitCode {
             ExitCode::RollbackFailed => "rollback failed: node state unknown, needs a human",
             ExitCode::LockBusy => "another kata-live run holds the lock",
             ExitCode::NotProven => "verify: the handler is not proven served",
+            ExitCode::Stopped => {
+                "stopped by a signal; the node was left in a proven state (as found, or the change undone)"
+            }
+            ExitCode::StoppedAtOnce => {
+                "stopped at once by a second signal; run kata-live again to resume and converge"
+            }
         }
     }
 

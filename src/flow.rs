@@ -49,6 +49,9 @@ pub enum FlowError {
     Activation { error: String, rollback: Rollback },
     #[error("the change is not proven: {missing}; {rollback}")]
     NotProven { missing: String, rollback: Rollback },
+    /// A stop was requested (SIGTERM/SIGINT); `state` says what the node was left with.
+    #[error("stopped by {signal} {state}")]
+    Stopped { signal: &'static str, state: String },
 }
 
 /// What a rollback achieved.
@@ -78,6 +81,7 @@ impl FlowError {
             FlowError::Lock(crate::lock::LockError::Busy { .. }) => ExitCode::LockBusy,
             FlowError::Lock(_) | FlowError::Internal(_) => ExitCode::Internal,
             FlowError::Package(_) => ExitCode::PackageStep,
+            FlowError::Stopped { .. } => ExitCode::Stopped,
             FlowError::Activation {
                 rollback: Rollback::Done,
                 ..
@@ -95,6 +99,7 @@ impl FlowError {
             ExitCode::PreflightRefused | ExitCode::LockBusy => RunResult::Refused,
             ExitCode::Activation | ExitCode::RolledBack => RunResult::RolledBack,
             ExitCode::RollbackFailed => RunResult::RollbackFailed,
+            ExitCode::Stopped => RunResult::Stopped,
             _ => RunResult::Failed,
         }
     }
@@ -424,6 +429,117 @@ async fn restart_crio_for_rollback(ctx: &Ctx, rep: &mut Reporter) -> Result<(), 
         }
         other => other,
     }
+}
+
+/// A safe point between steps: when a stop was requested, the run ends here, before `next`,
+/// with the node as `state` says (nothing after the last completed step was started).
+pub fn checkpoint(rep: &mut Reporter, next: &str, state: &str) -> Result<(), FlowError> {
+    match crate::stop::requested() {
+        None => Ok(()),
+        Some(signal) => {
+            rep.begin("stop", &format!("stopping before {next} ({signal})"));
+            rep.end(
+                StepOutcome::Skipped,
+                format!("not started: {next}; {state}"),
+            );
+            Err(FlowError::Stopped {
+                signal,
+                state: format!("before {next}: {state}"),
+            })
+        }
+    }
+}
+
+/// The drop-in was changed but CRI-O not activated yet, and a stop was requested: the
+/// running CRI-O never read the change, so putting the previous content back undoes it. If
+/// CRI-O started again meanwhile (it may have read the change), the full rollback runs.
+pub async fn stop_before_activation(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+    signal: &'static str,
+) -> FlowError {
+    let backup = match ctx.backups().load() {
+        Ok(b) => b,
+        Err(e) => {
+            return FlowError::NotProven {
+                missing: format!("a stop ({signal}) came before CRI-O was activated"),
+                rollback: Rollback::Failed(format!("the drop-in backup cannot be read: {e}")),
+            }
+        }
+    };
+    let same_crio = matches!(
+        ctx.unit(&ctx.cfg.units.crio).await,
+        Ok(now) if now.invocation_id == baseline.crio.invocation_id && now.is_running()
+    );
+    if !same_crio {
+        return match rollback(ctx, rep, baseline, backup.as_ref()).await {
+            Rollback::Done => FlowError::Stopped {
+                signal,
+                state: "before CRI-O was activated; CRI-O had restarted meanwhile, so the \
+                        previous drop-in was restored and the node proven back"
+                    .into(),
+            },
+            failed => FlowError::NotProven {
+                missing: format!("a stop ({signal}) came before CRI-O was activated"),
+                rollback: failed,
+            },
+        };
+    }
+    rep.begin("stop", &format!("undoing the drop-in change ({signal})"));
+    let drop_in = ctx.drop_in();
+    let restored = match &backup {
+        Some(b) => drop_in.restore(b.content.as_deref()),
+        None => Ok(crate::crio::Outcome::Unchanged),
+    };
+    if let Err(e) = restored {
+        let msg = format!(
+            "the previous drop-in could not be restored ({e}); {} holds the new content, which \
+             the running CRI-O has not read; the saved original is under {}/backup/",
+            drop_in.path().display(),
+            ctx.host.path(STATE_DIR).display()
+        );
+        rep.end(StepOutcome::Failed, msg.clone());
+        return FlowError::NotProven {
+            missing: format!("a stop ({signal}) came before CRI-O was activated"),
+            rollback: Rollback::Failed(msg),
+        };
+    }
+    for (what, r) in [
+        ("backup", ctx.backups().clear().map_err(|e| e.to_string())),
+        (
+            "state journal",
+            ctx.journals().clear().map_err(|e| e.to_string()),
+        ),
+    ] {
+        if let Err(e) = r {
+            tracing::warn!("stopped, but the {what} could not be removed: {e}");
+        }
+    }
+    rep.end(
+        StepOutcome::Ran,
+        "previous drop-in restored; the running CRI-O never read the change",
+    );
+    FlowError::Stopped {
+        signal,
+        state: "before CRI-O was activated: the previous drop-in is back and the running \
+                CRI-O (unchanged since preflight) never read the change"
+            .into(),
+    }
+}
+
+/// What the report says when a stop arrived while activation or the proof was under way:
+/// those were finished (they are what brings the node to a proven state).
+pub fn note_stop_during_activation(rep: &mut Reporter) -> Option<&'static str> {
+    let signal = crate::stop::requested()?;
+    rep.evidence(
+        "stop",
+        serde_json::json!({
+            "signal": signal,
+            "handled": "the activation under way was finished and proven before stopping",
+        }),
+    );
+    Some(signal)
 }
 
 /// Keeps the drop-in's pre-change content, once per operation: a run resuming an

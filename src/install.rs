@@ -61,6 +61,8 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     }
 
     // 4. The package, what its scriptlets would have done, and the files visible to CRI-O.
+    // A stop requested before a step starts ends the run there (see crate::stop).
+    flow::checkpoint(rep, "the package step", "nothing was changed")?;
     rep.begin("package", "installing the package live with rpm-ostree");
     journal.phase = Phase::Package;
     let pkg = if ctx.dry_run {
@@ -78,6 +80,15 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
             .await;
         match out {
             Ok(o) => o,
+            Err(crate::rpm_ostree::RpmOstreeError::Interrupted { signal, .. }) => {
+                rep.end(StepOutcome::Failed, "interrupted by a stop request");
+                return Err(FlowError::Stopped {
+                    signal,
+                    state: "during the package step: the rpm-ostree client was interrupted \
+                            (its transaction cancelled); CRI-O's configuration untouched"
+                        .into(),
+                });
+            }
             Err(e) => {
                 rep.end(StepOutcome::Failed, e.to_string());
                 return Err(FlowError::Package(e.to_string()));
@@ -94,6 +105,8 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         );
     }
 
+    let untouched = "the package step is done; CRI-O's configuration untouched";
+    flow::checkpoint(rep, "the scriptlets' work", untouched)?;
     rep.begin("post-install", "doing the package scriptlets' work");
     if ctx.dry_run {
         rep.end(
@@ -136,7 +149,8 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     );
     let mut files = vec![c.handler.crio.runtime_path.as_path()];
     files.extend(c.handler.crio.runtime_config_path.as_deref());
-    let seen = visibility::wait_visible(
+    flow::checkpoint(rep, "the visibility wait", untouched)?;
+    let seen = crate::stop::unless_stopped(visibility::wait_visible(
         &ctx.host,
         &files,
         Some(base.crio.main_pid),
@@ -146,8 +160,15 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         } else {
             Ctx::deadline(c.deadlines.visibility)
         },
-    )
-    .await;
+    ))
+    .await
+    .map_err(|signal| {
+        rep.end(StepOutcome::Failed, "interrupted by a stop request");
+        FlowError::Stopped {
+            signal,
+            state: format!("during the visibility wait: {untouched}"),
+        }
+    })?;
     match seen {
         Ok(()) => rep.end(
             StepOutcome::Ran,
@@ -165,6 +186,7 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     }
 
     // 5. The drop-in, its previous content kept first.
+    flow::checkpoint(rep, "writing the drop-in", untouched)?;
     rep.begin("drop-in", "writing the CRI-O drop-in");
     let drop_in = ctx.drop_in();
     let desired = crio::render(&c.handler).map_err(|e| internal("drop-in")(&e))?;
@@ -200,7 +222,10 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     else {
         return Ok("dry run: nothing was changed".into());
     };
-    // 7. Prove (a failure of 6 or 7 rolls back).
+    if let Some(signal) = crate::stop::requested() {
+        return Err(flow::stop_before_activation(ctx, rep, &base, signal).await);
+    }
+    // 7. Prove (a failure of 6 or 7 rolls back). A stop from here on lets both finish.
     let activated = flow::activate_and_prove(
         ctx,
         rep,
@@ -220,8 +245,12 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
     journals
         .clear()
         .map_err(|e| internal("state journal")(&e))?;
+    let stop_note = match flow::note_stop_during_activation(rep) {
+        Some(signal) => format!("; {signal} came during the activation, which was finished"),
+        None => String::new(),
+    };
     Ok(format!(
-        "handler {} is served by the running CRI-O and kubelet is reconnected ({})",
+        "handler {} is served by the running CRI-O and kubelet is reconnected ({}){stop_note}",
         c.handler.name,
         if activated.restarted {
             "CRI-O restarted"

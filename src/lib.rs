@@ -23,6 +23,7 @@ pub mod rpm_ostree;
 pub mod scriptlets;
 pub mod state;
 pub mod status;
+pub mod stop;
 pub mod systemd;
 pub mod uninstall;
 pub mod visibility;

@@ -19,10 +19,11 @@ pub mod ids {
     pub const REFUSED: &str = "3a00b16f49974554a12100a080630147";
     pub const STEP: &str = "cf89fdb183d24ac3b89deb5346c88f56";
     pub const CRIO_RESTARTED: &str = "c1b84c691025410bbd05d7564016bb29";
+    pub const STOPPED: &str = "199464fbf0d743828425c5dd1a7e9712";
     pub const CRIO_START_LIMIT_RESET: &str = "c3a374c2f34b4cee96eb974eee3d313a";
 
     /// (id, symbolic name) for the catalog and the docs.
-    pub const ALL: [(&str, &str); 9] = [
+    pub const ALL: [(&str, &str); 10] = [
         (STARTED, "STARTED"),
         (SUCCEEDED, "SUCCEEDED"),
         (FAILED, "FAILED"),
@@ -31,6 +32,7 @@ pub mod ids {
         (REFUSED, "REFUSED"),
         (STEP, "STEP"),
         (CRIO_RESTARTED, "CRIO_RESTARTED"),
+        (STOPPED, "STOPPED"),
         (CRIO_START_LIMIT_RESET, "CRIO_START_LIMIT_RESET"),
     ];
 }

@@ -31,6 +31,8 @@ pub enum RunResult {
     Failed,
     RolledBack,
     RollbackFailed,
+    /// A stop was requested; the run ended early in a proven state.
+    Stopped,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,6 +217,9 @@ impl Reporter {
                 }
                 RunResult::RollbackFailed => {
                     tracing::error!(message_id = ids::ROLLBACK_FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and so did its rollback: {err}")
+                }
+                RunResult::Stopped => {
+                    tracing::warn!(message_id = ids::STOPPED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} stopped on request: {err}")
                 }
                 RunResult::Failed | RunResult::Running => {
                     tracing::error!(message_id = ids::FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed: {err}")

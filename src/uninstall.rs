@@ -64,7 +64,8 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
         },
     );
 
-    // 3. Remove the drop-in, its content kept first.
+    // 3. Remove the drop-in, its content kept first (not after a stop request).
+    flow::checkpoint(rep, "removing the drop-in", "nothing was changed")?;
     rep.begin("drop-in", "removing the CRI-O drop-in");
     let drop_in = ctx.drop_in();
     let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
@@ -110,7 +111,10 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
     let Some(decision) = flow::decide(ctx, rep, &base, drop_in_changed, false, false) else {
         return Ok("dry run: nothing was changed".into());
     };
-    // 5. Prove the handler gone (a failure of 4 or 5 rolls back).
+    if let Some(signal) = crate::stop::requested() {
+        return Err(flow::stop_before_activation(ctx, rep, &base, signal).await);
+    }
+    // 5. Prove the handler gone (a failure of 4 or 5 rolls back); a stop lets both finish.
     flow::activate_and_prove(
         ctx,
         rep,
@@ -129,6 +133,14 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
     // 6. The package, only once CRI-O no longer refers to it.
     journal.phase = Phase::RemovePackage;
     save(&journal)?;
+    if flow::note_stop_during_activation(rep).is_some() {
+        flow::checkpoint(
+            rep,
+            "removing the package",
+            "the handler is removed and proven gone; the package is still installed: \
+             re-run `kata-live uninstall` to remove it",
+        )?;
+    }
     rep.begin("package", "removing the package as configured");
     let removal = ctx
         .rpm_ostree
@@ -136,6 +148,16 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
         .await;
     let removal = match removal {
         Ok(r) => r,
+        Err(crate::rpm_ostree::RpmOstreeError::Interrupted { signal, .. }) => {
+            rep.end(StepOutcome::Failed, "interrupted by a stop request");
+            return Err(FlowError::Stopped {
+                signal,
+                state: "during the package removal: the handler is removed and proven gone; \
+                        the rpm-ostree client was interrupted (its transaction cancelled): \
+                        re-run `kata-live uninstall` to finish"
+                    .into(),
+            });
+        }
         Err(e) => {
             rep.end(StepOutcome::Failed, e.to_string());
             // The handler is gone and proven; only the package lingers. Re-running converges.

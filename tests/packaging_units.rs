@@ -251,6 +251,32 @@ fn start_timeout_covers_every_default_deadline() {
 }
 
 #[test]
+fn stop_timeout_covers_bringing_the_node_to_a_proven_state() {
+    // A stop lets an activation under way finish its proof (and rollback); systemd must not
+    // SIGKILL kata-live before that. KillMode=mixed: SIGTERM to kata-live only, which
+    // interrupts its own rpm-ostree client (SIGINT, as Ctrl-C would).
+    let after_stop = Config::default()
+        .deadlines
+        .worst_case_after_stop()
+        .as_secs_f64();
+    for (u, _) in UNITS {
+        let unit = parse(&text(u));
+        let t = humantime::parse_duration(one(&unit, "Service", "TimeoutStopSec"))
+            .unwrap()
+            .as_secs_f64();
+        assert!(
+            t >= after_stop + 60.0,
+            "{u}: TimeoutStopSec {t}s < {after_stop}s + margin"
+        );
+        assert!(
+            t <= after_stop + 900.0,
+            "{u}: TimeoutStopSec {t}s is far above {after_stop}s"
+        );
+        assert_eq!(one(&unit, "Service", "KillMode"), "mixed", "{u}");
+    }
+}
+
+#[test]
 fn hardening_keeps_what_the_job_needs() {
     for (u, _) in UNITS {
         let unit = parse(&text(u));

@@ -27,6 +27,9 @@ use tokio::time::Instant;
 
 use crate::config::{Package, PackageRemoval};
 
+/// How long an interrupted rpm-ostree client gets to cancel its transaction and exit.
+const CANCEL_GRACE: Duration = Duration::from_secs(30);
+
 /// Identifies us to rpm-ostreed (shown in `rpm-ostree status` and the journal).
 const CLIENT_ID: &str = "kata-live";
 /// How much of the command's output goes into an error message.
@@ -65,6 +68,14 @@ pub enum RpmOstreeError {
     OsUpdatePending {
         booted_base: String,
         pending_base: String,
+    },
+    #[error(
+        "`{command}` was interrupted by {signal}: the rpm-ostree client was sent SIGINT, which \
+         cancels its transaction (see `rpm-ostree status`)"
+    )]
+    Interrupted {
+        command: String,
+        signal: &'static str,
     },
     #[error("no *.rpm files in {dir} (package.local_rpm_dir)")]
     NoLocalRpms { dir: PathBuf },
@@ -426,7 +437,25 @@ impl RpmOstree {
                 }
             })?;
         let deadline = until.saturating_duration_since(Instant::now());
-        let out = match tokio::time::timeout_at(until, child.wait_with_output()).await {
+        let pid = child.id();
+        let waiting = child.wait_with_output();
+        tokio::pin!(waiting);
+        let finished = tokio::select! {
+            out = tokio::time::timeout_at(until, &mut waiting) => out,
+            signal = crate::stop::wait() => {
+                // What Ctrl-C does to the client: rpm-ostree cancels its transaction on SIGINT.
+                // It gets a bounded moment for that; then dropping the child kills it.
+                if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGINT,
+                    );
+                }
+                let _ = tokio::time::timeout(CANCEL_GRACE, &mut waiting).await;
+                return Err(RpmOstreeError::Interrupted { command, signal });
+            }
+        };
+        let out = match finished {
             Err(_) => return Err(RpmOstreeError::Timeout { command, deadline }),
             Ok(Err(source)) => {
                 return Err(RpmOstreeError::Spawn {

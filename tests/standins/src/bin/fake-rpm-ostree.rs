@@ -11,7 +11,9 @@
 //! - `delay`: seconds (float) before the files of a live apply appear; they are created
 //!   by a detached background process, as a live apply's files reached CRI-O late;
 //! - fault markers (the file existing switches it on): `fail` (mutating commands exit 1
-//!   with an error), `hang` (mutating commands sleep forever), `fail-status`,
+//!   with an error), `hang` (mutating commands sleep forever; SIGINT cancels, as for the
+//!   real client: `Caught SIGINT, cancelling transaction`, exit 1, logged in `cancelled`;
+//!   with `slow-cancel` as well, the cancellation never completes), `fail-status`,
 //!   `hang-status` (the same for `status`), `interrupt` (a live apply records
 //!   `live-inprogress` and exits 1, as an interrupted apply leaves it).
 //!
@@ -25,9 +27,27 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+static SIGINT_SEEN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: nix::libc::c_int) {
+    SIGINT_SEEN.store(true, Ordering::SeqCst);
+}
+
+fn catch_sigint() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(on_sigint),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    let _ = unsafe { sigaction(Signal::SIGINT, &action) };
+}
 
 const BOOT_CHECKSUM: &str = "3c5b4e4f2d2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c";
 
@@ -215,8 +235,22 @@ impl Fake {
             ("fail", "hang")
         };
         if self.marker(hang) {
+            // Like the real client on Ctrl-C: SIGINT cancels the (never-ending) transaction,
+            // which is logged in `cancelled`; SIGTERM keeps its default (the client dies).
+            // With `slow-cancel` too, the cancellation never completes (the real client then
+            // waits for the daemon: `Awaiting transaction cancellation...`).
+            catch_sigint();
+            let mut said = false;
             loop {
-                std::thread::sleep(Duration::from_secs(3600));
+                if SIGINT_SEEN.load(Ordering::SeqCst) && !said {
+                    eprintln!("Caught SIGINT, cancelling transaction");
+                    let _ = std::fs::write(self.path("cancelled"), b"SIGINT\n");
+                    if !self.marker("slow-cancel") {
+                        return Err("Transaction cancelled".into());
+                    }
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
         }
         if self.marker(fail) {

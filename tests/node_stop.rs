@@ -1,0 +1,254 @@
+//! A stop in the middle of a run (issue 16, section 3), on a booted test node: SIGTERM from
+//! `systemctl stop` of the real unit, or sent to a run started by hand. kata-live starts no
+//! new side effect after the first signal, brings the node to a proven state (finishing an
+//! activation under way, or changing nothing more), records it and exits 17; a second
+//! signal exits at once (18) and the next run converges.
+
+mod support;
+use serde_json::Value;
+use std::sync::Mutex;
+use std::time::Duration;
+use support::kata::{ids, KataNode, Run, STATUS};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn show(r: &Run) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+        r.code, r.stdout, r.stderr
+    )
+}
+
+const HOLD_KUBELET: &str = "/run/fake-kubelet/hold-disconnected";
+
+/// kata-live's own journal lines (records of the unit or of a run by hand).
+fn kata_journal(k: &KataNode) -> String {
+    let o = k.node.exec(&[
+        "journalctl",
+        "--no-pager",
+        "-o",
+        "cat",
+        "SYSLOG_IDENTIFIER=kata-live",
+    ]);
+    assert!(o.status.success(), "journalctl failed: {o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn wait_stop_seen(k: &KataNode, signal: &str) {
+    k.node
+        .wait_for(
+            &format!("kata-live saw {signal}"),
+            Duration::from_secs(30),
+            |_| kata_journal(k).contains(&format!("{signal} received: stopping")),
+        )
+        .expect("kata-live must log the stop request");
+}
+
+fn sigterm(k: &KataNode, pid: u32) {
+    k.node
+        .exec_ok(&["kill", "-TERM", &pid.to_string()])
+        .expect("kill -TERM inside the node");
+}
+
+/// A `rpm-ostree install` client is running in the node (the fake, called by its path).
+fn rpm_ostree_client_running(k: &KataNode) -> bool {
+    k.node
+        .exec(&["pgrep", "-f", "^/usr/bin/rpm-ostree install"])
+        .status
+        .success()
+}
+
+fn processes(k: &KataNode) -> String {
+    String::from_utf8_lossy(&k.node.exec(&["ps", "-eo", "pid,args"]).stdout).into_owned()
+}
+
+/// `systemctl stop kata-live-install.service` while rpm-ostree works: the client is
+/// interrupted (SIGINT, which cancels the transaction), CRI-O is never touched, status.json
+/// and the unit say 17, and the next run converges.
+#[test]
+fn unit_stopped_during_the_package_step_changes_nothing() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let crio = k.unit("crio.service");
+    let starts = k.crio_starts();
+    k.rpm_ostree_fault("hang");
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    k.node
+        .exec_ok(&[
+            "systemctl",
+            "start",
+            "--no-block",
+            "kata-live-install.service",
+        ])
+        .expect("start the install unit");
+    k.wait_phase("package", Duration::from_secs(60));
+    k.node
+        .wait_for("rpm-ostree running", Duration::from_secs(30), |_| {
+            rpm_ostree_client_running(&k)
+        })
+        .expect("the package step must be running rpm-ostree");
+
+    k.node
+        .exec_ok(&["systemctl", "stop", "kata-live-install.service"])
+        .expect("stop the install unit");
+    let show_unit = k
+        .node
+        .exec_ok(&[
+            "systemctl",
+            "show",
+            "-p",
+            "ExecMainStatus",
+            "kata-live-install.service",
+        ])
+        .expect("systemctl show");
+    assert_eq!(
+        show_unit.trim(),
+        "ExecMainStatus=17",
+        "{}",
+        kata_journal(&k)
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "stopped", "{st:#}");
+    assert_eq!(st["exit_code"], 17, "{st:#}");
+    assert!(
+        st["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("during the package step"),
+        "{st:#}"
+    );
+    assert_eq!(k.journal_count(ids::STOPPED), 1);
+    // The client was asked to cancel, as Ctrl-C would, and is gone.
+    assert!(
+        k.node
+            .exists("/var/lib/fake-rpm-ostree/cancelled")
+            .unwrap_or(false),
+        "rpm-ostree was not sent SIGINT"
+    );
+    assert!(
+        !rpm_ostree_client_running(&k),
+        "rpm-ostree client left behind:\n{}",
+        processes(&k)
+    );
+    // Nothing of CRI-O's was touched.
+    assert!(k.drop_in().is_none());
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    assert_eq!(k.crio_starts(), starts);
+
+    k.clear_rpm_ostree_fault("hang");
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    k.assert_healthy();
+}
+
+/// A stop while CRI-O restarts: the activation is finished and proven, not abandoned
+/// half-way (a CRI-O restarted with the drop-in, kata-live gone without a verdict).
+#[test]
+fn stop_during_activation_finishes_and_proves_it() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    k.crio_fault("hold-start", "");
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let pid = k.wait_phase("activate", Duration::from_secs(60));
+    k.node
+        .wait_for("crio held in activating", Duration::from_secs(30), |_| {
+            k.unit("crio.service").active == "activating"
+        })
+        .expect("the restart must be under way");
+    sigterm(&k, pid);
+    wait_stop_seen(&k, "SIGTERM");
+    k.clear_crio_fault("hold-start");
+
+    let run = k.wait_run(child, Duration::from_secs(240));
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(
+        run.stdout.contains("SIGTERM came during the activation"),
+        "{}",
+        show(&run)
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "succeeded", "{st:#}");
+    assert_eq!(st["evidence"]["stop"]["signal"], "SIGTERM", "{st:#}");
+    assert_eq!(k.handler_presence(), "listed");
+    k.assert_healthy();
+}
+
+/// A stop while the proof waits for kubelet: the proof goes on to its verdict.
+#[test]
+fn stop_during_the_proof_lets_it_finish() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    // kubelet stays away from the new CRI-O until released.
+    k.unit_drop_in(
+        "kubelet.service",
+        "hold",
+        &format!("[Service]\nExecStartPost=/usr/bin/touch {HOLD_KUBELET}\n"),
+    );
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let pid = k.wait_phase("prove", Duration::from_secs(60));
+    sigterm(&k, pid);
+    wait_stop_seen(&k, "SIGTERM");
+    k.node
+        .exec_ok(&["rm", "-f", HOLD_KUBELET])
+        .expect("release kubelet");
+
+    let run = k.wait_run(child, Duration::from_secs(240));
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let st = k.status_json();
+    assert_eq!(st["result"], "succeeded", "{st:#}");
+    assert_eq!(st["evidence"]["stop"]["signal"], "SIGTERM", "{st:#}");
+    k.remove_unit_drop_in("kubelet.service", "hold");
+    k.assert_healthy();
+}
+
+/// Two signals: the second ends the run at once (18), the state journal stays for the next
+/// run, which converges.
+#[test]
+fn second_signal_exits_at_once_and_the_next_run_converges() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    // The client's cancellation never completes: the first stop keeps waiting for it.
+    k.rpm_ostree_fault("hang");
+    k.rpm_ostree_fault("slow-cancel");
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let pid = k.wait_phase("package", Duration::from_secs(60));
+    k.node
+        .exec_ok(&["kill", "-INT", &pid.to_string()])
+        .expect("first signal");
+    wait_stop_seen(&k, "SIGINT");
+    k.node
+        .wait_for("rpm-ostree asked to cancel", Duration::from_secs(30), |n| {
+            n.exists("/var/lib/fake-rpm-ostree/cancelled")
+                .unwrap_or(false)
+        })
+        .expect("kata-live must interrupt its rpm-ostree client");
+    sigterm(&k, pid);
+    let run = k.wait_run(child, Duration::from_secs(60));
+    assert_eq!(run.code, 18, "{}", show(&run));
+    assert!(run.stderr.contains("second signal"), "{}", show(&run));
+    // Exited at once: what the next run resumes from is still there.
+    let journal = k
+        .node
+        .read_file("/var/lib/kata-live/state.json")
+        .expect("the state journal stays for the next run");
+    let journal: Value = serde_json::from_slice(&journal).expect("state.json");
+    assert_eq!(journal["phase"], "package", "{journal:#}");
+    assert!(k.drop_in().is_none());
+
+    let _ = k
+        .node
+        .exec(&["pkill", "-f", "^/usr/bin/rpm-ostree install"]);
+    k.clear_rpm_ostree_fault("hang");
+    k.clear_rpm_ostree_fault("slow-cancel");
+    let again = k.install();
+    assert_eq!(again.code, 0, "{}", show(&again));
+    assert_eq!(k.status_json()["result"], "succeeded");
+    k.assert_healthy();
+}
