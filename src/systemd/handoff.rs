@@ -123,6 +123,7 @@ fn variant<'a>(v: impl Into<Variant<'a>>, unit: &str) -> Result<OwnedVariant, Sy
 pub fn transient_properties(
     unit: &str,
     argv: &[String],
+    stop_timeout: Duration,
 ) -> Result<Vec<(String, OwnedVariant)>, SystemdError> {
     let Some(program) = argv.first() else {
         return Err(SystemdError::BadCommand {
@@ -149,6 +150,16 @@ pub fn transient_properties(
         ("RemainAfterExit".to_string(), variant(true, unit)?),
         ("NotifyAccess".to_string(), variant("main", unit)?),
         ("ExecStart".to_string(), variant(exec_start, unit)?),
+        // As the shipped units: a stop is a SIGTERM to kata-live alone, which then brings the
+        // node to a proven state; systemd's own stop timeout must leave it the time to.
+        ("KillMode".to_string(), variant("mixed", unit)?),
+        (
+            "TimeoutStopUSec".to_string(),
+            variant(
+                u64::try_from(stop_timeout.as_micros()).unwrap_or(u64::MAX),
+                unit,
+            )?,
+        ),
     ])
 }
 
@@ -182,7 +193,8 @@ pub async fn run_transient_following(
 ) -> Result<i32, SystemdError> {
     let started = Instant::now();
     let until = started + deadline;
-    let props = transient_properties(unit_name, argv)?;
+    // A stop bounds what is left of the run: the whole-run deadline covers it.
+    let props = transient_properties(unit_name, argv, deadline)?;
     let manager = sd.manager().await?;
     let mut stream = sd.listen_job_removed(&manager, unit_name).await?;
 
@@ -489,18 +501,18 @@ mod tests {
     fn transient_properties_need_an_absolute_program() {
         let u = "kata-live-handoff-install.service";
         assert!(matches!(
-            transient_properties(u, &[]),
+            transient_properties(u, &[], Duration::from_secs(60)),
             Err(SystemdError::BadCommand { .. })
         ));
         assert!(matches!(
-            transient_properties(u, &["kata-live".to_string()]),
+            transient_properties(u, &["kata-live".to_string()], Duration::from_secs(60)),
             Err(SystemdError::BadCommand { .. })
         ));
         let argv: Vec<String> = ["/usr/bin/kata-live", "install", "--no-detach"]
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let props = transient_properties(u, &argv).unwrap();
+        let props = transient_properties(u, &argv, Duration::from_secs(60)).unwrap();
         let names: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             names,
@@ -509,7 +521,9 @@ mod tests {
                 "Type",
                 "RemainAfterExit",
                 "NotifyAccess",
-                "ExecStart"
+                "ExecStart",
+                "KillMode",
+                "TimeoutStopUSec"
             ]
         );
         let exec = props.iter().find(|(k, _)| k == "ExecStart").unwrap();
@@ -519,7 +533,7 @@ mod tests {
             "-c".to_string(),
             "echo $HOME".to_string(),
         ];
-        let props = transient_properties(u, &with_dollar).unwrap();
+        let props = transient_properties(u, &with_dollar, Duration::from_secs(60)).unwrap();
         let exec = props.iter().find(|(k, _)| k == "ExecStart").unwrap();
         let Ok(v) = exec.1.try_clone() else {
             panic!("clone")
