@@ -72,8 +72,28 @@ impl Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Install the package live, declare the handler, restart CRI-O, and prove it.
+    ///
+    /// Before anything changes: CRI-O's configuration files are read in CRI-O's order
+    /// (crio.conf, then every regular file of crio.conf.d, recursively, lexical, any name).
+    /// A later file that declares [crio.runtime.runtimes.NAME] would replace kata-live's
+    /// table whole, so the install is refused (exit 10) naming it; an earlier one is replaced
+    /// by kata-live's, and the run says so. The runtime files must be regular files (after
+    /// symlinks) and runtime_path executable, as seen here and inside CRI-O's mount
+    /// namespace (else exit 11, naming the path and its mode).
+    ///
+    /// The proof also reads the running CRI-O's effective configuration (GET /config on the
+    /// CRI socket, what `crio status config` prints): every key kata-live wrote must have the
+    /// value it wrote (keys it leaves out may hold CRI-O's defaults). A mismatch names the
+    /// keys and rolls back (exit 13).
     Install(RunArgs),
     /// Remove the handler (refused while pods use it), restart CRI-O, prove, remove the package.
+    ///
+    /// Pods on the handler: CRI-O leaves PodSandbox.runtime_handler empty, so the handler of
+    /// each sandbox (any state) is taken from runtime_handler when the runtime fills it
+    /// (containerd), else from the verbose PodSandboxStatus info (CRI-O's
+    /// io.kubernetes.cri-o.RuntimeHandler annotation). A sandbox whose handler cannot be
+    /// determined counts as possibly on the handler. Either refuses the uninstall (exit 10,
+    /// naming the pods) unless --force; `status` shows the same answer.
     Uninstall(UninstallArgs),
     /// Show package, drop-in, handler, kubelet connection and the last run's result.
     Status,
@@ -97,7 +117,7 @@ pub struct RunArgs {
 pub struct UninstallArgs {
     #[command(flatten)]
     pub run: RunArgs,
-    /// Uninstall even while pods run under the handler (they will fail).
+    /// Uninstall even while pods run (or may run) under the handler (they will fail).
     #[arg(long)]
     pub force: bool,
 }

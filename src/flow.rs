@@ -5,6 +5,7 @@
 use crate::config::Config;
 use crate::cri::{self, CriClient, HandlerPresence, PodSnapshot, RuntimeView};
 use crate::crio::{Backup, BackupStore, DropIn};
+use crate::crio_conf;
 use crate::exit::ExitCode;
 use crate::host::Host;
 use crate::kubelet::{self, Evidence};
@@ -224,8 +225,9 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
             kubelet::describe_missing(&kubelet_evidence)
         )));
     }
+    // With each sandbox's handler: the uninstall guard needs it.
     let pods = cri
-        .pod_snapshot()
+        .pod_snapshot_with_handlers()
         .await
         .map_err(|e| refuse("listing pods", &e))?;
     Ok(Baseline {
@@ -604,6 +606,9 @@ pub struct Goal<'a> {
     pub handler_listed: bool,
     /// Pods expected to go away (uninstall --force): not counted as lost.
     pub expendable: &'a [String],
+    /// Install: the handler table kata-live wrote, which the running CRI-O's effective
+    /// configuration must hold key for key.
+    pub definition: Option<&'a toml::Table>,
 }
 
 /// Steps shared by both flows once the drop-in is in place: activate as decided, then
@@ -641,6 +646,7 @@ pub async fn activate_and_prove(
         expendable: goal.expendable,
         step: "prove",
         unknown_as_found: false,
+        definition: goal.definition,
     };
     if let Err(missing) = prove(ctx, rep, spec).await {
         save(j, Phase::Rollback)?;
@@ -663,6 +669,8 @@ pub struct ProofSpec<'a> {
     /// Rollback to a node whose runtime reported no handlers at preflight: an unknown
     /// handler presence is the state it was found in.
     pub unknown_as_found: bool,
+    /// See [`Goal::definition`].
+    pub definition: Option<&'a toml::Table>,
 }
 
 /// Proves the state on the running node. Returns the evidence or what is missing.
@@ -735,6 +743,15 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
         }
     }
 
+    // The definition CRI-O took: a later drop-in declaring the handler replaces ours whole,
+    // and CRI-O then lists the handler with the foreign definition.
+    if let (Some(wrote), Ok(_)) = (spec.definition, &view) {
+        let socket = ctx.host.path(&c.cri.socket);
+        let (evidence, problem) = effective_definition(&socket, &c.handler.name, wrote).await;
+        rep.evidence("effective_definition", &evidence);
+        inputs.definition_problem = problem;
+    }
+
     // kubelet: back, stable, and connected to this CRI-O. When its unit requires CRI-O's
     // (OpenShift: Requires=crio.service) a CRI-O restart restarts it too, so a new
     // InvocationID is demanded; otherwise the connection to the new CRI-O is the proof.
@@ -800,6 +817,31 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     }
 }
 
+/// Reads the running CRI-O's effective configuration (`GET /config`) and compares the
+/// handler's table with `wrote`: the evidence, and what is wrong (`None`: ours).
+pub async fn effective_definition(
+    socket: &Path,
+    handler: &str,
+    wrote: &toml::Table,
+) -> (serde_json::Value, Option<String>) {
+    let got = crio_conf::get_config(socket, Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|text| crio_conf::compare_effective(&text, handler, wrote));
+    match got {
+        Ok(d) => {
+            let problem = d.problem(handler);
+            (serde_json::json!(d), problem)
+        }
+        Err(e) => (
+            serde_json::json!({ "error": e }),
+            Some(format!(
+                "the running CRI-O's effective configuration could not be read to check the handler's definition: {e}"
+            )),
+        ),
+    }
+}
+
 /// Puts the previous drop-in back, restarts CRI-O and proves the node is as preflight
 /// found it. On success the backup and the journal are cleared.
 pub async fn rollback(
@@ -851,6 +893,7 @@ pub async fn rollback(
         expendable: &[],
         step: "prove-rollback",
         unknown_as_found: baseline.view.handler_presence == HandlerPresence::Unknown,
+        definition: None,
     };
     match prove(ctx, rep, spec).await {
         Ok(()) => {

@@ -38,8 +38,10 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         tracing::warn!(phase = ?p.phase, pid = p.pid, "resuming after an interrupted {} (pid {})", p.operation, p.pid);
     }
 
-    // 2-3. Preflight and pod snapshot.
+    // 2-3. Preflight and pod snapshot, and CRI-O's files: a later one declaring the handler
+    // would replace ours.
     let base = flow::preflight(ctx, rep).await?;
+    check_crio_files(ctx, rep)?;
     let save = |j: &Journal| journals.save(j).map_err(|e| internal("state journal")(&e));
     if let Some(p) = &interrupted {
         if journal.package_newly_live && Journal::package_seen_by(p, &base.crio.invocation_id) {
@@ -169,6 +171,16 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
             state: format!("during the visibility wait: {untouched}"),
         }
     })?;
+    // Visible is not enough: CRI-O only stats the files, so a directory or a binary without
+    // an x bit gives a listed handler on which every sandbox fails.
+    let seen = seen.and_then(|()| {
+        visibility::check_usable(
+            &ctx.host,
+            &c.handler.crio.runtime_path,
+            &files[1..],
+            Some(base.crio.main_pid),
+        )
+    });
     match seen {
         Ok(()) => rep.end(
             StepOutcome::Ran,
@@ -226,6 +238,7 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         return Err(flow::stop_before_activation(ctx, rep, &base, signal).await);
     }
     // 7. Prove (a failure of 6 or 7 rolls back). A stop from here on lets both finish.
+    let wrote = crate::crio_conf::written_table(&desired, &c.handler.name);
     let activated = flow::activate_and_prove(
         ctx,
         rep,
@@ -236,6 +249,7 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         Goal {
             handler_listed: true,
             expendable: &[],
+            definition: wrote.as_ref(),
         },
     )
     .await?;
@@ -258,6 +272,57 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
             "no restart was needed"
         }
     ))
+}
+
+/// Reads CRI-O's configuration files in CRI-O's order: a file sorting after our drop-in
+/// that declares the handler replaces our table whole, so it is refused; one sorting before
+/// is replaced by ours, which the operator is told.
+fn check_crio_files(ctx: &Ctx, rep: &mut Reporter) -> Result<(), FlowError> {
+    let c = &ctx.cfg.handler;
+    rep.begin(
+        "crio-config",
+        "reading CRI-O's configuration files in CRI-O's order",
+    );
+    let table = format!("[crio.runtime.runtimes.{}]", c.name);
+    let list = |v: &[std::path::PathBuf]| {
+        v.iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match crate::crio_conf::read_shadowing(&ctx.host, &c.drop_in, &c.name) {
+        Err(e) => {
+            rep.end(StepOutcome::Failed, e.to_string());
+            Err(FlowError::Refused(e.to_string()))
+        }
+        Ok(s) if !s.after.is_empty() => {
+            let msg = format!(
+                "{} also declare(s) {table} and sort(s) after {}: CRI-O would replace kata-live's definition with that one. \
+                 Remove that table from the file (or the file), or set handler.drop_in to a name that sorts after it, then re-run",
+                list(&s.after),
+                c.drop_in.display()
+            );
+            rep.evidence("crio_config", &s);
+            rep.end(StepOutcome::Failed, msg.clone());
+            Err(FlowError::Refused(msg))
+        }
+        Ok(s) => {
+            let detail = if s.before.is_empty() {
+                format!("no other file declares {table}")
+            } else {
+                let d = format!(
+                    "{} declare(s) {table} too and sort(s) before {}: kata-live's table replaces that definition whole (none of its keys is kept)",
+                    list(&s.before),
+                    c.drop_in.display()
+                );
+                tracing::warn!("{d}");
+                d
+            };
+            rep.evidence("crio_config", &s);
+            rep.end(StepOutcome::Ran, detail);
+            Ok(())
+        }
+    }
 }
 
 async fn dry_run_package(ctx: &Ctx) -> PackageOutcome {

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod crio;
+pub mod crio_conf;
 pub mod exit;
 pub mod flow;
 pub mod fsutil;

@@ -86,6 +86,9 @@ pub struct ProofInputs {
     pub pods_lost: Vec<String>,
     /// Some(Err) when the canary ran and failed.
     pub canary: Option<Result<(), String>>,
+    /// Install: what is wrong with the running CRI-O's effective definition of the handler
+    /// (`GET /config`), or why it could not be read. `None`: ours, or not asked for.
+    pub definition_problem: Option<String>,
     /// Rollback only: the runtime reported no handlers at preflight either, so "cannot
     /// tell" is the state the node was found in, not a missing piece of the proof.
     pub unknown_as_found: bool,
@@ -135,6 +138,9 @@ pub fn verdict(p: &ProofInputs) -> Verdict {
     }
     if let Some(Err(e)) = &p.canary {
         missing.push(format!("canary sandbox failed: {e}"));
+    }
+    if let Some(d) = &p.definition_problem {
+        missing.push(d.clone());
     }
     Verdict {
         proven: missing.is_empty(),
@@ -225,6 +231,17 @@ mod tests {
             ..i
         };
         assert!(matches!(decide_activation(&i), Activation::Restart(_)));
+    }
+
+    #[test]
+    fn a_foreign_effective_definition_is_not_proven() {
+        let v = verdict(&ProofInputs {
+            definition_problem: Some("runtime_root is \"/run/shadow\"".into()),
+            ..proven()
+        });
+        assert!(!v.proven);
+        assert!(v.missing[0].contains("runtime_root"), "{v:?}");
+        assert!(verdict(&proven()).proven);
     }
 
     fn proven() -> ProofInputs {

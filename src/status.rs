@@ -4,7 +4,7 @@
 //! drop-in and the runtime files, CRI ready, kubelet connected to it), without a restart,
 //! and exits 16 when it cannot. `status` shows everything it can see, whatever the state.
 
-use crate::cri::RuntimeView;
+use crate::cri::{PodsOnHandler, RuntimeView};
 use crate::exit::ExitCode;
 use crate::flow::{self, Ctx};
 use crate::kubelet::{self, Evidence};
@@ -48,6 +48,13 @@ pub struct Observation {
     pub drop_in_path: String,
     pub crio: Seen<UnitState>,
     pub runtime: Seen<RuntimeView>,
+    /// Sandboxes on the handler, and those whose handler cannot be determined.
+    pub pods_on_handler: Seen<PodsOnHandler>,
+    /// The running CRI-O's effective definition of the handler against the one kata-live
+    /// renders (`GET /config`), and what is wrong with it (`None`: ours).
+    pub effective_definition: serde_json::Value,
+    #[serde(skip)]
+    pub definition_problem: Option<String>,
     /// The running CRI-O started after the drop-in and the runtime files changed.
     pub crio_newer_than_artifacts: bool,
     pub kubelet: Seen<Evidence>,
@@ -103,6 +110,22 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.clone()),
     };
+    let pods_on_handler = match &cri {
+        Ok(cli) => cli
+            .sandboxes_for_handler(&c.handler.name)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.clone()),
+    };
+    let wrote = crate::crio::render(&c.handler)
+        .ok()
+        .and_then(|t| crate::crio_conf::written_table(&t, &c.handler.name));
+    let (effective_definition, definition_problem) = match &wrote {
+        Some(w) => {
+            flow::effective_definition(&ctx.host.path(&c.cri.socket), &c.handler.name, w).await
+        }
+        None => (serde_json::Value::Null, None),
+    };
     let kubelet = match (&crio, ctx.unit(&c.units.kubelet).await) {
         (Ok(cs), Ok(ks)) => {
             let inputs = kubelet::ProofInputs::from_config(c, &ctx.host, cs.main_pid, None);
@@ -127,6 +150,9 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         drop_in_path: ctx.host.path(&c.handler.drop_in).display().to_string(),
         crio: crio.into(),
         runtime: runtime.into(),
+        pods_on_handler: pods_on_handler.into(),
+        effective_definition,
+        definition_problem,
         crio_newer_than_artifacts: crio_newer,
         kubelet: kubelet.into(),
         canary: canary.map(|c| c.map(|()| "ok").into()),
@@ -161,6 +187,7 @@ pub fn judge(o: &Observation) -> plan::Verdict {
             .as_ref()
             .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone())),
         unknown_as_found: false,
+        definition_problem: o.definition_problem.clone(),
     })
 }
 
@@ -187,6 +214,16 @@ fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
     }
     if !s.ends_with('\n') {
         s.push('\n');
+    }
+    s.push_str(&format!(
+        "definition: {}\n",
+        o.definition_problem
+            .as_deref()
+            .unwrap_or("the running CRI-O's effective table is the one kata-live writes")
+    ));
+    match o.pods_on_handler.as_result() {
+        Ok(p) => s.push_str(&format!("pods:      on the handler: {}\n", p.describe())),
+        Err(e) => s.push_str(&format!("pods:      unknown: {e}\n")),
     }
     match o.kubelet.as_result() {
         Ok(e) => {

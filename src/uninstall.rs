@@ -8,6 +8,7 @@
 //! 6. remove the package as configured (live, staged for the next boot, or kept);
 //! 7. record.
 
+use crate::cri;
 use crate::crio;
 use crate::exit::ExitCode;
 use crate::flow::{self, internal, Ctx, FlowError, Goal};
@@ -39,28 +40,25 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
         "pods-on-handler",
         "looking for pods that run under the handler",
     );
-    let users: Vec<String> = base
-        .pods
-        .ready_sandboxes()
-        .filter(|p| p.handler == c.handler.name)
-        .map(|p| format!("{}/{}", p.namespace, p.name))
-        .collect();
-    if !users.is_empty() && !force {
+    // The handler of each sandbox as preflight determined it (CRI-O tells it only in the
+    // verbose status); a sandbox whose handler cannot be told may be on ours.
+    let on = cri::pods_on_handler(&base.pods, &c.handler.name);
+    rep.evidence("pods_on_handler", &on);
+    let users = on.names();
+    if !on.is_empty() && !force {
         let msg = format!(
-            "{} pod(s) run under handler {}: {}. Drain them (or delete them) first, or re-run with --force to break them",
-            users.len(),
-            c.handler.name,
-            users.join(", ")
+            "{}. Drain them (or delete them) first, or re-run with --force to break them",
+            on.describe()
         );
         rep.end(StepOutcome::Failed, msg.clone());
         return Err(FlowError::Refused(msg));
     }
     rep.end(
         StepOutcome::Ran,
-        if users.is_empty() {
+        if on.is_empty() {
             "none".to_string()
         } else {
-            format!("--force: {} will fail", users.join(", "))
+            format!("--force: {} will fail", on.describe())
         },
     );
 
@@ -125,6 +123,7 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
         Goal {
             handler_listed: false,
             expendable: &users,
+            definition: None,
         },
     )
     .await?;

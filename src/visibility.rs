@@ -70,10 +70,107 @@ pub enum VisibilityError {
         deadline: Duration,
     },
     #[error(
+        "runtime files CRI-O could not use: {}. Fix the package (or the paths in \
+         /etc/kata-live/config.d/); nothing was changed", list_bad(.bad)
+    )]
+    Unusable { bad: Vec<Unusable> },
+    #[error(
         "CRI-O's main process {pid} is gone ({proc_dir} does not exist): cannot check its \
          view of the files; read CRI-O's MainPID again"
     )]
     CrioGone { pid: u32, proc_dir: PathBuf },
+}
+
+/// A runtime file that exists but that CRI-O cannot use: CRI-O only stats it, so such a
+/// handler is listed, and every sandbox on it fails (`fork/exec PATH: permission denied`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unusable {
+    pub path: PathBuf,
+    pub seen: Seen,
+    pub checked: PathBuf,
+    /// The permission bits, e.g. 0o644.
+    pub mode: u32,
+    pub problem: &'static str,
+}
+
+impl fmt::Display for Unusable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let where_ = match self.seen {
+            Seen::Host => "on the host".to_string(),
+            Seen::CrioMountNs { pid } => format!("in CRI-O's mount namespace (pid {pid})"),
+        };
+        write!(
+            f,
+            "{} is {} {where_} (mode {:04o}, checked {})",
+            self.path.display(),
+            self.problem,
+            self.mode,
+            self.checked.display()
+        )
+    }
+}
+
+fn list_bad(bad: &[Unusable]) -> String {
+    bad.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What is wrong with one file (after symlinks), if anything. Pure over the metadata.
+pub fn problem(is_file: bool, mode: u32, must_execute: bool) -> Option<&'static str> {
+    if !is_file {
+        Some("not a regular file")
+    } else if must_execute && mode & 0o111 == 0 {
+        // Root may execute a file with any x bit.
+        Some("not executable")
+    } else {
+        None
+    }
+}
+
+/// Each runtime file is a regular file (after symlinks) and `runtime_path` is executable,
+/// as seen by us and inside CRI-O's mount namespace. Files that do not exist are left to
+/// [`check_visible`].
+pub fn check_usable(
+    host: &Host,
+    runtime_path: &Path,
+    other_files: &[&Path],
+    crio_main_pid: Option<u32>,
+) -> Result<(), VisibilityError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut bad = Vec::new();
+    let files =
+        std::iter::once((runtime_path, true)).chain(other_files.iter().map(|p| (*p, false)));
+    for (p, exec) in files {
+        let mut views = vec![(Seen::Host, host.path(p))];
+        if let Some(pid) = crio_main_pid {
+            views.push((
+                Seen::CrioMountNs { pid },
+                host.proc.join(pid.to_string()).join("root").join(rel(p)),
+            ));
+        }
+        for (seen, checked) in views {
+            let Ok(m) = std::fs::metadata(&checked) else {
+                continue;
+            };
+            let mode = m.permissions().mode() & 0o7777;
+            if let Some(problem) = problem(m.is_file(), mode, exec) {
+                bad.push(Unusable {
+                    path: p.to_path_buf(),
+                    seen,
+                    checked,
+                    mode,
+                    problem,
+                });
+            }
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(VisibilityError::Unusable { bad })
+    }
 }
 
 fn rel(p: &Path) -> &Path {
@@ -143,5 +240,55 @@ pub async fn wait_visible(
             return Err(VisibilityError::NotVisible { missing, deadline });
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problems_of_runtime_files() {
+        assert_eq!(problem(true, 0o755, true), None);
+        assert_eq!(problem(true, 0o700, true), None);
+        assert_eq!(problem(true, 0o744, true), None);
+        assert_eq!(problem(true, 0o010, true), None);
+        assert_eq!(problem(true, 0o644, true), Some("not executable"));
+        assert_eq!(problem(true, 0o644, false), None);
+        assert_eq!(problem(false, 0o755, true), Some("not a regular file"));
+        assert_eq!(problem(false, 0o755, false), Some("not a regular file"));
+    }
+
+    #[test]
+    fn unusable_files_are_named_with_their_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let host = Host {
+            root: d.path().to_path_buf(),
+            proc: d.path().join("proc"),
+        };
+        std::fs::create_dir_all(d.path().join("usr/bin")).unwrap();
+        std::fs::create_dir_all(d.path().join("opt/kata.toml")).unwrap();
+        let shim = d.path().join("usr/bin/shim");
+        std::fs::write(&shim, "").unwrap();
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = check_usable(
+            &host,
+            Path::new("/usr/bin/shim"),
+            &[Path::new("/opt/kata.toml")],
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("/usr/bin/shim is not executable on the host (mode 0644"),
+            "{err}"
+        );
+        assert!(
+            err.contains("/opt/kata.toml is not a regular file"),
+            "{err}"
+        );
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(check_usable(&host, Path::new("/usr/bin/shim"), &[], None).is_ok());
     }
 }

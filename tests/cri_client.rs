@@ -347,6 +347,7 @@ async fn pod_snapshot_and_sandboxes_for_handler() {
         .sandboxes_for_handler("kata-remote")
         .await
         .unwrap()
+        .on_handler
         .into_iter()
         .map(|p| p.id)
         .collect();
@@ -355,7 +356,12 @@ async fn pod_snapshot_and_sandboxes_for_handler() {
     want.sort();
     // Stopped sandboxes count too: they still need the handler to be removed.
     assert_eq!(on_kata, want);
-    assert!(c.sandboxes_for_handler("nope").await.unwrap().is_empty());
+    assert!(c
+        .sandboxes_for_handler("nope")
+        .await
+        .unwrap()
+        .on_handler
+        .is_empty());
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The CRI v1 client: tonic over the runtime's unix socket, every call under a deadline.
 
 use super::error::{from_io, from_status, io_error_in_chain, CriError};
-use super::pods::{PodRef, PodSnapshot};
+use super::pods::{handler_from_verbose_info, pods_on_handler, PodRef, PodSnapshot, PodsOnHandler};
 use super::proto;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::view::RuntimeView;
@@ -228,15 +228,56 @@ impl CriClient {
         Ok(snap)
     }
 
-    /// The sandboxes (any state) that run under `handler`: a stopped sandbox still needs its
-    /// handler to be removed, so uninstall must wait for those too.
-    pub async fn sandboxes_for_handler(&self, handler: &str) -> Result<Vec<PodRef>, CriError> {
-        let sandboxes = self.list_pod_sandboxes(None).await?;
-        Ok(sandboxes
-            .iter()
-            .filter(|s| s.runtime_handler == handler)
-            .map(PodRef::from_sandbox)
-            .collect())
+    /// [`Self::pod_snapshot`], with the handler of every sandbox determined: from
+    /// `runtime_handler` when the runtime fills it (containerd), else from the verbose
+    /// `PodSandboxStatus` info (CRI-O), one call per sandbox, each under the call deadline.
+    /// A sandbox whose handler cannot be told keeps `handler: None`.
+    pub async fn pod_snapshot_with_handlers(&self) -> Result<PodSnapshot, CriError> {
+        let mut snap = self.pod_snapshot().await?;
+        self.resolve_handlers(&mut snap.sandboxes).await;
+        Ok(snap)
+    }
+
+    async fn resolve_handlers(&self, sandboxes: &mut [PodRef]) {
+        for s in sandboxes.iter_mut().filter(|s| s.handler.is_none()) {
+            match self.pod_sandbox_status_verbose(&s.id).await {
+                Ok(resp) => {
+                    let field = resp
+                        .status
+                        .map(|st| st.runtime_handler)
+                        .filter(|h| !h.is_empty());
+                    s.handler = field.or_else(|| handler_from_verbose_info(&resp.info));
+                }
+                // Gone or unreadable: not determined, hence possibly on any handler.
+                Err(e) => {
+                    tracing::debug!(sandbox = %s.id, error = %e, "PodSandboxStatus failed")
+                }
+            }
+        }
+    }
+
+    /// The sandboxes (any state) that run under `handler`, and those whose handler cannot be
+    /// determined (possibly on it). A stopped sandbox still needs its handler to be removed.
+    pub async fn sandboxes_for_handler(&self, handler: &str) -> Result<PodsOnHandler, CriError> {
+        let snap = self.pod_snapshot_with_handlers().await?;
+        Ok(pods_on_handler(&snap, handler))
+    }
+
+    async fn pod_sandbox_status_verbose(
+        &self,
+        id: &str,
+    ) -> Result<proto::PodSandboxStatusResponse, CriError> {
+        let req = proto::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: true,
+        };
+        self.unary(
+            "PodSandboxStatus",
+            self.call_timeout,
+            req,
+            |mut c, r| async move { c.pod_sandbox_status(r).await },
+        )
+        .await
     }
 
     pub(crate) async fn run_pod_sandbox(

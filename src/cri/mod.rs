@@ -16,5 +16,8 @@ pub mod view;
 pub use canary::CanaryReport;
 pub use client::{retry_until, CriClient, VersionInfo};
 pub use error::CriError;
-pub use pods::{diff_pods, PodChange, PodDiff, PodRef, PodSnapshot};
+pub use pods::{
+    diff_pods, handler_from_verbose_info, pods_on_handler, PodChange, PodDiff, PodRef, PodSnapshot,
+    PodsOnHandler,
+};
 pub use view::{HandlerPresence, RuntimeView};

@@ -18,8 +18,10 @@ pub struct PodRef {
     pub name: String,
     pub uid: String,
     pub attempt: u32,
-    /// The runtime handler the sandbox runs under ("" = default).
-    pub handler: String,
+    /// The runtime handler the sandbox runs under ("" = default); `None` while not
+    /// determined. CRI-O never fills `PodSandbox.runtime_handler` (containerd does), so an
+    /// empty field is not "default": see [`handler_from_verbose_info`].
+    pub handler: Option<String>,
     pub ready: bool,
 }
 
@@ -32,9 +34,14 @@ impl PodRef {
             name: md.name,
             uid: md.uid,
             attempt: md.attempt,
-            handler: s.runtime_handler.clone(),
+            handler: (!s.runtime_handler.is_empty()).then(|| s.runtime_handler.clone()),
             ready: s.state() == proto::PodSandboxState::SandboxReady,
         }
+    }
+
+    /// `namespace/name`, as operators name pods.
+    pub fn display_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
     }
 
     fn key(&self) -> PodKey {
@@ -52,6 +59,101 @@ pub struct PodKey {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+}
+
+/// The annotation CRI-O puts in the sandbox's runtime spec with the handler it was created
+/// with (empty for the default handler).
+pub const CRIO_RUNTIME_HANDLER_ANNOTATION: &str = "io.kubernetes.cri-o.RuntimeHandler";
+
+/// The handler a sandbox runs under, read from its verbose `PodSandboxStatus` info:
+/// CRI-O's `info["info"]` JSON at `runtimeSpec.annotations["io.kubernetes.cri-o.RuntimeHandler"]`,
+/// or containerd's `info["info"]` JSON at `runtimeHandler`. `None`: the info does not say.
+pub fn handler_from_verbose_info(info: &HashMap<String, String>) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    let crio = v
+        .get("runtimeSpec")
+        .and_then(|s| s.get("annotations"))
+        .and_then(|a| a.get(CRIO_RUNTIME_HANDLER_ANNOTATION))
+        .and_then(|h| h.as_str());
+    let containerd = v.get("runtimeHandler").and_then(|h| h.as_str());
+    crio.or(containerd).map(str::to_string)
+}
+
+/// The sandboxes (any state: a stopped sandbox still needs its handler to be removed) that
+/// run under a handler, and those whose handler could not be determined, which count as
+/// possibly on it. The one answer used by the uninstall guard, `--force`, `status` and the
+/// evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct PodsOnHandler {
+    pub handler: String,
+    pub on_handler: Vec<PodRef>,
+    pub undetermined: Vec<PodRef>,
+}
+
+impl PodsOnHandler {
+    pub fn is_empty(&self) -> bool {
+        self.on_handler.is_empty() && self.undetermined.is_empty()
+    }
+
+    /// Every pod named, on the handler or possibly on it.
+    pub fn names(&self) -> Vec<String> {
+        self.on_handler
+            .iter()
+            .chain(&self.undetermined)
+            .map(PodRef::display_name)
+            .collect()
+    }
+
+    /// One phrase for the operator, e.g. for the refusal.
+    pub fn describe(&self) -> String {
+        let list = |v: &[PodRef]| {
+            v.iter()
+                .map(|p| {
+                    let state = if p.ready { "" } else { " (not ready)" };
+                    format!("{}{state}", p.display_name())
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !self.on_handler.is_empty() {
+            parts.push(format!(
+                "{} pod(s) run under handler {}: {}",
+                self.on_handler.len(),
+                self.handler,
+                list(&self.on_handler)
+            ));
+        }
+        if !self.undetermined.is_empty() {
+            parts.push(format!(
+                "{} pod(s) whose handler the runtime does not tell, so possibly {}: {}",
+                self.undetermined.len(),
+                self.handler,
+                list(&self.undetermined)
+            ));
+        }
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+/// Which sandboxes of `snap` are on `handler`. Pure.
+pub fn pods_on_handler(snap: &PodSnapshot, handler: &str) -> PodsOnHandler {
+    let mut out = PodsOnHandler {
+        handler: handler.to_string(),
+        ..Default::default()
+    };
+    for s in &snap.sandboxes {
+        match &s.handler {
+            Some(h) if h == handler => out.on_handler.push(s.clone()),
+            Some(_) => {}
+            None => out.undetermined.push(s.clone()),
+        }
+    }
+    out
 }
 
 /// One container, with the pod it belongs to.
@@ -297,7 +399,7 @@ mod tests {
             name: pod.into(),
             uid: format!("uid-{pod}"),
             attempt,
-            handler: String::new(),
+            handler: Some(String::new()),
             ready,
         }
     }
@@ -366,7 +468,7 @@ mod tests {
             },
         ];
         let s = PodSnapshot::from_lists(&sandboxes, &containers);
-        assert_eq!(s.sandboxes[0].handler, "kata-remote");
+        assert_eq!(s.sandboxes[0].handler.as_deref(), Some("kata-remote"));
         assert!(s.sandboxes[0].ready);
         assert_eq!(s.sandboxes[0].attempt, 2);
         assert_eq!(s.containers[0].pod.name, "web");
@@ -374,6 +476,79 @@ mod tests {
         assert_eq!(s.containers[1].pod.namespace, "kube-system");
         assert_eq!(s.containers[1].state, "CONTAINER_EXITED");
         assert!(!s.containers[1].running);
+    }
+
+    fn info(json: &str) -> HashMap<String, String> {
+        HashMap::from([("info".to_string(), json.to_string())])
+    }
+
+    #[test]
+    fn handler_from_crio_and_containerd_verbose_info() {
+        let crio = r#"{"image":"pause","pid":1,"runtimeSpec":{"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"kata-remote","io.kubernetes.cri-o.Name":"x"}}}"#;
+        assert_eq!(
+            handler_from_verbose_info(&info(crio)).as_deref(),
+            Some("kata-remote")
+        );
+        let crio_default =
+            r#"{"runtimeSpec":{"annotations":{"io.kubernetes.cri-o.RuntimeHandler":""}}}"#;
+        assert_eq!(
+            handler_from_verbose_info(&info(crio_default)).as_deref(),
+            Some("")
+        );
+        let containerd =
+            r#"{"pid":7,"runtimeHandler":"kata-remote","runtimeType":"io.containerd.kata.v2"}"#;
+        assert_eq!(
+            handler_from_verbose_info(&info(containerd)).as_deref(),
+            Some("kata-remote")
+        );
+        for unknown in [
+            r#"{"runtimeSpec":{"annotations":{"io.kubernetes.cri-o.Name":"x"}}}"#,
+            r#"{"runtimeSpec":{}}"#,
+            "not json",
+            r#"{"runtimeHandler":7}"#,
+        ] {
+            assert_eq!(handler_from_verbose_info(&info(unknown)), None, "{unknown}");
+        }
+        assert_eq!(handler_from_verbose_info(&HashMap::new()), None);
+    }
+
+    #[test]
+    fn pods_on_handler_counts_the_undetermined_and_any_state() {
+        let mut kata = sb("k", "kata", 0, true);
+        kata.handler = Some("kata-remote".into());
+        let mut stopped = sb("s", "stopped", 0, false);
+        stopped.handler = Some("kata-remote".into());
+        let mut unknown = sb("u", "unknown", 0, true);
+        unknown.handler = None;
+        let plain = sb("p", "plain", 0, true);
+        let mut other = sb("o", "other", 0, true);
+        other.handler = Some("runc".into());
+        let on = pods_on_handler(
+            &snap(vec![kata, stopped, unknown, plain, other], vec![]),
+            "kata-remote",
+        );
+        assert_eq!(on.names(), ["ns/kata", "ns/stopped", "ns/unknown"]);
+        assert_eq!(on.undetermined.len(), 1);
+        let d = on.describe();
+        assert!(
+            d.contains("2 pod(s) run under handler kata-remote: ns/kata, ns/stopped (not ready)"),
+            "{d}"
+        );
+        assert!(d.contains("possibly kata-remote: ns/unknown"), "{d}");
+        assert!(pods_on_handler(
+            &snap(vec![sb("p", "plain", 0, true)], vec![]),
+            "kata-remote"
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn empty_runtime_handler_is_not_the_default() {
+        let s = PodRef::from_sandbox(&proto::PodSandbox {
+            id: "s".into(),
+            ..Default::default()
+        });
+        assert_eq!(s.handler, None);
     }
 
     #[test]

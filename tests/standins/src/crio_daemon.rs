@@ -131,6 +131,10 @@ pub enum Command {
         /// Seed a stopped pod (NOTREADY sandbox, exited containers).
         #[arg(long)]
         not_ready: bool,
+        /// Leave the handler annotation out of the sandbox's verbose status info, so that
+        /// nothing tells which handler it runs under.
+        #[arg(long)]
+        no_handler_annotation: bool,
     },
 }
 
@@ -218,6 +222,14 @@ fn fault_seconds(dir: &Path, name: &str) -> Result<Option<f64>, DaemonError> {
 
 /// `GET /config`: the runtime part of the configuration as CRI-O's `/config` shows it, from
 /// the RELOADED table (like `crio status config`, it lies after a reload).
+fn or_default<'a>(v: &'a str, default: &'a str) -> &'a str {
+    if v.is_empty() {
+        default
+    } else {
+        v
+    }
+}
+
 pub fn config_toml(current: &RwLock<RuntimeTable>, metrics: &MetricsConfig) -> String {
     #[derive(serde::Serialize)]
     struct Doc<'a> {
@@ -231,7 +243,24 @@ pub fn config_toml(current: &RwLock<RuntimeTable>, metrics: &MetricsConfig) -> S
     #[derive(serde::Serialize)]
     struct Runtime<'a> {
         default_runtime: &'a str,
-        runtimes: &'a std::collections::BTreeMap<String, crio_config::RuntimeHandlerConfig>,
+        runtimes: std::collections::BTreeMap<&'a str, Handler<'a>>,
+    }
+    // Every key, CRI-O's defaults filled in, unset strings as "" (as `crio status config`).
+    #[derive(serde::Serialize)]
+    struct Handler<'a> {
+        runtime_config_path: &'a str,
+        runtime_path: &'a str,
+        runtime_type: &'a str,
+        runtime_root: &'a str,
+        allowed_annotations: &'a [String],
+        privileged_without_host_devices: bool,
+        runtime_pull_image: bool,
+        container_min_memory: &'a str,
+        monitor_path: &'a str,
+        monitor_cgroup: &'a str,
+        monitor_exec_cgroup: &'a str,
+        container_create_timeout: i64,
+        no_sync_log: bool,
     }
     #[derive(serde::Serialize)]
     struct Metrics<'a> {
@@ -247,7 +276,30 @@ pub fn config_toml(current: &RwLock<RuntimeTable>, metrics: &MetricsConfig) -> S
         crio: Crio {
             runtime: Runtime {
                 default_runtime: &table.default_runtime,
-                runtimes: &table.handlers,
+                runtimes: table
+                    .handlers
+                    .iter()
+                    .map(|(name, h)| {
+                        (
+                            name.as_str(),
+                            Handler {
+                                runtime_config_path: &h.runtime_config_path,
+                                runtime_path: &h.runtime_path,
+                                runtime_type: or_default(&h.runtime_type, "oci"),
+                                runtime_root: &h.runtime_root,
+                                allowed_annotations: &h.allowed_annotations,
+                                privileged_without_host_devices: h.privileged_without_host_devices,
+                                runtime_pull_image: h.runtime_pull_image,
+                                container_min_memory: or_default(&h.container_min_memory, "12MiB"),
+                                monitor_path: "/usr/libexec/crio/conmon",
+                                monitor_cgroup: "system.slice",
+                                monitor_exec_cgroup: "",
+                                container_create_timeout: 240,
+                                no_sync_log: false,
+                            },
+                        )
+                    })
+                    .collect(),
             },
             metrics: Metrics {
                 enable_metrics: metrics.enable_metrics,
@@ -485,6 +537,7 @@ fn seed_cmd(args: &Args, cmd: &Command) -> Result<(), DaemonError> {
         handler,
         containers,
         not_ready,
+        no_handler_annotation,
     } = cmd;
     let store = StateStore::open(&args.state_dir)?;
     let id = crio_state::seed(
@@ -496,6 +549,7 @@ fn seed_cmd(args: &Args, cmd: &Command) -> Result<(), DaemonError> {
             runtime_handler: handler.clone(),
             containers: *containers,
             ready: !*not_ready,
+            no_handler_annotation: *no_handler_annotation,
         },
     )?;
     println!("{id}");

@@ -179,6 +179,46 @@ pub fn runtime_handlers(table: &RuntimeTable) -> Vec<proto::RuntimeHandler> {
         .collect()
 }
 
+/// CRI-O's verbose `PodSandboxStatus` info: one key, `info`, holding JSON whose
+/// `runtimeSpec.annotations` carry the handler the sandbox was created with
+/// (`io.kubernetes.cri-o.RuntimeHandler`, empty for the default). This is the only place
+/// CRI-O tells the handler: `PodSandbox.runtime_handler` stays empty.
+pub fn verbose_sandbox_info(sb: &Sandbox) -> HashMap<String, String> {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert("io.kubernetes.cri-o.SandboxID".into(), sb.id.clone().into());
+    annotations.insert(
+        "io.kubernetes.cri-o.Namespace".into(),
+        sb.namespace.clone().into(),
+    );
+    annotations.insert("io.kubernetes.cri-o.Name".into(), sb.name.clone().into());
+    if !sb.no_handler_annotation {
+        annotations.insert(
+            "io.kubernetes.cri-o.RuntimeHandler".into(),
+            sb.runtime_handler.clone().into(),
+        );
+    }
+    let info = serde_json::json!({
+        "image": "registry.k8s.io/pause:3.10",
+        "pid": 4242,
+        "runtimeSpec": {
+            "ociVersion": "1.0.2-dev",
+            "annotations": annotations,
+        },
+    });
+    HashMap::from([("info".to_string(), info.to_string())])
+}
+
+/// CRI-O validates only that `runtime_path` exists; starting the runtime is when a binary
+/// that is not executable shows: `fork/exec PATH: permission denied`.
+pub fn check_runtime_executable(path: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(_) => Err(format!("fork/exec {path}: permission denied")),
+        Err(e) => Err(format!("fork/exec {path}: {e}")),
+    }
+}
+
 /// The handler `RunPodSandbox` resolves, or CRI-O's error text.
 pub fn resolve_handler(table: &RuntimeTable, requested: &str) -> Result<String, String> {
     let name = if requested.is_empty() {
@@ -250,6 +290,16 @@ impl RuntimeService for FakeCrio {
             crate::crio_daemon::logrus("error", &format!("RunPodSandbox failed: {msg}"));
             Status::unknown(msg)
         })?;
+        let runtime_path = self
+            .start_table
+            .handlers
+            .get(&handler)
+            .map(|h| h.runtime_path.clone())
+            .unwrap_or_default();
+        check_runtime_executable(&runtime_path).map_err(|msg| {
+            crate::crio_daemon::logrus("error", &format!("RunPodSandbox failed: {msg}"));
+            Status::unknown(msg)
+        })?;
         let config = req.config.unwrap_or_default();
         let meta = config.metadata.unwrap_or_default();
         if meta.name.is_empty() {
@@ -267,12 +317,13 @@ impl RuntimeService for FakeCrio {
             created_at: crio_state::now_nanos(),
             labels: config.labels.into_iter().collect(),
             annotations: config.annotations.into_iter().collect(),
-            // CRI-O reports the handler as requested (empty for the default).
+            // Kept as requested (empty for the default), for the verbose status info.
             runtime_handler: if req.runtime_handler.is_empty() {
                 String::new()
             } else {
                 handler
             },
+            no_handler_annotation: false,
         };
         let id = sandbox.id.clone();
         self.store
@@ -330,7 +381,8 @@ impl RuntimeService for FakeCrio {
         request: Request<proto::PodSandboxStatusRequest>,
     ) -> Result<Response<proto::PodSandboxStatusResponse>, Status> {
         self.count("PodSandboxStatus");
-        let id = request.into_inner().pod_sandbox_id;
+        let req = request.into_inner();
+        let id = req.pod_sandbox_id;
         let state = self.store.read().map_err(state_status)?;
         let Some(sb) = state
             .sandboxes
@@ -352,9 +404,14 @@ impl RuntimeService for FakeCrio {
                 }),
                 labels: to_hash(&sb.labels),
                 annotations: to_hash(&sb.annotations),
-                runtime_handler: sb.runtime_handler.clone(),
+                // CRI-O never fills it (internal/lib/sandbox/builder.go).
+                runtime_handler: String::new(),
             }),
-            info: HashMap::new(),
+            info: if req.verbose {
+                verbose_sandbox_info(sb)
+            } else {
+                HashMap::new()
+            },
         }))
     }
 
@@ -382,7 +439,8 @@ impl RuntimeService for FakeCrio {
                 created_at: sb.created_at,
                 labels: to_hash(&sb.labels),
                 annotations: to_hash(&sb.annotations),
-                runtime_handler: sb.runtime_handler.clone(),
+                // As CRI-O: empty, whatever the handler.
+                runtime_handler: String::new(),
             })
             .collect();
         Ok(Response::new(proto::ListPodSandboxResponse { items }))

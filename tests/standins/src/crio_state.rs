@@ -72,9 +72,14 @@ pub struct Sandbox {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
-    /// The handler the pod runs under; empty means the default runtime.
+    /// The handler the pod runs under; empty means the default runtime. Like CRI-O, it is
+    /// never put in `PodSandbox.runtime_handler`: only in the verbose `PodSandboxStatus` info.
     #[serde(default)]
     pub runtime_handler: String,
+    /// Test switch: the verbose `PodSandboxStatus` info of this sandbox lacks the
+    /// `io.kubernetes.cri-o.RuntimeHandler` annotation, so its handler cannot be determined.
+    #[serde(default)]
+    pub no_handler_annotation: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,6 +235,8 @@ pub struct SeedPod {
     pub runtime_handler: String,
     pub containers: u32,
     pub ready: bool,
+    /// See [`Sandbox::no_handler_annotation`].
+    pub no_handler_annotation: bool,
 }
 
 /// Adds the pod; returns the sandbox id.
@@ -258,6 +265,7 @@ pub fn seed(store: &StateStore, pod: &SeedPod) -> Result<String, StateError> {
         ]),
         annotations: BTreeMap::new(),
         runtime_handler: pod.runtime_handler.clone(),
+        no_handler_annotation: pod.no_handler_annotation,
     };
     let containers: Vec<Container> = (0..pod.containers)
         .map(|i| Container {
@@ -307,6 +315,7 @@ mod tests {
                 runtime_handler: "kata-remote".into(),
                 containers: 2,
                 ready: true,
+                no_handler_annotation: false,
             },
         )
         .unwrap();

@@ -101,16 +101,21 @@ async fn handler_added_by_reload_is_listed_but_run_pod_sandbox_fails_until_resta
         .pod_sandbox_id;
     let st = c
         .pod_sandbox_status(proto::PodSandboxStatusRequest {
-            pod_sandbox_id: id,
+            pod_sandbox_id: id.clone(),
             verbose: false,
         })
         .await
         .unwrap()
-        .into_inner()
-        .status
-        .unwrap();
-    assert_eq!(st.runtime_handler, "kata-remote");
+        .into_inner();
+    // As CRI-O: runtime_handler empty, no info unless verbose.
+    assert!(st.info.is_empty(), "{:?}", st.info);
+    let st = st.status.unwrap();
+    assert_eq!(st.runtime_handler, "");
     assert_eq!(st.state, proto::PodSandboxState::SandboxReady as i32);
+    assert_eq!(
+        verbose_handler_annotation(&mut c, &id).await.as_deref(),
+        Some("kata-remote")
+    );
     drop(p);
 }
 
@@ -170,7 +175,12 @@ async fn sandboxes_and_containers_persist_across_restarts() {
         .items;
     assert_eq!(pods.len(), 1);
     assert_eq!(pods[0].id, seeded);
-    assert_eq!(pods[0].runtime_handler, "kata-remote");
+    // CRI-O never fills it; the handler is only in the verbose status info.
+    assert_eq!(pods[0].runtime_handler, "");
+    assert_eq!(
+        verbose_handler_annotation(&mut c, &seeded).await.as_deref(),
+        Some("kata-remote")
+    );
     let own = c
         .run_pod_sandbox(sandbox_request("plain", ""))
         .await
@@ -332,4 +342,101 @@ async fn bad_fault_value_is_an_error() {
     let st = p.wait_exit(WAIT).expect("fake-crio should exit");
     assert_eq!(st.code(), Some(1));
     assert!(p.log_text().contains("must hold a number of seconds"));
+}
+
+/// `runtimeSpec.annotations["io.kubernetes.cri-o.RuntimeHandler"]` of the verbose
+/// PodSandboxStatus info, as CRI-O lays it out (`info["info"]`, JSON).
+async fn verbose_handler_annotation(
+    c: &mut proto::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    id: &str,
+) -> Option<String> {
+    let resp = c
+        .pod_sandbox_status(proto::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.status.unwrap().runtime_handler, "");
+    let info: serde_json::Value = serde_json::from_str(&resp.info["info"]).unwrap();
+    info["runtimeSpec"]["annotations"]["io.kubernetes.cri-o.RuntimeHandler"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn seeded_sandbox_without_annotation_has_no_handler_anywhere() {
+    let node = Node::new();
+    let p = node.start_crio("crio.log").await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fake-crio"))
+        .arg("--state-dir")
+        .arg(node.path("state"))
+        .args(["seed", "--name", "mystery", "--handler", "kata-remote"])
+        .arg("--no-handler-annotation")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let mut c = client(&node.socket()).await;
+    assert_eq!(verbose_handler_annotation(&mut c, &id).await, None);
+    drop(p);
+}
+
+#[tokio::test]
+async fn runtime_not_executable_is_listed_but_run_pod_sandbox_fails() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::new();
+    node.install_kata_files();
+    let shim = node.path("bin/containerd-shim-kata-v2");
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    node.write_kata_dropin();
+    let p = node.start_crio("crio.log").await;
+    let mut c = client(&node.socket()).await;
+    // CRI-O's validation only stats runtime_path: the handler is listed.
+    assert_eq!(handler_names(&mut c).await, ["", "crun", "kata-remote"]);
+    let err = c
+        .run_pod_sandbox(sandbox_request("k1", "kata-remote"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unknown);
+    assert_eq!(
+        err.message(),
+        format!("fork/exec {}: permission denied", shim.display())
+    );
+    // The default runtime is executable and still runs sandboxes.
+    c.run_pod_sandbox(sandbox_request("plain", ""))
+        .await
+        .unwrap();
+    drop(p);
+}
+
+#[tokio::test]
+async fn config_endpoint_shows_the_merged_table_with_defaults() {
+    let node = Node::new();
+    node.install_kata_files();
+    node.write_kata_dropin();
+    // A later drop-in replaces the whole kata-remote table (keys do not merge).
+    std::fs::write(
+        node.path("etc/crio/crio.conf.d/99-shadow"),
+        format!(
+            "[crio.runtime.runtimes.kata-remote]\nruntime_path = \"{}\"\nruntime_root = \"/run/shadow\"\n",
+            node.path("bin/crun").display()
+        ),
+    )
+    .unwrap();
+    let p = node.start_crio("crio.log").await;
+    let config: toml::Table = toml::from_str(&http_get_unix(&node.socket(), "/config")).unwrap();
+    let kata = &config["crio"]["runtime"]["runtimes"]["kata-remote"];
+    assert_eq!(kata["runtime_root"].as_str(), Some("/run/shadow"));
+    assert_eq!(kata["runtime_type"].as_str(), Some("oci"));
+    assert_eq!(kata["runtime_config_path"].as_str(), Some(""));
+    assert_eq!(
+        kata["privileged_without_host_devices"].as_bool(),
+        Some(false)
+    );
+    assert_eq!(kata["container_min_memory"].as_str(), Some("12MiB"));
+    assert_eq!(kata["container_create_timeout"].as_integer(), Some(240));
+    assert_eq!(kata["no_sync_log"].as_bool(), Some(false));
+    drop(p);
 }

@@ -33,7 +33,7 @@ impl Node {
         ] {
             std::fs::create_dir_all(node.path(d)).expect("mkdir");
         }
-        std::fs::write(node.path("bin/crun"), "#!/bin/sh\n").expect("crun");
+        write_exec(&node.path("bin/crun"));
         std::fs::write(
             node.path("etc/crio/crio.conf"),
             format!(
@@ -71,7 +71,7 @@ impl Node {
     }
 
     pub fn install_kata_files(&self) {
-        std::fs::write(self.path("bin/containerd-shim-kata-v2"), "#!/bin/sh\n").expect("shim");
+        write_exec(&self.path("bin/containerd-shim-kata-v2"));
         std::fs::write(self.path("opt/configuration-remote.toml"), "").expect("kata cfg");
     }
 
@@ -131,6 +131,13 @@ impl Node {
             .trim()
             .to_string()
     }
+}
+
+/// A runtime binary as a package ships it: executable (RunPodSandbox runs it).
+pub fn write_exec(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, "#!/bin/sh\n").expect("write runtime binary");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
 pub struct Proc {

@@ -1,0 +1,458 @@
+//! CRI-O's configuration as CRI-O itself sees it: the files in the order CRI-O reads them,
+//! and the effective configuration the running CRI-O serves on `GET /config`.
+//!
+//! CRI-O reads `crio.conf`, then every regular file of `crio.conf.d`, recursively, in
+//! lexical order (Go's `filepath.Walk`), with no extension filter. A later file that
+//! declares `[crio.runtime.runtimes.NAME]` REPLACES the whole table (keys do not merge):
+//! a foreign drop-in sorting after ours silently wins, and CRI-O then lists the handler
+//! with its definition, not ours. So preflight refuses such a file, and the proof compares
+//! what the running CRI-O took (`crio status config`) with what kata-live wrote.
+
+use crate::host::Host;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+/// CRI-O's main file and drop-in directory (its defaults; OpenShift keeps them).
+pub const MAIN_FILE: &str = "/etc/crio/crio.conf";
+pub const DROP_IN_DIR: &str = "/etc/crio/crio.conf.d";
+
+/// The `/config` answer is a few tens of KiB; anything past this is not CRI-O.
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CrioConfError {
+    #[error(
+        "cannot read CRI-O's configuration {path}: {source}; fix its permissions or remove it"
+    )]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("CRI-O's configuration file {path} is not valid TOML ({message}); CRI-O would not start with it: fix or remove it")]
+    Parse { path: PathBuf, message: String },
+    #[error("GET /config on {socket}: {reason}")]
+    Get { socket: PathBuf, reason: String },
+    #[error("GET /config on {socket}: no answer within {timeout:?}")]
+    Timeout { socket: PathBuf, timeout: Duration },
+}
+
+/// The files besides ours that declare the handler, split by where they sort against ours.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Shadowing {
+    /// Read before ours: their table is replaced by ours.
+    pub before: Vec<PathBuf>,
+    /// Read after ours: theirs replaces ours.
+    pub after: Vec<PathBuf>,
+}
+
+/// Where `path` comes in CRI-O's reading order: the main file first, then the drop-ins by
+/// their path components compared bytewise (what a depth-first walk of sorted directory
+/// entries yields).
+fn order_key(path: &Path, main: &Path) -> (u8, Vec<Vec<u8>>) {
+    if path == main {
+        return (0, Vec::new());
+    }
+    let parts = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.as_encoded_bytes().to_vec()),
+            _ => None,
+        })
+        .collect();
+    (1, parts)
+}
+
+/// Pure: given each file CRI-O reads and whether it declares the handler, which come
+/// before and after `ours` (which need not exist yet).
+pub fn shadowing(files: &[(PathBuf, bool)], ours: &Path, main: &Path) -> Shadowing {
+    let ours_key = order_key(ours, main);
+    let mut out = Shadowing::default();
+    for (path, declares) in files {
+        if !declares || path == ours {
+            continue;
+        }
+        if order_key(path, main) < ours_key {
+            out.before.push(path.clone());
+        } else {
+            out.after.push(path.clone());
+        }
+    }
+    out
+}
+
+/// Whether a file's TOML declares `[crio.runtime.runtimes.NAME]`.
+pub fn declares_handler(text: &str, handler: &str) -> Result<bool, toml::de::Error> {
+    let doc: toml::Table = toml::from_str(text)?;
+    Ok(doc
+        .get("crio")
+        .and_then(|c| c.get("runtime"))
+        .and_then(|r| r.get("runtimes"))
+        .and_then(|r| r.get(handler))
+        .is_some())
+}
+
+/// The files CRI-O reads, in its order: the main file if it exists, then the drop-in tree
+/// (symlinks are entries like files, as `filepath.Walk`'s Lstat sees them).
+pub fn config_files(main: &Path, dir: &Path) -> Result<Vec<PathBuf>, CrioConfError> {
+    let mut out = Vec::new();
+    if main.exists() {
+        out.push(main.to_path_buf());
+    }
+    if dir.is_dir() {
+        walk(dir, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), CrioConfError> {
+    let read = |source| CrioConfError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut names = std::fs::read_dir(dir)
+        .map_err(read)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(read)?;
+    names.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
+    for name in names {
+        let path = dir.join(name);
+        let meta = std::fs::symlink_metadata(&path).map_err(|source| CrioConfError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if meta.is_dir() {
+            walk(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Reads CRI-O's files under `host` and tells which others declare `handler`. Paths in the
+/// answer are host paths (without the `--root` prefix).
+pub fn read_shadowing(host: &Host, ours: &Path, handler: &str) -> Result<Shadowing, CrioConfError> {
+    let main = host.path(Path::new(MAIN_FILE));
+    let files = config_files(&main, &host.path(Path::new(DROP_IN_DIR)))?;
+    let ours_full = host.path(ours);
+    let mut seen = Vec::new();
+    for f in files {
+        if f == ours_full {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).map_err(|source| CrioConfError::Read {
+            path: f.clone(),
+            source,
+        })?;
+        let declares = declares_handler(&text, handler).map_err(|e| CrioConfError::Parse {
+            path: f.clone(),
+            message: e.message().to_string(),
+        })?;
+        seen.push((f, declares));
+    }
+    let unprefix = |p: PathBuf| match p.strip_prefix(&host.root) {
+        Ok(rel) => Path::new("/").join(rel),
+        Err(_) => p,
+    };
+    let s = shadowing(&seen, &ours_full, &main);
+    Ok(Shadowing {
+        before: s.before.into_iter().map(unprefix).collect(),
+        after: s.after.into_iter().map(unprefix).collect(),
+    })
+}
+
+/// One key kata-live wrote whose effective value differs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mismatch {
+    pub key: String,
+    pub wrote: String,
+    /// `None`: the effective table does not have the key at all.
+    pub effective: Option<String>,
+}
+
+/// How the running CRI-O's definition of the handler compares with ours.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum Definition {
+    /// Every key kata-live wrote has the value it wrote (defaults CRI-O fills for the keys
+    /// left out are not compared).
+    Ours,
+    /// The effective configuration has no table for the handler.
+    Absent,
+    Differs {
+        keys: Vec<Mismatch>,
+    },
+}
+
+impl Definition {
+    /// What is wrong, for the verdict; `None` when it is ours.
+    pub fn problem(&self, handler: &str) -> Option<String> {
+        match self {
+            Definition::Ours => None,
+            Definition::Absent => Some(format!(
+                "the running CRI-O's effective configuration (`crio status config`) has no [crio.runtime.runtimes.{handler}] table"
+            )),
+            Definition::Differs { keys } => Some(format!(
+                "the running CRI-O's effective definition of handler {handler} is not the one kata-live wrote: {}; another drop-in declares [crio.runtime.runtimes.{handler}] and replaces ours (see `crio status config`)",
+                keys.iter()
+                    .map(|m| format!(
+                        "{} is {} (kata-live wrote {})",
+                        m.key,
+                        m.effective.as_deref().unwrap_or("missing"),
+                        m.wrote
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+}
+
+/// The handler table of the drop-in kata-live renders: what the proof compares.
+pub fn written_table(drop_in_text: &str, handler: &str) -> Option<toml::Table> {
+    let doc: toml::Table = toml::from_str(drop_in_text).ok()?;
+    doc.get("crio")?
+        .get("runtime")?
+        .get("runtimes")?
+        .get(handler)?
+        .as_table()
+        .cloned()
+}
+
+/// Pure: compares the TOML of `GET /config` with the table kata-live wrote.
+pub fn compare_effective(
+    effective_toml: &str,
+    handler: &str,
+    wrote: &toml::Table,
+) -> Result<Definition, String> {
+    let doc: toml::Table =
+        toml::from_str(effective_toml).map_err(|e| format!("not TOML: {}", e.message()))?;
+    let Some(table) = doc
+        .get("crio")
+        .and_then(|c| c.get("runtime"))
+        .and_then(|r| r.get("runtimes"))
+        .and_then(|r| r.get(handler))
+        .and_then(|t| t.as_table())
+    else {
+        return Ok(Definition::Absent);
+    };
+    let keys: Vec<Mismatch> = wrote
+        .iter()
+        .filter(|(k, v)| table.get(k.as_str()) != Some(v))
+        .map(|(k, v)| Mismatch {
+            key: k.clone(),
+            wrote: v.to_string(),
+            effective: table.get(k.as_str()).map(ToString::to_string),
+        })
+        .collect();
+    Ok(if keys.is_empty() {
+        Definition::Ours
+    } else {
+        Definition::Differs { keys }
+    })
+}
+
+/// `GET /config` over the CRI socket (CRI-O answers plain HTTP/1.1 there, as for
+/// `crio status config`), within `timeout`.
+pub async fn get_config(socket: &Path, timeout: Duration) -> Result<String, CrioConfError> {
+    match tokio::time::timeout(timeout, get_inner(socket)).await {
+        Ok(r) => r,
+        Err(_) => Err(CrioConfError::Timeout {
+            socket: socket.to_path_buf(),
+            timeout,
+        }),
+    }
+}
+
+async fn get_inner(socket: &Path) -> Result<String, CrioConfError> {
+    let fail = |reason: String| CrioConfError::Get {
+        socket: socket.to_path_buf(),
+        reason,
+    };
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| fail(format!("connect: {e}")))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| fail(format!("handshake: {e}")))?;
+    let driver = tokio::spawn(conn);
+    let req = hyper::Request::get("/config")
+        .header(hyper::header::HOST, "localhost")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| fail(e.to_string()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let status = resp.status();
+    let body = Limited::new(resp.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| fail(format!("reading body: {e}")))?
+        .to_bytes();
+    driver.abort();
+    if !status.is_success() {
+        return Err(fail(format!("HTTP {status}")));
+    }
+    String::from_utf8(body.to_vec()).map_err(|e| fail(format!("body is not UTF-8: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Handler;
+
+    fn ours() -> toml::Table {
+        let h = Handler::default();
+        written_table(&crate::crio::render(&h).unwrap(), &h.name).unwrap()
+    }
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn shadow_detection_follows_crio_order() {
+        let main = p("/etc/crio/crio.conf");
+        let ours = p("/etc/crio/crio.conf.d/50-kata-remote");
+        let files = vec![
+            (main.clone(), true),
+            (p("/etc/crio/crio.conf.d/00-default"), false),
+            (p("/etc/crio/crio.conf.d/10-operator"), true),
+            // A directory sorting before ours: everything in it comes before.
+            (p("/etc/crio/crio.conf.d/49/zz"), true),
+            (ours.clone(), true),
+            (p("/etc/crio/crio.conf.d/50-kata-remote.bak"), true),
+            // A sub-directory named like ours sorts after the file.
+            (p("/etc/crio/crio.conf.d/50-kata-remote/x"), true),
+            (p("/etc/crio/crio.conf.d/99-shadow"), true),
+            (p("/etc/crio/crio.conf.d/99-other"), false),
+        ];
+        let s = shadowing(&files, &ours, &main);
+        assert_eq!(
+            s.before,
+            [
+                main.clone(),
+                p("/etc/crio/crio.conf.d/10-operator"),
+                p("/etc/crio/crio.conf.d/49/zz")
+            ]
+        );
+        assert_eq!(
+            s.after,
+            [
+                p("/etc/crio/crio.conf.d/50-kata-remote.bak"),
+                p("/etc/crio/crio.conf.d/50-kata-remote/x"),
+                p("/etc/crio/crio.conf.d/99-shadow")
+            ]
+        );
+        assert_eq!(shadowing(&[], &ours, &main), Shadowing::default());
+    }
+
+    #[test]
+    fn declares_handler_reads_the_table() {
+        let t = "[crio.runtime.runtimes.kata-remote]\nruntime_root = \"/x\"\n";
+        assert!(declares_handler(t, "kata-remote").unwrap());
+        assert!(!declares_handler(t, "kata").unwrap());
+        assert!(!declares_handler(
+            "[crio.runtime]\ndefault_runtime = \"crun\"\n",
+            "kata-remote"
+        )
+        .unwrap());
+        assert!(declares_handler("[crio.runtime.runtimes.kata-remote\n", "kata-remote").is_err());
+    }
+
+    #[test]
+    fn files_are_walked_in_crio_order() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("crio.conf.d");
+        std::fs::create_dir_all(dir.join("10-sub")).unwrap();
+        for f in [
+            "00-default",
+            "10-sub/z.conf",
+            "50-kata-remote",
+            "99-last.txt",
+            "05.toml",
+        ] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        let main = d.path().join("crio.conf");
+        std::fs::write(&main, "").unwrap();
+        let files = config_files(&main, &dir).unwrap();
+        let rel: Vec<String> = files
+            .iter()
+            .map(|f| f.strip_prefix(d.path()).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            rel,
+            [
+                "crio.conf",
+                "crio.conf.d/00-default",
+                "crio.conf.d/05.toml",
+                "crio.conf.d/10-sub/z.conf",
+                "crio.conf.d/50-kata-remote",
+                "crio.conf.d/99-last.txt"
+            ]
+        );
+    }
+
+    // As `crio status config` prints it: every key, defaults filled, unset as "".
+    const EFFECTIVE: &str = r#"
+[crio.runtime]
+default_runtime = "crun"
+[crio.runtime.runtimes.crun]
+runtime_path = "/usr/bin/crun"
+[crio.runtime.runtimes.kata-remote]
+runtime_config_path = "/opt/kata/configuration-remote.toml"
+runtime_path = "/usr/bin/containerd-shim-kata-v2"
+runtime_type = "vm"
+runtime_root = "/run/vc"
+allowed_annotations = ["io.kubernetes.cri-o.Devices"]
+privileged_without_host_devices = true
+runtime_pull_image = true
+container_min_memory = "12MiB"
+monitor_path = ""
+container_create_timeout = 240
+no_sync_log = false
+"#;
+
+    #[test]
+    fn effective_definition_with_defaults_is_ours() {
+        assert_eq!(
+            compare_effective(EFFECTIVE, "kata-remote", &ours()).unwrap(),
+            Definition::Ours
+        );
+    }
+
+    #[test]
+    fn effective_definition_mismatch_names_the_keys() {
+        let shadowed = EFFECTIVE
+            .replace(
+                "runtime_root = \"/run/vc\"",
+                "runtime_root = \"/run/shadow\"",
+            )
+            .replace("runtime_pull_image = true\n", "");
+        let d = compare_effective(&shadowed, "kata-remote", &ours()).unwrap();
+        let Definition::Differs { keys } = &d else {
+            panic!("{d:?}")
+        };
+        let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(names, ["runtime_pull_image", "runtime_root"]);
+        let msg = d.problem("kata-remote").unwrap();
+        assert!(
+            msg.contains("runtime_root is \"/run/shadow\" (kata-live wrote \"/run/vc\")"),
+            "{msg}"
+        );
+        assert!(msg.contains("runtime_pull_image is missing"), "{msg}");
+        assert_eq!(
+            compare_effective("[crio.runtime]\n", "kata-remote", &ours()).unwrap(),
+            Definition::Absent
+        );
+        assert!(compare_effective("{", "kata-remote", &ours()).is_err());
+    }
+}
