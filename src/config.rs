@@ -50,13 +50,20 @@ pub struct CrioRuntime {
     pub runtime_path: PathBuf,
     pub runtime_type: RuntimeType,
     pub runtime_root: PathBuf,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// `vm` only, optional. An empty string in a fragment unsets it (the drop-in omits it).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
     pub runtime_config_path: Option<PathBuf>,
     pub privileged_without_host_devices: bool,
     pub runtime_pull_image: bool,
     pub allowed_annotations: Vec<String>,
-    /// CRI-O's own size syntax, e.g. "12MiB"; unset leaves CRI-O's default.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// CRI-O's own size syntax, e.g. "12MiB"; unset (or "") leaves CRI-O's default.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
     pub container_min_memory: Option<String>,
 }
 
@@ -77,7 +84,10 @@ pub struct Package {
     /// Package names to layer.
     pub names: Vec<String>,
     /// Install these local RPM files (`*.rpm` in this directory) instead of names.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
     pub local_rpm_dir: Option<PathBuf>,
     /// The rpm-ostree executable.
     pub rpm_ostree: PathBuf,
@@ -100,12 +110,16 @@ pub enum PackageRemoval {
 pub struct PostInstall {
     /// SELinux policy modules: name as `semodule -l` lists it, and the file to load.
     pub selinux_modules: Vec<SelinuxModule>,
-    /// SELinux booleans set persistently (`setsebool -P`).
+    /// SELinux booleans set persistently (`setsebool -P`). A fragment's
+    /// `selinux_booleans = {}` clears the list (other tables merge key by key).
     pub selinux_booleans: BTreeMap<String, bool>,
     /// Units started (and waited for) after the package is live.
     pub units: Vec<String>,
     /// Files passed to `systemd-tmpfiles --create`.
     pub tmpfiles: Vec<PathBuf>,
+    /// Where selinuxfs is mounted (under `--root`). Without `enforce` in it, SELinux is not
+    /// enabled on the host and the SELinux steps are skipped.
+    pub selinuxfs: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -253,6 +267,7 @@ impl Default for PostInstall {
             selinux_booleans: BTreeMap::from([("container_use_devices".into(), true)]),
             units: Vec::new(),
             tmpfiles: Vec::new(),
+            selinuxfs: "/sys/fs/selinux".into(),
         }
     }
 }
@@ -384,10 +399,24 @@ impl Loaded {
         for f in &self.fragments {
             out.push_str(&format!("#   {}\n", f.display()));
         }
-        let table = match toml::Table::try_from(&self.config) {
+        let mut table = match toml::Table::try_from(&self.config) {
             Ok(t) => t,
             Err(e) => return format!("{out}# cannot render: {e}\n"),
         };
+        // A default a fragment removed shows as the empty string that removes it, so that
+        // the output, read back as a fragment, is this same configuration.
+        if self.config.handler.crio.runtime_config_path.is_none() {
+            if let Some(toml::Value::Table(crio)) = table
+                .get_mut("handler")
+                .and_then(|h| h.as_table_mut())
+                .and_then(|h| h.get_mut("crio"))
+            {
+                crio.insert(
+                    "runtime_config_path".into(),
+                    toml::Value::String(String::new()),
+                );
+            }
+        }
         render_table(&mut out, "", &table, &self.provenance);
         out
     }
@@ -398,7 +427,8 @@ fn render_table(out: &mut String, prefix: &str, t: &toml::Table, prov: &BTreeMap
     let mut subtables = Vec::new();
     for (k, v) in t {
         match v {
-            toml::Value::Table(sub) => subtables.push((k, sub)),
+            // An empty table is a value (`selinux_booleans = {}`), not a section.
+            toml::Value::Table(sub) if !sub.is_empty() => subtables.push((k, sub)),
             other => {
                 leaves.insert(k.clone(), other.clone());
             }
@@ -413,7 +443,11 @@ fn render_table(out: &mut String, prefix: &str, t: &toml::Table, prov: &BTreeMap
             let src = prov.get(&full).cloned().unwrap_or(Source::Default);
             let mut one = toml::Table::new();
             one.insert(k.clone(), v.clone());
-            let line = toml::to_string(&one).unwrap_or_default();
+            let line = if v.as_table().is_some() {
+                format!("{k} = {{}}")
+            } else {
+                toml::to_string(&one).unwrap_or_default()
+            };
             out.push_str(&format!("{}  # {src}\n", line.trim_end()));
         }
     }
@@ -502,6 +536,9 @@ pub fn load_fragments(fragments: &[(PathBuf, String)]) -> Result<Loaded, ConfigE
     Ok(loaded)
 }
 
+/// Tables whose keys are free names (not settings): an empty table in a fragment clears them.
+pub const CLEARABLE_MAPS: [&str; 1] = ["post_install.selinux_booleans"];
+
 fn merge(
     into: &mut toml::Table,
     from: toml::Table,
@@ -512,6 +549,14 @@ fn merge(
     for (k, v) in from {
         let key = join_key(prefix, &k);
         match (into.get_mut(&k), v) {
+            (Some(toml::Value::Table(_)), toml::Value::Table(t))
+                if t.is_empty() && CLEARABLE_MAPS.contains(&key.as_str()) =>
+            {
+                let inside = format!("{key}.");
+                prov.retain(|p, _| !p.starts_with(&inside));
+                prov.insert(key, src.clone());
+                into.insert(k, toml::Value::Table(t));
+            }
             (Some(toml::Value::Table(dst)), toml::Value::Table(t)) => {
                 merge(dst, t, &key, src, prov);
             }
@@ -544,6 +589,16 @@ fn to_config(merged: &toml::Table, src: &Source) -> Result<Config, ConfigError> 
     })
 }
 
+/// An optional setting whose default is removed by an empty string in a fragment.
+fn empty_is_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: From<String>,
+{
+    let s = String::deserialize(d)?;
+    Ok((!s.is_empty()).then(|| T::from(s)))
+}
+
 /// A DNS-1123 label, as Kubernetes requires of a RuntimeClass handler.
 pub fn is_dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
@@ -555,14 +610,222 @@ pub fn is_dns1123_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-/// `containerd-shim-[A-Za-z0-9+-]+`, CRI-O's rule for the binary of a `vm` handler.
+/// CRI-O's `RuntimeTypeVMBinaryPattern`, `containerd-shim-([a-zA-Z0-9\-\+])+-v2`, matched
+/// as CRI-O does (`regexp.MatchString`: unanchored) against the binary's file name.
 pub fn is_shim_binary_name(name: &str) -> bool {
-    name.strip_prefix("containerd-shim-").is_some_and(|rest| {
-        !rest.is_empty()
-            && rest
-                .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'-')
+    let class = |c: &u8| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'+';
+    let b = name.as_bytes();
+    let pre = b"containerd-shim-";
+    (0..b.len()).any(|i| {
+        b[i..].starts_with(pre) && {
+            let rest = &b[i + pre.len()..];
+            let run = rest.iter().take_while(|c| class(c)).count();
+            (1..=run).any(|j| rest[j..].starts_with(b"-v2"))
+        }
     })
+}
+
+/// The directory CRI-O reads drop-ins from (besides crio.conf, it reads nothing else).
+pub const CRIO_DROP_IN_DIR: &str = "/etc/crio/crio.conf.d";
+
+/// Why `p` is not a plain file name directly inside [`CRIO_DROP_IN_DIR`], if it is not.
+pub fn drop_in_problem(p: &Path) -> Option<String> {
+    let text = p.to_string_lossy();
+    let Some(name) = text
+        .strip_prefix(CRIO_DROP_IN_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+    else {
+        return Some(format!(
+            "{text:?} is not in {CRIO_DROP_IN_DIR}/, the only directory CRI-O reads drop-ins from"
+        ));
+    };
+    let plain = !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'+'));
+    (!plain).then(|| {
+        format!(
+            "{text:?}: the drop-in must be a plain file name directly in {CRIO_DROP_IN_DIR}/ (letters, digits, '-', '_', '.', '+'; no '/', no leading '.'), e.g. {CRIO_DROP_IN_DIR}/50-kata-remote"
+        )
+    })
+}
+
+/// docker/go-units `RAMInBytes`, which CRI-O applies to `container_min_memory`: a number, an
+/// optional space, then an optional unit `b`, `k`, `kb`, `kib` … `p`, `pb`, `pib` in any case,
+/// all binary multiples ("12MiB", "12m", "12 mb", "1024"). Stricter than Go on the number
+/// only: plain decimal digits with at most one '.' (Go's ParseFloat also takes "1e3").
+pub fn parse_ram_size(s: &str) -> Option<u64> {
+    let sep = s.rfind(|c: char| c.is_ascii_digit() || c == '.' || c == ' ')?;
+    let (num, sfx) = if s.as_bytes()[sep] == b' ' {
+        (&s[..sep], &s[sep + 1..])
+    } else {
+        (&s[..=sep], &s[sep + 1..])
+    };
+    let decimal = num.bytes().any(|c| c.is_ascii_digit())
+        && num.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+        && num.bytes().filter(|c| *c == b'.').count() <= 1;
+    if !decimal {
+        return None;
+    }
+    let size: f64 = num.parse().ok()?;
+    let sfx = sfx.to_ascii_lowercase();
+    let mul: f64 = match sfx.as_bytes() {
+        [] | [b'b'] => 1.0,
+        [u, rest @ ..] => {
+            let exp = match u {
+                b'k' => 1,
+                b'm' => 2,
+                b'g' => 3,
+                b't' => 4,
+                b'p' => 5,
+                _ => return None,
+            };
+            if !matches!(rest, [] | [b'b'] | [b'i', b'b']) {
+                return None;
+            }
+            1024f64.powi(exp)
+        }
+    };
+    let bytes = size * mul;
+    (bytes.is_finite() && bytes < 9.2e18).then_some(bytes as u64)
+}
+
+/// Why `url` is not plain http to a loopback address, if it is not: the units only allow
+/// loopback traffic (`IPAddressAllow=localhost`), so anything else could never be reached.
+pub fn loopback_http_problem(url: &str) -> Option<String> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Some(format!("{url:?}: only plain http:// URLs are supported"));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Some(format!("{url:?}: no user name or password in the URL"));
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((h, p)) => (h, p),
+            None => return Some(format!("{url:?}: unterminated [IPv6] address")),
+        },
+        None => match authority.rfind(':') {
+            Some(i) => (&authority[..i], &authority[i..]),
+            None => (authority, ""),
+        },
+    };
+    if !port.is_empty() {
+        let ok = port
+            .strip_prefix(':')
+            .filter(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
+            .and_then(|p| p.parse::<u16>().ok())
+            .is_some_and(|p| p > 0);
+        if !ok {
+            return Some(format!("{url:?}: bad port {port:?}"));
+        }
+    }
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        return Some(format!(
+            "{url:?}: host {host:?} is not a loopback address (127.0.0.0/8, [::1] or localhost); kata-live's units only allow loopback traffic"
+        ));
+    }
+    if url.parse::<hyper::Uri>().is_err() {
+        return Some(format!("{url:?} is not a valid URL"));
+    }
+    None
+}
+
+/// An SELinux boolean name as policies spell them (`container_use_devices`).
+pub fn is_selinux_boolean_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 255 && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// An SELinux module name as `semodule -l` lists it.
+pub fn is_selinux_module_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+}
+
+const UNIT_SUFFIXES: [&str; 11] = [
+    "service",
+    "socket",
+    "target",
+    "timer",
+    "path",
+    "mount",
+    "automount",
+    "swap",
+    "slice",
+    "scope",
+    "device",
+];
+
+/// A systemd unit name (`NAME.TYPE`, NAME of `[A-Za-z0-9:_.\@-]`, at most 255 bytes).
+pub fn is_unit_name(s: &str) -> bool {
+    let Some((name, suffix)) = s.rsplit_once('.') else {
+        return false;
+    };
+    !name.is_empty()
+        && s.len() <= 255
+        && UNIT_SUFFIXES.contains(&suffix)
+        && name.bytes().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, b':' | b'_' | b'.' | b'\\' | b'@' | b'-')
+        })
+}
+
+/// CRI-O's `AllAllowedAnnotations` (pkg/annotations, CRI-O 1.37): an `allowed_annotations`
+/// entry outside it makes CRI-O ignore the whole handler ("invalid allowed_annotation").
+pub const CRIO_ALLOWED_ANNOTATIONS: [&str; 27] = [
+    "io.kubernetes.cri-o.userns-mode",
+    "io.kubernetes.cri-o.cgroup2-mount-hierarchy-rw",
+    "io.kubernetes.cri-o.UnifiedCgroup",
+    "io.kubernetes.cri-o.ShmSize",
+    "io.kubernetes.cri-o.Devices",
+    "cpu-load-balancing.crio.io",
+    "cpu-quota.crio.io",
+    "irq-load-balancing.crio.io",
+    "io.containers.trace-syscall",
+    "io.kubernetes.cri.rdt-class",
+    "io.kubernetes.cri-o.TrySkipVolumeSELinuxLabel",
+    "cpu-c-states.crio.io",
+    "cpu-freq-governor.crio.io",
+    "io.kubernetes.cri-o.seccompNotifierAction",
+    "io.kubernetes.cri-o.umask",
+    "io.kubernetes.cri-o.PodLinuxOverhead",
+    "io.kubernetes.cri-o.PodLinuxResources",
+    "io.kubernetes.cri-o.LinkLogs",
+    "cpu-shared.crio.io",
+    "seccomp-profile.kubernetes.cri-o.io",
+    "io.kubernetes.cri-o.DisableFIPS",
+    "bundle",
+    "org.systemd.property.",
+    "org.criu.config",
+    "module.wasm.image/variant",
+    "io.kubernetes.cri.container-type",
+    "run.oci.",
+];
+
+impl Loaded {
+    /// Of `keys`, the one set last (by fragment order) and where: the fragment to blame for
+    /// a rule that involves several keys.
+    fn last_set<'k>(&self, keys: &[&'k str]) -> (&'k str, Source) {
+        let rank = |s: &Source| match s {
+            Source::Default => None,
+            Source::File(p) => self.fragments.iter().position(|f| f == p),
+        };
+        let mut best = (keys[0], self.source_of(keys[0]));
+        for k in &keys[1..] {
+            let s = self.source_of(k);
+            if rank(&s) > rank(&best.1) {
+                best = (k, s);
+            }
+        }
+        best
+    }
 }
 
 fn validate(l: &Loaded) -> Result<(), ConfigError> {
@@ -584,6 +847,7 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         ("handler.crio.runtime_root", &c.handler.crio.runtime_root),
         ("package.rpm_ostree", &c.package.rpm_ostree),
         ("cri.socket", &c.cri.socket),
+        ("post_install.selinuxfs", &c.post_install.selinuxfs),
     ];
     if let Some(p) = &c.handler.crio.runtime_config_path {
         paths.push(("handler.crio.runtime_config_path", p));
@@ -592,10 +856,35 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         paths.push(("package.local_rpm_dir", p));
     }
     for (i, m) in c.post_install.selinux_modules.iter().enumerate() {
+        if !is_selinux_module_name(&m.name) {
+            return err(
+                "post_install.selinux_modules",
+                format!(
+                    "entry {i}: {:?} is not an SELinux module name (letters, digits, '_', '-', '.')",
+                    m.name
+                ),
+            );
+        }
         if !m.path.is_absolute() {
             return err(
                 "post_install.selinux_modules",
                 format!("entry {i}: path {:?} must be absolute", m.path),
+            );
+        }
+    }
+    for name in c.post_install.selinux_booleans.keys() {
+        if !is_selinux_boolean_name(name) {
+            return err(
+                &format!("post_install.selinux_booleans.{name}"),
+                format!("{name:?} is not an SELinux boolean name (letters, digits and '_')"),
+            );
+        }
+    }
+    for u in &c.post_install.units {
+        if !is_unit_name(u) {
+            return err(
+                "post_install.units",
+                format!("{u:?} is not a systemd unit name (e.g. kata-image.service)"),
             );
         }
     }
@@ -612,33 +901,10 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
             return err(key, format!("{p:?} must be an absolute path"));
         }
     }
-    if !c.handler.drop_in.starts_with("/etc/crio/crio.conf.d") {
-        tracing::warn!(
-            drop_in = %c.handler.drop_in.display(),
-            "the drop-in is outside /etc/crio/crio.conf.d: CRI-O will only read it if its own configuration points there"
-        );
+    if let Some(problem) = drop_in_problem(&c.handler.drop_in) {
+        return err("handler.drop_in", problem);
     }
-    if c.handler.crio.runtime_type == RuntimeType::Vm {
-        let name = c
-            .handler
-            .crio
-            .runtime_path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if !is_shim_binary_name(&name) {
-            return err(
-                "handler.crio.runtime_path",
-                format!("runtime_type \"vm\" needs a binary named containerd-shim-*, got {name:?}"),
-            );
-        }
-        if c.handler.crio.runtime_config_path.is_none() {
-            return err(
-                "handler.crio.runtime_config_path",
-                "runtime_type \"vm\" needs runtime_config_path".into(),
-            );
-        }
-    }
+    validate_crio_table(l)?;
     if !c.package.skip && c.package.names.is_empty() && c.package.local_rpm_dir.is_none() {
         return err(
             "package.names",
@@ -671,18 +937,75 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         ("units.crio", &c.units.crio),
         ("units.kubelet", &c.units.kubelet),
     ] {
-        if unit.is_empty() || unit.contains('/') || !unit.contains('.') {
+        if !is_unit_name(unit) {
             return err(
                 key,
                 format!("{unit:?} is not a systemd unit name (e.g. crio.service)"),
             );
         }
     }
-    if !(c.kubelet.healthz_url.starts_with("http://")) {
-        return err(
-            "kubelet.healthz_url",
-            "only plain http:// URLs are supported".into(),
-        );
+    for (key, url) in [
+        ("kubelet.healthz_url", &c.kubelet.healthz_url),
+        ("kubelet.crio_metrics_url", &c.kubelet.crio_metrics_url),
+    ] {
+        if let Some(problem) = loopback_http_problem(url) {
+            return err(key, problem);
+        }
+    }
+    Ok(())
+}
+
+/// CRI-O's `RuntimeHandler.Validate` for every key kata-live writes: a table CRI-O would
+/// ignore ("Runtime handler … is being ignored") is refused here instead.
+fn validate_crio_table(l: &Loaded) -> Result<(), ConfigError> {
+    let t = &l.config.handler.crio;
+    let err = |key: &str, msg: String| Err(ConfigError::key(&l.source_of(key), key, msg));
+    let kind = match t.runtime_type {
+        RuntimeType::Oci => "oci",
+        RuntimeType::Vm => "vm",
+        RuntimeType::Pod => "pod",
+    };
+    if t.runtime_type == RuntimeType::Vm {
+        let name = t
+            .runtime_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !is_shim_binary_name(&name) {
+            let (key, src) =
+                l.last_set(&["handler.crio.runtime_path", "handler.crio.runtime_type"]);
+            return Err(ConfigError::key(
+                &src,
+                key,
+                format!("runtime_type \"vm\" needs a binary named containerd-shim-NAME-v2 (CRI-O's naming rule), got {name:?}"),
+            ));
+        }
+    } else if t.runtime_config_path.is_some() {
+        let (_, src) = l.last_set(&[
+            "handler.crio.runtime_config_path",
+            "handler.crio.runtime_type",
+        ]);
+        return Err(ConfigError::key(
+            &src,
+            "handler.crio.runtime_config_path",
+            format!("runtime_config_path can only be used with the 'vm' runtime type, not {kind:?} (CRI-O would ignore the handler); set runtime_config_path = \"\" to leave it out"),
+        ));
+    }
+    for a in &t.allowed_annotations {
+        if !CRIO_ALLOWED_ANNOTATIONS.contains(&a.as_str()) {
+            return err(
+                "handler.crio.allowed_annotations",
+                format!("{a:?} is not an annotation CRI-O accepts (CRI-O would ignore the handler: invalid allowed_annotation)"),
+            );
+        }
+    }
+    if let Some(m) = &t.container_min_memory {
+        if parse_ram_size(m).is_none() {
+            return err(
+                "handler.crio.container_min_memory",
+                format!("{m:?} is not a size CRI-O reads (e.g. \"12MiB\", \"12m\", \"12582912\"); \"\" leaves CRI-O's default"),
+            );
+        }
     }
     Ok(())
 }

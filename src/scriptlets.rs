@@ -83,7 +83,32 @@ pub struct Step {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ScriptletReport {
+    /// What the host's selinuxfs said; `None` when no SELinux step was configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selinux: Option<Selinux>,
     pub steps: Vec<Step>,
+}
+
+/// SELinux on the host, as its selinuxfs says (`enforce`: 1 or 0; no file: not enabled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Selinux {
+    Enforcing,
+    Permissive,
+    /// No selinuxfs mounted: SELinux is disabled or not built in; its tools cannot work.
+    NotEnabled,
+}
+
+/// Reads `<selinuxfs>/enforce` (a host path, under `host.root`). Only a missing file means
+/// "not enabled": any other failure to read it counts as enforcing, so that the SELinux
+/// steps run and fail loudly rather than being skipped on a doubt.
+pub fn selinux_state(host: &Host, selinuxfs: &Path) -> Selinux {
+    match std::fs::read_to_string(host.path(selinuxfs).join("enforce")) {
+        Ok(v) if v.trim() == "0" => Selinux::Permissive,
+        Ok(_) => Selinux::Enforcing,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Selinux::NotEnabled,
+        Err(_) => Selinux::Enforcing,
+    }
 }
 
 impl ScriptletReport {
@@ -205,7 +230,23 @@ pub async fn run_scriptlets(
     };
     let mut report = ScriptletReport::default();
 
-    if !cfg.selinux_modules.is_empty() {
+    let selinux_steps = cfg.selinux_modules.len() + cfg.selinux_booleans.len();
+    let selinux = (selinux_steps > 0).then(|| selinux_state(host, &cfg.selinuxfs));
+    report.selinux = selinux;
+    if selinux == Some(Selinux::NotEnabled) {
+        let why = format!(
+            "SELinux is not enabled on this host (no {}/enforce): skipped {selinux_steps} SELinux step(s) (modules and booleans)",
+            cfg.selinuxfs.display()
+        );
+        tracing::warn!("{why}");
+        report.steps.push(Step {
+            what: "selinux".into(),
+            outcome: StepOutcome::Skipped { why },
+        });
+    }
+    let selinux_on = selinux.is_some_and(|s| s != Selinux::NotEnabled);
+
+    if selinux_on && !cfg.selinux_modules.is_empty() {
         let loaded = parse_semodule_list(&r.run(&tools.semodule, &["-l".into()]).await?);
         for m in &cfg.selinux_modules {
             let what = format!("selinux-module {}", m.name);
@@ -238,7 +279,7 @@ pub async fn run_scriptlets(
         }
     }
 
-    for (name, want) in &cfg.selinux_booleans {
+    for (name, want) in cfg.selinux_booleans.iter().filter(|_| selinux_on) {
         let what = format!("selinux-boolean {name}={}", on_off(*want));
         let out = r.run(&tools.getsebool, std::slice::from_ref(name)).await?;
         let have = parse_getsebool(&out, name).ok_or_else(|| ScriptletError::Unparseable {

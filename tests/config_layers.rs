@@ -138,6 +138,96 @@ fn every_validation_error_names_file_and_key() {
             "[kubelet]\nhealthz_url = \"https://127.0.0.1:10250/healthz\"\n",
             "kubelet.healthz_url",
         ),
+        // Issue 16: the six fragments that used to be accepted.
+        ("[handler]\ndrop_in = \"/etc/passwd\"\n", "handler.drop_in"),
+        (
+            "[handler]\ndrop_in = \"/etc/crio/crio.conf.d/../../passwd\"\n",
+            "handler.drop_in",
+        ),
+        (
+            "[handler.crio]\ncontainer_min_memory = \"lots\"\n",
+            "handler.crio.container_min_memory",
+        ),
+        (
+            "[kubelet]\nhealthz_url = \"http://10.0.0.1:10248/healthz\"\n",
+            "kubelet.healthz_url",
+        ),
+        (
+            "[kubelet]\ncrio_metrics_url = \"http://192.168.1.5:9537/metrics\"\n",
+            "kubelet.crio_metrics_url",
+        ),
+        (
+            "[post_install]\nselinux_booleans = { \"bad name!\" = true }\n",
+            "post_install.selinux_booleans",
+        ),
+        (
+            "[post_install]\nunits = [\"../../x.service\"]\n",
+            "post_install.units",
+        ),
+        // Drop-in: directly in crio.conf.d, a plain name.
+        (
+            "[handler]\ndrop_in = \"/etc/crio/crio.conf.d/sub/50-x\"\n",
+            "handler.drop_in",
+        ),
+        (
+            "[handler]\ndrop_in = \"/etc/crio/crio.conf.d/\"\n",
+            "handler.drop_in",
+        ),
+        (
+            "[handler]\ndrop_in = \"/etc/crio/crio.conf.d/.hidden\"\n",
+            "handler.drop_in",
+        ),
+        (
+            "[handler]\ndrop_in = \"/etc/crio/crio.conf.dx/50-x\"\n",
+            "handler.drop_in",
+        ),
+        // CRI-O's handler rules (issue 12 item 4).
+        (
+            "[handler.crio]\nruntime_path = \"/usr/bin/containerd-shim-kata\"\n",
+            "handler.crio.runtime_path",
+        ),
+        (
+            "[handler.crio]\nruntime_type = \"oci\"\nruntime_path = \"/usr/bin/crun\"\n",
+            "handler.crio.runtime_config_path",
+        ),
+        (
+            "[handler.crio]\nruntime_type = \"pod\"\nruntime_path = \"/usr/bin/crun\"\n",
+            "handler.crio.runtime_config_path",
+        ),
+        (
+            "[handler.crio]\nallowed_annotations = [\"io.kubernetes.cri-o.Nonsense\"]\n",
+            "handler.crio.allowed_annotations",
+        ),
+        (
+            "[handler.crio]\ncontainer_min_memory = \"12XiB\"\n",
+            "handler.crio.container_min_memory",
+        ),
+        (
+            "[handler.crio]\ncontainer_min_memory = \"-12m\"\n",
+            "handler.crio.container_min_memory",
+        ),
+        (
+            "[kubelet]\nhealthz_url = \"http://user@127.0.0.1:10248/healthz\"\n",
+            "kubelet.healthz_url",
+        ),
+        (
+            "[kubelet]\nhealthz_url = \"http://127.0.0.1:99999/healthz\"\n",
+            "kubelet.healthz_url",
+        ),
+        (
+            "[kubelet]\nhealthz_url = \"http://localhost.evil.com/healthz\"\n",
+            "kubelet.healthz_url",
+        ),
+        (
+            "[post_install]\nselinux_modules = [{ name = \"a b\", path = \"/x.pp\" }]\n",
+            "post_install.selinux_modules",
+        ),
+        ("[units]\nkubelet = \"kubelet\"\n", "units.kubelet"),
+        ("[units]\ncrio = \"crio.bogus\"\n", "units.crio"),
+        (
+            "[post_install]\nselinuxfs = \"sys/fs/selinux\"\n",
+            "post_install.selinuxfs",
+        ),
     ];
     for (text, key) in cases {
         let e = err_of(text);
@@ -151,13 +241,136 @@ fn every_validation_error_names_file_and_key() {
 }
 
 #[test]
-fn oci_handlers_need_no_shim_name() {
+fn oci_handlers_need_no_shim_name_and_unset_the_config_path() {
+    let text = "[handler]\nname = \"runc-x\"\n[handler.crio]\nruntime_type = \"oci\"\nruntime_path = \"/usr/bin/runc\"\nruntime_config_path = \"\"\n";
+    let l = load_fragments(&[("/etc/kata-live/config.d/10.toml".into(), text.into())]).unwrap();
+    assert_eq!(l.config.handler.crio.runtime_type, config::RuntimeType::Oci);
+    assert_eq!(l.config.handler.crio.runtime_config_path, None);
+    // The drop-in omits the key.
+    let drop_in = kata_live::crio::render(&l.config.handler).unwrap();
+    assert!(!drop_in.contains("runtime_config_path"), "{drop_in}");
+    // Without the unset, the error names the fragment that made the handler oci.
+    let e = load_fragments(&[(
+        "/etc/kata-live/config.d/10.toml".into(),
+        text.replace("runtime_config_path = \"\"\n", ""),
+    )])
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("/etc/kata-live/config.d/10.toml"), "{e}");
+    assert!(e.contains("runtime_config_path = \"\""), "{e}");
+}
+
+#[test]
+fn vm_handlers_may_leave_out_the_config_path() {
     let l = load_fragments(&[(
         "/etc/kata-live/config.d/10.toml".into(),
-        "[handler]\nname = \"runc-x\"\n[handler.crio]\nruntime_type = \"oci\"\nruntime_path = \"/usr/bin/runc\"\n".into(),
+        "[handler.crio]\nruntime_config_path = \"\"\n".into(),
     )])
     .unwrap();
-    assert_eq!(l.config.handler.crio.runtime_type, config::RuntimeType::Oci);
+    assert_eq!(l.config.handler.crio.runtime_type, config::RuntimeType::Vm);
+    assert_eq!(l.config.handler.crio.runtime_config_path, None);
+}
+
+#[test]
+fn an_empty_table_clears_the_selinux_booleans() {
+    let f = |n: &str, t: &str| {
+        (
+            PathBuf::from(format!("/etc/kata-live/config.d/{n}")),
+            t.to_string(),
+        )
+    };
+    let l = load_fragments(&[f("10.toml", "[post_install]\nselinux_booleans = {}\n")]).unwrap();
+    assert!(l.config.post_install.selinux_booleans.is_empty());
+    assert_eq!(
+        l.source_of("post_install.selinux_booleans"),
+        Source::File("/etc/kata-live/config.d/10.toml".into())
+    );
+    // Later fragments add to the cleared table again, key by key.
+    let l = load_fragments(&[
+        f("10.toml", "[post_install]\nselinux_booleans = {}\n"),
+        f(
+            "20.toml",
+            "[post_install.selinux_booleans]\nvirt_use_nfs = true\n",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(
+        l.config.post_install.selinux_booleans,
+        BTreeMap::from([("virt_use_nfs".to_string(), true)])
+    );
+    // A non-empty table still merges into the default.
+    let l = load_fragments(&[f(
+        "10.toml",
+        "[post_install.selinux_booleans]\nvirt_use_nfs = true\n",
+    )])
+    .unwrap();
+    assert_eq!(l.config.post_install.selinux_booleans.len(), 2);
+}
+
+#[test]
+fn sizes_follow_go_units_ram_in_bytes() {
+    for (s, want) in [
+        ("1024", 1024),
+        ("12MiB", 12 << 20),
+        ("12m", 12 << 20),
+        ("12M", 12 << 20),
+        ("12mb", 12 << 20),
+        ("12 MiB", 12 << 20),
+        ("12b", 12),
+        ("1.5k", 1536),
+        ("0", 0),
+        ("2GIB", 2 << 30),
+        ("12 ", 12),
+    ] {
+        assert_eq!(config::parse_ram_size(s), Some(want), "{s}");
+    }
+    for s in [
+        "", "lots", "12XiB", "12mib2", "-1", "12kbb", "12bi", "1e3", " 12", "12  m", "12mi",
+    ] {
+        assert_eq!(config::parse_ram_size(s), None, "{s:?}");
+    }
+}
+
+#[test]
+fn vm_binary_names_follow_crio_pattern() {
+    for ok in [
+        "containerd-shim-kata-v2",
+        "containerd-shim-runsc-v2",
+        "x-containerd-shim-a+b-v2-y",
+    ] {
+        assert!(config::is_shim_binary_name(ok), "{ok}");
+    }
+    for bad in [
+        "containerd-shim-kata",
+        "containerd-shim--v2",
+        "kata-runtime",
+        "containerd-shim-v2",
+    ] {
+        assert!(!config::is_shim_binary_name(bad), "{bad}");
+    }
+}
+
+#[test]
+fn loopback_urls() {
+    for ok in [
+        "http://127.0.0.1:10248/healthz",
+        "http://127.1.2.3/x",
+        "http://localhost:9537/metrics",
+        "http://[::1]:9537/metrics",
+    ] {
+        assert_eq!(config::loopback_http_problem(ok), None, "{ok}");
+    }
+    for bad in [
+        "https://127.0.0.1/",
+        "http://10.0.0.1/",
+        "http://[::2]:1/",
+        "http://127.0.0.1:0/",
+        "http://a@127.0.0.1/",
+        "http://127.0.0.1.nip.io/",
+        "http://[::1/",
+    ] {
+        assert!(config::loopback_http_problem(bad).is_some(), "{bad}");
+    }
 }
 
 #[test]
@@ -229,5 +442,146 @@ proptest! {
     #[test]
     fn loader_never_panics_on_arbitrary_text(text in ".{0,200}") {
         let _ = load_fragments(&[("/etc/kata-live/config.d/x.toml".into(), text)]);
+    }
+}
+
+/// One key of a generated fragment: (table, `key = value` line, known to be refused).
+fn entry() -> impl Strategy<Value = (&'static str, String, bool)> {
+    let good: Vec<(&'static str, &'static str)> = vec![
+        ("handler", "name = \"kata-x\""),
+        ("handler", "drop_in = \"/etc/crio/crio.conf.d/60-kata\""),
+        ("handler.crio", "runtime_root = \"/run/vc2\""),
+        ("handler.crio", "runtime_config_path = \"\""),
+        ("handler.crio", "runtime_config_path = \"/opt/kata/c.toml\""),
+        ("handler.crio", "container_min_memory = \"12MiB\""),
+        ("handler.crio", "container_min_memory = \"\""),
+        ("handler.crio", "allowed_annotations = []"),
+        ("handler.crio", "runtime_pull_image = false"),
+        ("post_install", "selinux_booleans = {}"),
+        (
+            "post_install",
+            "selinux_booleans = { virt_use_nfs = false }",
+        ),
+        ("post_install", "units = [\"kata-image.service\"]"),
+        ("post_install", "selinuxfs = \"/sys/fs/selinux\""),
+        ("package", "skip = true"),
+        ("package", "uninstall = \"keep\""),
+        (
+            "kubelet",
+            "healthz_url = \"http://localhost:10248/healthz\"",
+        ),
+        (
+            "kubelet",
+            "crio_metrics_url = \"http://[::1]:9537/metrics\"",
+        ),
+        ("deadlines", "lock = 7.5"),
+        ("units", "crio = \"crio.service\""),
+    ];
+    let bad: Vec<(&'static str, &'static str)> = vec![
+        ("handler", "drop_in = \"/etc/passwd\""),
+        (
+            "handler",
+            "drop_in = \"/etc/crio/crio.conf.d/../../passwd\"",
+        ),
+        ("handler", "name = \"Not_DNS\""),
+        ("handler.crio", "container_min_memory = \"lots\""),
+        ("handler.crio", "runtime_path = \"/usr/bin/kata\""),
+        ("handler.crio", "allowed_annotations = [\"x\"]"),
+        ("handler.crio", "runtime_type = \"kvm\""),
+        (
+            "post_install",
+            "selinux_booleans = { \"bad name!\" = true }",
+        ),
+        ("post_install", "units = [\"../../x.service\"]"),
+        ("kubelet", "healthz_url = \"http://10.1.1.1:10248/healthz\""),
+        (
+            "kubelet",
+            "crio_metrics_url = \"https://127.0.0.1:9537/metrics\"",
+        ),
+        ("deadlines", "lock = 0"),
+        ("units", "kubelet = \"kubelet\""),
+        ("nonsense", "x = 1"),
+    ];
+    prop_oneof![
+        3 => proptest::sample::select(good).prop_map(|(t, l)| (t, l.to_string(), false)),
+        1 => proptest::sample::select(bad).prop_map(|(t, l)| (t, l.to_string(), true)),
+    ]
+}
+
+fn render_fragment(entries: &[(&str, String, bool)], junk: &Option<String>) -> String {
+    let mut by_table: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (t, l, _) in entries {
+        by_table.entry(t).or_default().push(l);
+    }
+    let mut text = String::new();
+    for (t, lines) in by_table {
+        // A key twice in one table is a TOML error: keep the last.
+        let mut seen = BTreeMap::new();
+        for l in lines {
+            seen.insert(l.split(" = ").next().unwrap_or(l), l);
+        }
+        text.push_str(&format!("[{t}]\n"));
+        for l in seen.values() {
+            text.push_str(l);
+            text.push('\n');
+        }
+    }
+    if let Some(j) = junk {
+        text.push_str(j);
+    }
+    text
+}
+
+fn kata_config(root: &Path, json: bool) -> std::process::Output {
+    let mut c = assert_cmd::Command::cargo_bin("kata-live").unwrap();
+    c.arg("--root").arg(root).arg("config");
+    if json {
+        c.arg("--json");
+    }
+    c.output().unwrap()
+}
+
+// Arbitrary fragment sets, valid and not, through the real binary: never a panic; every
+// refusal is exit 2 and names a fragment; every accepted set prints a configuration that,
+// read back as the only fragment, is the same configuration.
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn arbitrary_fragments_are_refused_by_name_or_round_trip(
+        frags in proptest::collection::vec(
+            (proptest::collection::vec(entry(), 0..5), proptest::option::weighted(0.1, "[\\[\\]=\"a-z \n]{1,12}")),
+            1..4)
+    ) {
+        let r = tempfile::tempdir().unwrap();
+        let mut paths = Vec::new();
+        let mut known_bad = false;
+        for (i, (entries, junk)) in frags.iter().enumerate() {
+            known_bad |= entries.iter().any(|e| e.2);
+            let p = write(r.path(), "etc/kata-live/config.d", &format!("{i:02}-gen.toml"), &render_fragment(entries, junk));
+            paths.push(p);
+        }
+        let out = kata_config(r.path(), false);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        prop_assert!(!stderr.contains("panicked"), "{}", stderr);
+        match out.status.code() {
+            Some(0) => {
+                prop_assert!(!known_bad, "a known-bad fragment was accepted: {:?}", frags);
+                let first = kata_config(r.path(), true);
+                let r2 = tempfile::tempdir().unwrap();
+                write(r2.path(), "etc/kata-live/config.d", "50-printed.toml", &String::from_utf8_lossy(&out.stdout));
+                let again = kata_config(r2.path(), true);
+                prop_assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
+                let a: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+                let b: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+                prop_assert_eq!(&a["config"], &b["config"]);
+            }
+            Some(2) => {
+                prop_assert!(
+                    paths.iter().any(|p| stderr.contains(&p.display().to_string())),
+                    "no fragment named in {}", stderr
+                );
+            }
+            other => prop_assert!(false, "exit {:?}: {}", other, stderr),
+        }
     }
 }

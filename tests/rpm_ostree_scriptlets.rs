@@ -28,13 +28,19 @@ fn tools(tmp: &std::path::Path) -> (Tools, PathBuf) {
     let state = tmp.join("selinux");
     let bin = tmp.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
+    // SELinux enabled: the host root's selinuxfs has `enforce` (tests remove it for "no
+    // SELinux"), and the fakes look at the same file.
+    let selinuxfs = tmp.join("root/sys/fs/selinux");
+    std::fs::create_dir_all(&selinuxfs).unwrap();
+    std::fs::write(selinuxfs.join("enforce"), "1").unwrap();
     for name in ["semodule", "setsebool", "getsebool", "systemd-tmpfiles"] {
         let w = bin.join(name);
         std::fs::write(
             &w,
             format!(
-                "#!/bin/sh\nFAKE_SELINUX_DIR='{}' exec '{}' \"$@\"\n",
+                "#!/bin/sh\nFAKE_SELINUX_DIR='{}' FAKE_SELINUXFS='{}' exec '{}' \"$@\"\n",
                 state.display(),
+                selinuxfs.display(),
                 fake(name).display()
             ),
         )
@@ -84,6 +90,7 @@ fn cfg() -> PostInstall {
         ]),
         units: vec![],
         tmpfiles: vec!["/usr/lib/tmpfiles.d/kata.conf".into()],
+        selinuxfs: "/sys/fs/selinux".into(),
     }
 }
 
@@ -213,10 +220,56 @@ async fn nothing_configured_runs_nothing() {
         selinux_booleans: BTreeMap::new(),
         units: vec![],
         tmpfiles: vec![],
+        selinuxfs: "/sys/fs/selinux".into(),
     };
     let r = run_scriptlets(&empty, &host, &tools, DEADLINE)
         .await
         .unwrap();
     assert!(r.steps.is_empty());
     assert!(calls(&state).is_empty());
+}
+
+#[tokio::test]
+async fn without_selinux_the_selinux_steps_are_skipped_not_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = Host::new(tmp.path().join("root"), "/proc");
+    let (tools, state) = tools(tmp.path());
+    std::fs::remove_file(tmp.path().join("root/sys/fs/selinux/enforce")).unwrap();
+    let c = PostInstall {
+        tmpfiles: vec![],
+        ..cfg()
+    };
+    let r = run_scriptlets(&c, &host, &tools, DEADLINE).await.unwrap();
+    assert_eq!(r.selinux, Some(kata_live::scriptlets::Selinux::NotEnabled));
+    assert_eq!(r.steps.len(), 1, "{:?}", r.steps);
+    assert_eq!(r.steps[0].what, "selinux");
+    assert!(
+        matches!(&r.steps[0].outcome, StepOutcome::Skipped { why } if why.contains("SELinux is not enabled")),
+        "{:?}",
+        r.steps
+    );
+    assert!(calls(&state).is_empty(), "{:?}", calls(&state));
+    // The fakes say what the real tools say there, which is why the steps must not run.
+    let out = std::process::Command::new(&tools.getsebool)
+        .arg("container_use_devices")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SELinux is disabled"));
+}
+
+#[tokio::test]
+async fn permissive_selinux_still_runs_the_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = Host::new(tmp.path().join("root"), "/proc");
+    let (tools, state) = tools(tmp.path());
+    std::fs::write(tmp.path().join("root/sys/fs/selinux/enforce"), "0").unwrap();
+    let c = PostInstall {
+        selinux_modules: vec![],
+        tmpfiles: vec![],
+        ..cfg()
+    };
+    let r = run_scriptlets(&c, &host, &tools, DEADLINE).await.unwrap();
+    assert_eq!(r.selinux, Some(kata_live::scriptlets::Selinux::Permissive));
+    assert!(calls(&state).iter().any(|c| c.starts_with("setsebool -P")));
 }

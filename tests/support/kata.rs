@@ -15,6 +15,11 @@ pub const TEST_CONFIG: &str = r#"
 [kubelet]
 stable_window = 2.0
 
+# The node's SELinux is fake: its selinuxfs is this directory (the fake tools look at
+# the same `enforce` file; a scenario removes it for a host without SELinux).
+[post_install]
+selinuxfs = "/var/lib/fake-selinux/fs"
+
 [deadlines]
 lock = 5.0
 preflight = 20.0
