@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use crate::cri_api::runtime_service_server::RuntimeServiceServer;
 use clap::{Parser, Subcommand};
-use kata_live::cri::proto::runtime_service_server::RuntimeServiceServer;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::crio_config::{self, ConfigError, Ignored, MetricsConfig, RealFs, RuntimeTable};

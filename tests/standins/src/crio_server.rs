@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
-use kata_live::cri::proto;
+use crate::cri_api as proto;
 use proto::runtime_service_server::RuntimeService;
 use tonic::{Request, Response, Status};
 
@@ -236,6 +236,7 @@ impl RuntimeService for FakeCrio {
             }),
             info,
             runtime_handlers,
+            ..Default::default()
         }))
     }
 
@@ -349,12 +350,15 @@ impl RuntimeService for FakeCrio {
                 created_at: sb.created_at,
                 network: Some(proto::PodSandboxNetworkStatus {
                     ip: "10.128.0.10".into(),
+                    ..Default::default()
                 }),
                 labels: to_hash(&sb.labels),
                 annotations: to_hash(&sb.annotations),
                 runtime_handler: sb.runtime_handler.clone(),
+                ..Default::default()
             }),
             info: HashMap::new(),
+            ..Default::default()
         }))
     }
 
@@ -419,12 +423,14 @@ impl RuntimeService for FakeCrio {
                 image: Some(proto::ImageSpec {
                     image: c.image.clone(),
                     annotations: HashMap::new(),
+                    ..Default::default()
                 }),
                 image_ref: c.image.clone(),
                 state: container_state(c.state),
                 created_at: c.created_at,
                 labels: to_hash(&c.labels),
                 annotations: to_hash(&c.annotations),
+                ..Default::default()
             })
             .collect();
         Ok(Response::new(proto::ListContainersResponse { containers }))
