@@ -13,6 +13,7 @@ use proto::runtime_service_server::RuntimeService;
 use tonic::{Request, Response, Status};
 
 use crate::crio_config::{go_map_repr, RuntimeTable};
+use crate::crio_pod_faults::PodFaults;
 use crate::crio_state::{self, ContainerState, Sandbox, SandboxState, StateError, StateStore};
 
 pub const RUNTIME_NAME: &str = "cri-o";
@@ -63,6 +64,7 @@ pub struct FakeCrio {
     current: Arc<RwLock<RuntimeTable>>,
     store: StateStore,
     faults: LiveFaults,
+    pod_faults: PodFaults,
 }
 
 impl FakeCrio {
@@ -79,7 +81,20 @@ impl FakeCrio {
             current,
             store,
             faults,
+            pod_faults: PodFaults::default(),
         }
+    }
+
+    /// The pod faults fired at this process's start (see `crio_pod_faults`).
+    pub fn with_pod_faults(mut self, pod_faults: PodFaults) -> Self {
+        self.pod_faults = pod_faults;
+        self
+    }
+
+    /// Sandboxes and containers as this process reports them: the state file seen through
+    /// the pod faults.
+    fn view(&self) -> Result<crio_state::State, StateError> {
+        Ok(self.pod_faults.apply(self.store.read()?))
     }
 
     fn count(&self, op: &'static str) {
@@ -332,7 +347,7 @@ impl RuntimeService for FakeCrio {
     ) -> Result<Response<proto::PodSandboxStatusResponse>, Status> {
         self.count("PodSandboxStatus");
         let id = request.into_inner().pod_sandbox_id;
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let Some(sb) = state
             .sandboxes
             .iter()
@@ -368,7 +383,7 @@ impl RuntimeService for FakeCrio {
     ) -> Result<Response<proto::ListPodSandboxResponse>, Status> {
         self.count("ListPodSandbox");
         let filter = request.into_inner().filter.unwrap_or_default();
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let items = state
             .sandboxes
             .iter()
@@ -398,7 +413,7 @@ impl RuntimeService for FakeCrio {
     ) -> Result<Response<proto::ListContainersResponse>, Status> {
         self.count("ListContainers");
         let filter = request.into_inner().filter.unwrap_or_default();
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let containers = state
             .containers
             .iter()

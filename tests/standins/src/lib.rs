@@ -17,6 +17,7 @@ pub mod cri_api {
 pub mod cri_server;
 pub mod crio_config;
 pub mod crio_daemon;
+pub mod crio_pod_faults;
 pub mod crio_server;
 pub mod crio_state;
 pub mod kubelet_standin;
