@@ -8,11 +8,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
-use kata_live::cri::proto;
+use crate::cri_api as proto;
 use proto::runtime_service_server::RuntimeService;
 use tonic::{Request, Response, Status};
 
 use crate::crio_config::{go_map_repr, RuntimeTable};
+use crate::crio_pod_faults::PodFaults;
 use crate::crio_state::{self, ContainerState, Sandbox, SandboxState, StateError, StateStore};
 
 pub const RUNTIME_NAME: &str = "cri-o";
@@ -63,6 +64,7 @@ pub struct FakeCrio {
     current: Arc<RwLock<RuntimeTable>>,
     store: StateStore,
     faults: LiveFaults,
+    pod_faults: PodFaults,
 }
 
 impl FakeCrio {
@@ -79,7 +81,20 @@ impl FakeCrio {
             current,
             store,
             faults,
+            pod_faults: PodFaults::default(),
         }
+    }
+
+    /// The pod faults fired at this process's start (see `crio_pod_faults`).
+    pub fn with_pod_faults(mut self, pod_faults: PodFaults) -> Self {
+        self.pod_faults = pod_faults;
+        self
+    }
+
+    /// Sandboxes and containers as this process reports them: the state file seen through
+    /// the pod faults.
+    fn view(&self) -> Result<crio_state::State, StateError> {
+        Ok(self.pod_faults.apply(self.store.read()?))
     }
 
     fn count(&self, op: &'static str) {
@@ -276,6 +291,7 @@ impl RuntimeService for FakeCrio {
             }),
             info,
             runtime_handlers,
+            ..Default::default()
         }))
     }
 
@@ -383,7 +399,7 @@ impl RuntimeService for FakeCrio {
         self.count("PodSandboxStatus");
         let req = request.into_inner();
         let id = req.pod_sandbox_id;
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let Some(sb) = state
             .sandboxes
             .iter()
@@ -401,17 +417,20 @@ impl RuntimeService for FakeCrio {
                 created_at: sb.created_at,
                 network: Some(proto::PodSandboxNetworkStatus {
                     ip: "10.128.0.10".into(),
+                    ..Default::default()
                 }),
                 labels: to_hash(&sb.labels),
                 annotations: to_hash(&sb.annotations),
                 // CRI-O never fills it (internal/lib/sandbox/builder.go).
                 runtime_handler: String::new(),
+                ..Default::default()
             }),
             info: if req.verbose {
                 verbose_sandbox_info(sb)
             } else {
                 HashMap::new()
             },
+            ..Default::default()
         }))
     }
 
@@ -421,7 +440,7 @@ impl RuntimeService for FakeCrio {
     ) -> Result<Response<proto::ListPodSandboxResponse>, Status> {
         self.count("ListPodSandbox");
         let filter = request.into_inner().filter.unwrap_or_default();
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let items = state
             .sandboxes
             .iter()
@@ -452,7 +471,7 @@ impl RuntimeService for FakeCrio {
     ) -> Result<Response<proto::ListContainersResponse>, Status> {
         self.count("ListContainers");
         let filter = request.into_inner().filter.unwrap_or_default();
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let containers = state
             .containers
             .iter()
@@ -477,12 +496,14 @@ impl RuntimeService for FakeCrio {
                 image: Some(proto::ImageSpec {
                     image: c.image.clone(),
                     annotations: HashMap::new(),
+                    ..Default::default()
                 }),
                 image_ref: c.image.clone(),
                 state: container_state(c.state),
                 created_at: c.created_at,
                 labels: to_hash(&c.labels),
                 annotations: to_hash(&c.annotations),
+                ..Default::default()
             })
             .collect();
         Ok(Response::new(proto::ListContainersResponse { containers }))
