@@ -1,0 +1,335 @@
+//! End-to-end on a booted test node (issue 17, section 3): preflight refusals (CRI not
+//! ready, CRI-O not running), a CRI-O that dies shortly after its restart ("still the same a
+//! moment later"), and `--dry-run`, which must change nothing on a node where a real run
+//! would. Each scenario asserts what kata-live says (exit code, status.json) and what the
+//! node really is (units, files, the stand-ins' own records).
+
+mod support;
+use serde_json::Value;
+use std::sync::Mutex;
+use support::kata::{ids, KataNode, Run, DROP_IN, STATUS};
+
+/// One node at a time: each scenario boots its own, and the machine is small and shared.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn show(r: &Run) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+        r.code, r.stdout, r.stderr
+    )
+}
+
+fn outcomes(st: &Value, name: &str) -> Vec<String> {
+    st["steps"]
+        .as_array()
+        .expect("status.json has steps")
+        .iter()
+        .filter(|s| s["name"] == name)
+        .map(|s| s["outcome"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn step_names(st: &Value) -> Vec<String> {
+    st["steps"]
+        .as_array()
+        .expect("status.json has steps")
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Mutating rpm-ostree calls the fake recorded (`status` only reads).
+fn rpm_ostree_changes(k: &KataNode) -> Vec<String> {
+    match k.node.read_file("/var/lib/fake-rpm-ostree/calls.log") {
+        Ok(b) => String::from_utf8_lossy(&b)
+            .lines()
+            .filter(|l| !l.starts_with("[\"status\""))
+            .map(str::to_string)
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// A refused run: exit 10, status.json `refused` with only lock and preflight, the REFUSED
+/// record, and nothing on the node touched by kata-live.
+fn assert_refused(k: &KataNode, run: &Run, why: &str) -> Value {
+    assert_eq!(run.code, 10, "{}", show(run));
+    assert!(run.stderr.contains(why), "{}", show(run));
+    let st = k.status_json();
+    assert_eq!(st["result"], "refused", "{st:#}");
+    assert_eq!(st["exit_code"], 10, "{st:#}");
+    assert_eq!(step_names(&st), ["lock", "preflight"], "{st:#}");
+    assert_eq!(outcomes(&st, "preflight"), ["failed"], "{st:#}");
+    assert!(
+        st["error"].as_str().unwrap_or_default().contains(why),
+        "{st:#}"
+    );
+    assert_eq!(k.drop_in_bytes(), None, "a refused run wrote a drop-in");
+    assert!(
+        rpm_ostree_changes(k).is_empty(),
+        "a refused run called rpm-ostree: {:?}",
+        rpm_ostree_changes(k)
+    );
+    k.assert_no_leftover_state();
+    st
+}
+
+// -----------------------------------------------------------------------------------------
+// Preflight refusals.
+
+/// CRI-O runs and answers, but its `Status` says RuntimeReady=false (fake-crio `never-ready`).
+#[test]
+fn crio_not_ready_is_refused_and_nothing_changes() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    // REFEREE: let before = k.referee();
+    k.crio_fault("never-ready", "");
+    let crio_before = k.unit("crio.service");
+    let kubelet_before = k.unit("kubelet.service");
+
+    let run = k.install();
+    assert_refused(&k, &run, "CRI-O is not ready");
+    assert!(run.stderr.contains("RuntimeReady"), "{}", show(&run));
+    // An uninstall is refused on the same grounds.
+    let run = k.uninstall(&[]);
+    let st = assert_refused(&k, &run, "CRI-O is not ready");
+    assert_eq!(st["operation"], "uninstall");
+
+    assert_eq!(k.journal_count(ids::REFUSED), 2);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
+    assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 0);
+    assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was touched");
+    assert_eq!(
+        k.unit("kubelet.service"),
+        kubelet_before,
+        "kubelet was touched"
+    );
+    assert_eq!(k.crio_starts(), 1, "only the boot started CRI-O");
+
+    k.clear_crio_fault("never-ready");
+    k.assert_healthy();
+    // REFEREE: k.referee_assert_as_before(&before);
+}
+
+/// crio.service stopped (kubelet with it, Requires=): refused, and kata-live does not start
+/// either unit behind the operator's back.
+#[test]
+fn crio_not_running_is_refused_and_left_stopped() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    // REFEREE: let before = k.referee();
+    k.node
+        .exec_ok(&["systemctl", "stop", "crio.service"])
+        .expect("stop crio");
+    let crio_before = k.unit("crio.service");
+    assert_eq!(crio_before.active, "inactive", "{crio_before:?}");
+    assert_eq!(k.unit("kubelet.service").active, "inactive");
+
+    let run = k.install();
+    let st = assert_refused(&k, &run, "CRI-O is not running");
+    assert_eq!(st["operation"], "install");
+    assert_eq!(k.journal_count(ids::REFUSED), 1);
+    assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 0);
+    assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was started");
+    assert_eq!(k.unit("kubelet.service").active, "inactive");
+    assert_eq!(k.crio_starts(), 1, "only the boot started CRI-O");
+    assert!(
+        !k.node.exists("/var/run/crio/crio.sock").expect("stat"),
+        "a CRI socket appeared"
+    );
+
+    // The operator starts the node again (kubelet pulls CRI-O in): healthy, as before.
+    k.node
+        .exec_ok(&["systemctl", "start", "kubelet.service"])
+        .expect("start kubelet");
+    k.wait_kubelet_connected(std::time::Duration::from_secs(30));
+    k.assert_healthy();
+    // REFEREE: k.referee_assert_as_before(&before);
+}
+
+// -----------------------------------------------------------------------------------------
+// CRI-O that dies shortly after the restart.
+
+/// The CRI-O started with the drop-in is up, READY, and exits one second later (fake-crio
+/// `exit-after`; a unit drop-in removes the marker once that CRI-O is up, so only it dies).
+/// "Active after the restart job" would have been a false success: kata-live watches the new
+/// instance for a moment, sees it go, and rolls back (exit 12).
+#[test]
+fn crio_dying_after_the_restart_is_rolled_back() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    k.seed_pod("shop", "web", "");
+    // REFEREE: let before = k.referee();
+    k.crio_fault("exit-after", "1");
+    k.unit_drop_in(
+        "crio.service",
+        "exit-once",
+        "[Service]\nExecStartPost=/bin/rm -f /etc/fake-crio/faults/exit-after\n",
+    );
+    let crio_before = k.unit("crio.service");
+
+    let run = k.install();
+    assert_eq!(run.code, 12, "{}", show(&run));
+    assert!(run.stderr.contains("rolled back"), "{}", show(&run));
+    let st = k.status_json();
+    assert_eq!(st["result"], "rolled-back", "{st:#}");
+    assert_eq!(st["exit_code"], 12);
+    assert_eq!(outcomes(&st, "activate"), ["failed", "ran"], "{st:#}");
+    let first_activate = st["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "activate")
+        .unwrap();
+    assert!(
+        first_activate["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("process exited"),
+        "the failure must say the new CRI-O did not stay up: {st:#}"
+    );
+    assert_eq!(outcomes(&st, "rollback"), ["ran"], "{st:#}");
+    assert_eq!(outcomes(&st, "prove-rollback"), ["ran"], "{st:#}");
+    assert!(outcomes(&st, "prove").is_empty(), "{st:#}");
+    assert_eq!(k.journal_count(ids::ROLLED_BACK), 1);
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
+
+    // What really happened: the restarted CRI-O died by the fault, the rollback's stayed.
+    let crio_log = k.node.journal_unit("crio.service");
+    assert!(
+        crio_log.contains("fake-crio fault exit-after (1 s) fired"),
+        "{crio_log}"
+    );
+    assert_eq!(
+        k.crio_starts(),
+        3,
+        "boot, the one that died, the rollback's"
+    );
+    assert_eq!(k.drop_in_bytes(), None, "the drop-in was not removed");
+    assert_ne!(
+        k.unit("crio.service").invocation_id,
+        crio_before.invocation_id
+    );
+    k.assert_no_leftover_state();
+    k.assert_healthy();
+    // REFEREE: k.referee_assert_as_before(&before);
+}
+
+// -----------------------------------------------------------------------------------------
+// --dry-run.
+
+/// Everything a run could change, read from the node itself.
+#[derive(Debug, PartialEq, Eq)]
+struct Picture {
+    /// Path, size, mtime and mode of every file under kata-live's state directory, CRI-O's
+    /// configuration and the runtime's files. /run/kata-live is left out: a dry run takes the
+    /// lock there too (it plans from a node no other run changes); status.json is below.
+    tree: String,
+    drop_in: Option<Vec<u8>>,
+    status_json: Option<Vec<u8>>,
+    rpm_ostree_state: Option<Vec<u8>>,
+    rpm_ostree_changes: Vec<String>,
+    crio: support::kata::Unit,
+    kubelet: support::kata::Unit,
+    crio_starts: usize,
+    started_records: usize,
+}
+
+fn picture(k: &KataNode) -> Picture {
+    let find = k.node.exec(&[
+        "find",
+        "/etc/crio",
+        "/var/lib/kata-live",
+        "/usr/bin/containerd-shim-kata-v2",
+        "/opt/kata",
+        "-printf",
+        "%p %s %T@ %m\n",
+    ]);
+    let mut lines: Vec<String> = String::from_utf8_lossy(&find.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    Picture {
+        tree: lines.join("\n"),
+        drop_in: k.drop_in_bytes(),
+        status_json: k.node.read_file(STATUS).ok(),
+        rpm_ostree_state: k.node.read_file("/var/lib/fake-rpm-ostree/state.json").ok(),
+        rpm_ostree_changes: rpm_ostree_changes(k),
+        crio: k.unit("crio.service"),
+        kubelet: k.unit("kubelet.service"),
+        crio_starts: k.crio_starts(),
+        started_records: k.journal_count(ids::STARTED),
+    }
+}
+
+fn dry_run(k: &KataNode, args: &[&str]) -> Run {
+    let mut a = vec!["--dry-run"];
+    a.extend_from_slice(args);
+    let run = k.kata(&a);
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(run.stdout.contains("dry run plan"), "{}", show(&run));
+    run
+}
+
+#[test]
+fn dry_run_changes_nothing_where_a_real_run_would() {
+    let _one = serial();
+    let k = KataNode::boot("");
+
+    // A fresh node: a real install would install the package, write the drop-in and
+    // restart CRI-O. The dry run says so, and does none of it.
+    let before = picture(&k);
+    assert_eq!(before.status_json, None);
+    let run = dry_run(&k, &["install", "--no-detach"]);
+    assert!(run.stdout.contains("would Restart"), "{}", show(&run));
+    assert!(
+        run.stdout.contains("package: would carry out"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(picture(&k), before, "the dry run changed the node");
+
+    // Installed, then the configuration changes (a new runtime_root): a real install would
+    // rewrite the drop-in and restart CRI-O, a real uninstall would remove it.
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    k.node
+        .write_file(
+            "/etc/kata-live/config.d/95-changed.toml",
+            b"[handler.crio]\nruntime_root = \"/run/vc-changed\"\n",
+        )
+        .expect("config change");
+    let before = picture(&k);
+    assert!(before.status_json.is_some());
+    let drop_in_before = String::from_utf8(before.drop_in.clone().expect("drop-in")).unwrap();
+    assert!(!drop_in_before.contains("/run/vc-changed"));
+
+    let run = dry_run(&k, &["install", "--no-detach"]);
+    assert!(run.stdout.contains("Differs"), "{}", show(&run));
+    assert!(run.stdout.contains("would Restart"), "{}", show(&run));
+    assert_eq!(picture(&k), before, "the dry run changed the node");
+
+    let run = dry_run(&k, &["uninstall", "--no-detach"]);
+    assert!(run.stdout.contains("would remove"), "{}", show(&run));
+    assert!(run.stdout.contains("would Restart"), "{}", show(&run));
+    assert_eq!(picture(&k), before, "the dry run changed the node");
+
+    // The same real run does change it: the dry run's comparison could fail.
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let after = picture(&k);
+    assert_ne!(after.drop_in, before.drop_in);
+    assert_ne!(after.crio.invocation_id, before.crio.invocation_id);
+    assert_ne!(after.status_json, before.status_json);
+    assert!(String::from_utf8(after.drop_in.unwrap())
+        .unwrap()
+        .contains("/run/vc-changed"));
+    assert!(k.node.read_file(DROP_IN).is_ok());
+    k.assert_healthy();
+    // REFEREE: k.referee_assert_serves("kata-remote");
+}
