@@ -193,6 +193,7 @@ mod tests {
             runtime_handler: String::new(),
             containers: 1,
             ready: true,
+            no_handler_annotation: false,
         };
         let web = seed(&store, &pod("web")).unwrap();
         let db = seed(&store, &pod("db")).unwrap();
