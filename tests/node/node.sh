@@ -80,7 +80,15 @@ nspawn_pid() {
     local dir pid
     dir=$(node_dir "$1")
     pid=$(cat "$dir/nspawn.pid" 2>/dev/null) || return 1
-    [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "-D $dir/root " || return 1
+    [ -n "$pid" ] || return 1
+    # Compare real paths: the same cache can be reached through a symlink (another checkout
+    # sharing it), and a node must never look dead to a gc run from there.
+    local arg prev='' root=''
+    while IFS= read -r -d '' arg; do
+        [ "$prev" = -D ] && root=$arg
+        prev=$arg
+    done <"/proc/$pid/cmdline" 2>/dev/null || return 1
+    [ -n "$root" ] && [ "$(realpath -m "$root")" = "$(realpath -m "$dir/root")" ] || return 1
     echo "$pid"
 }
 

@@ -544,6 +544,12 @@ impl Node {
         self.journal_args(&["-u", unit])
     }
 
+    /// The journal of several units, interleaved in time order.
+    pub fn journal_units(&self, units: &[&str]) -> String {
+        let args: Vec<&str> = units.iter().flat_map(|u| ["-u", *u]).collect();
+        self.journal_args(&args)
+    }
+
     fn journal_args(&self, extra: &[&str]) -> String {
         let mut argv = vec!["journalctl", "-b", "--no-pager", "-o", "short-precise"];
         argv.extend_from_slice(extra);
