@@ -98,7 +98,9 @@ pub enum Command {
     /// (containerd), else from the verbose PodSandboxStatus info (CRI-O's
     /// io.kubernetes.cri-o.RuntimeHandler annotation). A sandbox whose handler cannot be
     /// determined counts as possibly on the handler. Either refuses the uninstall (exit 10,
-    /// naming the pods) unless --force; `status` shows the same answer.
+    /// naming the pods) unless --force; `status` shows the same answer. Another file of
+    /// CRI-O's configuration that declares [crio.runtime.runtimes.NAME] would keep the
+    /// handler served: refused too (exit 10, naming the file).
     Uninstall(UninstallArgs),
     /// Show package, drop-in, handler, kubelet connection and the last run's result.
     Status,

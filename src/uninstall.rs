@@ -65,6 +65,29 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
     // 3. Remove the drop-in, its content kept first (not after a stop request).
     flow::checkpoint(rep, "removing the drop-in", "nothing was changed")?;
     rep.begin("drop-in", "removing the CRI-O drop-in");
+    // Another file declaring the handler keeps it served once ours is gone: the proof could
+    // never hold, so say it now, before anything changes.
+    let others = crate::crio_conf::read_shadowing(&ctx.host, &c.handler.drop_in, &c.handler.name)
+        .map_err(|e| {
+        rep.end(StepOutcome::Failed, e.to_string());
+        FlowError::Refused(e.to_string())
+    })?;
+    if !(others.before.is_empty() && others.after.is_empty()) {
+        let files: Vec<String> = others
+            .before
+            .iter()
+            .chain(&others.after)
+            .map(|p| p.display().to_string())
+            .collect();
+        let msg = format!(
+            "{} also declare(s) [crio.runtime.runtimes.{}]: CRI-O would keep serving the handler with that definition once kata-live's drop-in is gone. Remove that table (or the file) first, then re-run",
+            files.join(", "),
+            c.handler.name
+        );
+        rep.evidence("crio_config", &others);
+        rep.end(StepOutcome::Failed, msg.clone());
+        return Err(FlowError::Refused(msg));
+    }
     let drop_in = ctx.drop_in();
     let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
     let backups = ctx.backups();

@@ -147,6 +147,39 @@ fn install_refused_when_a_later_drop_in_declares_the_handler() {
     k.assert_healthy();
 }
 
+#[test]
+fn uninstall_refused_while_another_file_declares_the_handler() {
+    let k = KataNode::boot("");
+    ok(&k.install(), "install");
+    k.node
+        .write_file(
+            "/etc/crio/crio.conf.d/99-shadow",
+            foreign_table("/run/shadow").as_bytes(),
+        )
+        .unwrap();
+    let drop_in = k.drop_in_bytes();
+    let starts = k.crio_starts();
+    let run = k.uninstall(&[]);
+    assert_eq!(run.code, 10, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("/etc/crio/crio.conf.d/99-shadow"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        k.drop_in_bytes(),
+        drop_in,
+        "a refused uninstall changed the drop-in"
+    );
+    assert_eq!(
+        k.crio_starts(),
+        starts,
+        "a refused uninstall restarted CRI-O"
+    );
+    k.assert_no_leftover_state();
+    k.assert_healthy();
+}
+
 /// The foreign drop-in appears after preflight (here: from a post-install unit), so only the
 /// proof can see it: the running CRI-O's effective table is not what kata-live wrote.
 #[test]

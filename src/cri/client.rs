@@ -248,6 +248,12 @@ impl CriClient {
                         .filter(|h| !h.is_empty());
                     s.handler = field.or_else(|| handler_from_verbose_info(&resp.info));
                 }
+                // A runtime that lets one call run out its deadline would make each of the
+                // others wait as long: the rest stay undetermined (possibly on the handler).
+                Err(e @ CriError::Deadline { .. }) => {
+                    tracing::warn!(sandbox = %s.id, error = %e, "PodSandboxStatus ran out of time; the handlers of the remaining sandboxes stay undetermined");
+                    break;
+                }
                 // Gone or unreadable: not determined, hence possibly on any handler.
                 Err(e) => {
                     tracing::debug!(sandbox = %s.id, error = %e, "PodSandboxStatus failed")

@@ -440,3 +440,44 @@ async fn config_endpoint_shows_the_merged_table_with_defaults() {
     assert_eq!(kata["no_sync_log"].as_bool(), Some(false));
     drop(p);
 }
+
+/// kata-live's own client against fake-crio: the handler CRI-O tells only verbosely is found,
+/// and a sandbox whose handler nothing tells is "undetermined", never the default.
+#[tokio::test]
+async fn kata_live_finds_pods_on_the_handler_from_the_verbose_status() {
+    let node = Node::new();
+    let p = node.start_crio("crio.log").await;
+    let kata = node.seed("kata", "kata-remote");
+    node.seed("plain", "");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fake-crio"))
+        .arg("--state-dir")
+        .arg(node.path("state"))
+        .args(["seed", "--name", "mystery", "--no-handler-annotation"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let c = kata_live::cri::CriClient::connect(
+        &node.socket(),
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let on = c.sandboxes_for_handler("kata-remote").await.unwrap();
+    assert_eq!(
+        on.on_handler
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>(),
+        [kata.as_str()]
+    );
+    assert_eq!(on.names(), ["ns/kata", "default/mystery"]);
+    let snap = c.pod_snapshot_with_handlers().await.unwrap();
+    let plain = snap.sandboxes.iter().find(|s| s.name == "plain").unwrap();
+    assert_eq!(
+        plain.handler.as_deref(),
+        Some(""),
+        "the default handler, told as \"\""
+    );
+    drop(p);
+}
