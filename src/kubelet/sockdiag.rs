@@ -105,28 +105,37 @@ pub fn dump_established(timeout: Duration) -> io::Result<Vec<UnixSock>> {
                 "sock_diag dump ended without NLMSG_DONE",
             ));
         }
-        let mut offset = 0;
-        while offset < size {
-            let msg = NetlinkMessage::<SockDiagMessage>::deserialize(&rx[offset..size])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            let len = msg.header.length as usize;
-            match msg.payload {
-                NetlinkPayload::InnerMessage(SockDiagMessage::UnixResponse(r)) => {
-                    out.push(UnixSock::from(*r));
-                }
-                NetlinkPayload::Done(_) => return Ok(out),
-                NetlinkPayload::Error(e) => {
-                    return Err(e.to_io());
-                }
-                _ => {}
-            }
-            if len == 0 {
-                break;
-            }
-            // Netlink messages are 4-byte aligned.
-            offset += (len + 3) & !3;
+        if parse_replies(&rx[..size], &mut out)? {
+            return Ok(out);
         }
     }
+}
+
+/// Parses one received buffer of a sock_diag dump (bytes from the kernel) into `out`;
+/// true once NLMSG_DONE was seen.
+pub fn parse_replies(buf: &[u8], out: &mut Vec<UnixSock>) -> io::Result<bool> {
+    let mut offset = 0;
+    while offset < buf.len() {
+        let msg = NetlinkMessage::<SockDiagMessage>::deserialize(&buf[offset..])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        let len = msg.header.length as usize;
+        match msg.payload {
+            NetlinkPayload::InnerMessage(SockDiagMessage::UnixResponse(r)) => {
+                out.push(UnixSock::from(*r));
+            }
+            NetlinkPayload::Done(_) => return Ok(true),
+            NetlinkPayload::Error(e) => {
+                return Err(e.to_io());
+            }
+            _ => {}
+        }
+        if len == 0 {
+            break;
+        }
+        // Netlink messages are 4-byte aligned.
+        offset = offset.saturating_add((len + 3) & !3);
+    }
+    Ok(false)
 }
 
 fn libc_timeval(d: Duration) -> nix::libc::timeval {
