@@ -44,6 +44,15 @@ pub fn socket_inodes(proc_root: &Path, pid: u32) -> Result<BTreeSet<u64>, ProcEr
     Ok(inodes)
 }
 
+/// The socket inode a `/proc/<pid>/fd/N` link target names (`socket:[123]`), parsed as
+/// [`socket_inodes`] parses it (procfs's `FDTarget`); `None` for anything else.
+pub fn socket_inode_of_link(target: &str) -> Option<u64> {
+    match target.parse::<FDTarget>() {
+        Ok(FDTarget::Socket(ino)) => Some(ino),
+        _ => None,
+    }
+}
+
 /// The other spelling of a CRI-O socket path: `/var/run/X` and `/run/X` are the same file
 /// on every systemd host (`/var/run` is a symlink to `/run`).
 pub fn path_alias(p: &Path) -> Option<PathBuf> {

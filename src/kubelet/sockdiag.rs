@@ -105,33 +105,70 @@ pub fn dump_established(timeout: Duration) -> io::Result<Vec<UnixSock>> {
                 "sock_diag dump ended without NLMSG_DONE",
             ));
         }
-        let mut offset = 0;
-        while offset < size {
-            let msg = NetlinkMessage::<SockDiagMessage>::deserialize(&rx[offset..size])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            let len = msg.header.length as usize;
-            match msg.payload {
-                NetlinkPayload::InnerMessage(SockDiagMessage::UnixResponse(r)) => {
-                    out.push(UnixSock::from(*r));
-                }
-                NetlinkPayload::Done(_) => return Ok(out),
-                NetlinkPayload::Error(e) => {
-                    return Err(e.to_io());
-                }
-                _ => {}
-            }
-            if len == 0 {
-                break;
-            }
-            // Netlink messages are 4-byte aligned.
-            offset += (len + 3) & !3;
+        if parse_replies(&rx[..size], &mut out)? {
+            return Ok(out);
         }
     }
+}
+
+/// Parses one received buffer of a sock_diag dump (bytes from the kernel) into `out`;
+/// true once NLMSG_DONE was seen.
+pub fn parse_replies(buf: &[u8], out: &mut Vec<UnixSock>) -> io::Result<bool> {
+    let mut offset = 0;
+    while offset < buf.len() {
+        let msg = NetlinkMessage::<SockDiagMessage>::deserialize(&buf[offset..])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        let len = msg.header.length as usize;
+        match msg.payload {
+            NetlinkPayload::InnerMessage(SockDiagMessage::UnixResponse(r)) => {
+                out.push(UnixSock::from(*r));
+            }
+            NetlinkPayload::Done(_) => return Ok(true),
+            NetlinkPayload::Error(e) => {
+                // The errno, negated by the kernel. Not `ErrorMessage::to_io`: its `abs()`
+                // overflows on i32::MIN (found by fuzzing; a panic in a debug build).
+                let errno = i32::try_from(e.raw_code().unsigned_abs()).unwrap_or(i32::MAX);
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+            _ => {}
+        }
+        if len == 0 {
+            break;
+        }
+        // Netlink messages are 4-byte aligned.
+        offset = offset.saturating_add((len + 3) & !3);
+    }
+    Ok(false)
 }
 
 fn libc_timeval(d: Duration) -> nix::libc::timeval {
     nix::libc::timeval {
         tv_sec: d.as_secs() as nix::libc::time_t,
         tv_usec: d.subsec_micros() as nix::libc::suseconds_t,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// fuzz/artifacts crash: an NLMSG_ERROR whose error code is i32::MIN.
+    #[test]
+    fn error_reply_with_min_errno_is_an_error_not_a_panic() {
+        let buf = [
+            0x14, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x46, 0x57, 0x25, 0, 0, 0, 0, 0x80,
+        ];
+        let mut out = Vec::new();
+        assert!(parse_replies(&buf, &mut out).is_err());
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn error_reply_carries_the_errno() {
+        // NLMSG_ERROR, -EPERM.
+        let mut buf = vec![0x14, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        buf.extend_from_slice(&(-1i32).to_ne_bytes());
+        let e = parse_replies(&buf, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(1));
     }
 }
