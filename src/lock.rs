@@ -159,11 +159,49 @@ mod tests {
         let held = acquire(&p, "install", Duration::from_secs(1))
             .await
             .unwrap();
+        // The waiter's "waiting for another kata-live run" event proves it found the lock
+        // held; a current-thread runtime runs the spawned task under this subscriber.
+        let blocked = Arc::new(AtomicBool::new(false));
+        let subscriber = tracing_subscriber::registry().with(WaitingSeen(blocked.clone()));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        // Another test thread may have cached the call site's interest before this scoped
+        // subscriber existed.
+        tracing::callsite::rebuild_interest_cache();
         let p2 = p.clone();
         let waiter =
             tokio::spawn(async move { acquire(&p2, "install", Duration::from_secs(10)).await });
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let until = Instant::now() + Duration::from_secs(10);
+        while !blocked.load(Ordering::SeqCst) {
+            assert!(
+                Instant::now() < until,
+                "the waiter never found the lock held"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!waiter.is_finished(), "the waiter got a held lock");
         drop(held);
         assert!(waiter.await.unwrap().is_ok());
+    }
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    /// Sets its flag on the lock module's "waiting" event.
+    struct WaitingSeen(Arc<AtomicBool>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WaitingSeen {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let m = event.metadata();
+            if m.target() == module_path!().trim_end_matches("::tests")
+                && m.fields().field("holder").is_some()
+            {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
     }
 }

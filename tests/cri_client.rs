@@ -187,7 +187,20 @@ async fn connect_when_ready_waits_for_a_slow_runtime() {
         CriClient::connect_when_ready(&socket, Duration::from_secs(10), Duration::from_millis(200))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Wait for the proof that the waiter is blocked on the slow runtime: a second Version
+    // attempt means the first one ran into its 200 ms call timeout, and it has not returned.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while cri.calls(CriCall::Version) < 2 {
+        assert!(
+            std::time::Instant::now() < until,
+            "connect_when_ready never retried Version"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !waiter.is_finished(),
+        "a slow Version was taken as an answer"
+    );
     cri.clear_delays();
     let (c, v) = waiter.await.unwrap().unwrap();
     assert_eq!(v.runtime_name, "cri-o");

@@ -103,23 +103,37 @@ fn node_boots_with_systemd_dbus_journald_and_our_files() {
     assert_eq!(is_active(&node, "smoke.service"), "inactive");
 
     // Every unit of tests/node/units/ was installed.
+    // A missing or empty units directory is a broken checkout: fail, do not skip.
     let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/units");
-    if let Ok(entries) = std::fs::read_dir(&units) {
-        for entry in entries {
-            let entry = entry.expect("read tests/node/units");
-            let want = std::fs::read(entry.path()).unwrap_or_default();
-            let node_path = Path::new("/etc/systemd/system").join(entry.file_name());
-            if entry.path().is_file() {
-                assert_eq!(
-                    node.read_file(&node_path).expect("installed unit"),
-                    want,
-                    "{} differs from {}",
-                    node_path.display(),
-                    entry.path().display()
-                );
-            }
-        }
+    let mut checked = Vec::new();
+    for entry in
+        std::fs::read_dir(&units).unwrap_or_else(|e| panic!("cannot read {}: {e}", units.display()))
+    {
+        let entry = entry.expect("read tests/node/units");
+        assert!(
+            entry.path().is_file(),
+            "{} is not a unit file",
+            entry.path().display()
+        );
+        let want = std::fs::read(entry.path())
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", entry.path().display()));
+        let node_path = Path::new("/etc/systemd/system").join(entry.file_name());
+        assert_eq!(
+            node.read_file(&node_path).expect("installed unit"),
+            want,
+            "{} differs from {}",
+            node_path.display(),
+            entry.path().display()
+        );
+        checked.push(entry.file_name().to_string_lossy().into_owned());
     }
+    checked.sort();
+    assert_eq!(
+        checked,
+        ["crio.service", "kubelet.service"],
+        "the node's units in {}",
+        units.display()
+    );
 
     // The freshly built kata-live is installed (cargo builds it for integration tests).
     let built = std::fs::read(env!("CARGO_BIN_EXE_kata-live")).expect("read built kata-live");

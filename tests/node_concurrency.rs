@@ -6,6 +6,7 @@ mod support;
 use std::sync::Mutex;
 use std::time::Duration;
 use support::kata::{ids, KataNode, Run, DROP_IN, STATUS};
+use support::referee::HANDLER;
 
 /// The kill scenarios watch phases that last a few seconds: run them one at a time so that
 /// the machine's load does not decide where the kill lands.
@@ -82,6 +83,7 @@ fn two_runs_at_once_one_refuses_naming_the_holder() {
         .contains("[crio.runtime.runtimes.kata-remote]"));
     k.assert_no_leftover_state();
     k.assert_healthy();
+    k.referee_assert_serves(HANDLER);
 }
 
 #[test]
@@ -122,6 +124,7 @@ fn two_runs_at_once_the_second_waits_then_is_a_no_op() {
     assert_eq!(k.crio_starts(), 2, "boot and one restart");
     k.assert_no_leftover_state();
     k.assert_healthy();
+    k.referee_assert_serves(HANDLER);
 }
 
 /// Starts an install, kills it with SIGKILL once status.json shows `phase` (after
@@ -172,6 +175,7 @@ fn rerun_converges(k: &KataNode) -> String {
     k.assert_healthy();
     let verify = k.kata(&["verify"]);
     assert_eq!(verify.code, 0, "{}\n{}", verify.stdout, verify.stderr);
+    k.referee_assert_serves(HANDLER);
     k.status_steps()
         .into_iter()
         .find(|(n, _)| n == "activate")

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use support::kata::{ids, KataNode, Run, DROP_IN};
 use support::node::NodeOptions;
+use support::referee::HANDLER;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -43,7 +44,7 @@ fn show(r: &Run) -> String {
     )
 }
 
-fn steps(st: &Value) -> Vec<(String, String, String, u64)> {
+fn steps(st: &Value) -> Vec<(String, String, String)> {
     st["steps"]
         .as_array()
         .expect("status.json has steps")
@@ -53,7 +54,6 @@ fn steps(st: &Value) -> Vec<(String, String, String, u64)> {
                 s["name"].as_str().unwrap_or_default().to_string(),
                 s["outcome"].as_str().unwrap_or_default().to_string(),
                 s["detail"].as_str().unwrap_or_default().to_string(),
-                s["duration_ms"].as_u64().unwrap_or_default(),
             )
         })
         .collect()
@@ -65,6 +65,30 @@ fn outcomes(st: &Value, name: &str) -> Vec<String> {
         .into_iter()
         .filter(|s| s.0 == name)
         .map(|s| s.1)
+        .collect()
+}
+
+/// The journal of this boot in order, as (MESSAGE_ID, MESSAGE), restricted to kata-live's
+/// records with a MESSAGE_ID and to messages containing one of `needles`.
+fn journal_order(k: &KataNode, needles: &[&str]) -> Vec<(String, String)> {
+    let o = k
+        .node
+        .exec(&["journalctl", "-b", "--no-pager", "-o", "json"]);
+    assert!(
+        o.status.success(),
+        "journalctl failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| {
+            (
+                v["MESSAGE_ID"].as_str().unwrap_or_default().to_string(),
+                v["MESSAGE"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .filter(|(id, m)| !id.is_empty() || needles.iter().any(|n| m.contains(n)))
         .collect()
 }
 
@@ -112,6 +136,7 @@ fn crio_fails_to_start_with_the_drop_in_then_rolls_back() {
     let k = boot_with_foreign("[handler]\nname = \"crun\"\n");
     k.unit_drop_in("crio.service", "hide-kata", HIDE_KATA_FROM_NEXT_CRIO);
     let crio_before = k.unit("crio.service");
+    let before = k.referee_for("crun");
 
     let run = k.install();
     assert_eq!(run.code, 12, "{}", show(&run));
@@ -162,6 +187,7 @@ fn crio_fails_to_start_with_the_drop_in_then_rolls_back() {
         crio_before.invocation_id
     );
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -173,6 +199,7 @@ fn runtime_files_never_visible_changes_nothing() {
     let _one = serial();
     let k = KataNode::boot("[package]\nskip = true\n\n[deadlines]\nvisibility = 3.0\n");
     let crio_before = k.unit("crio.service");
+    let before = k.referee();
 
     let run = k.install();
     assert_eq!(run.code, 11, "{}", show(&run));
@@ -194,6 +221,7 @@ fn runtime_files_never_visible_changes_nothing() {
     assert_eq!(k.drop_in_bytes(), None, "a drop-in was written");
     assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was touched");
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
 
 /// The files are visible to kata-live and to the running CRI-O, but not to the CRI-O that
@@ -205,6 +233,7 @@ fn handler_ignored_by_the_new_crio_rolls_back() {
     let k = KataNode::boot("[deadlines]\ncri_ready = 5.0\n");
     k.unit_drop_in("crio.service", "hide-kata", HIDE_KATA_FROM_NEXT_CRIO);
     k.seed_pod("shop", "web", "");
+    let before = k.referee();
 
     let run = k.install();
     assert_eq!(run.code, 13, "{}", show(&run));
@@ -249,6 +278,7 @@ fn handler_ignored_by_the_new_crio_rolls_back() {
         "{st:#}"
     );
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
 
 /// Same, over the operator's own kata-remote handler: the rollback must bring back their
@@ -263,6 +293,8 @@ fn handler_ignored_over_a_foreign_drop_in_restores_it() {
         "listed",
         "the foreign handler must be served before the run"
     );
+    let before = k.referee();
+    assert!(before.handler_probe.accepted(), "{before:?}");
 
     let run = k.install();
     assert_eq!(run.code, 13, "{}", show(&run));
@@ -279,6 +311,8 @@ fn handler_ignored_over_a_foreign_drop_in_restores_it() {
     );
     k.assert_healthy();
     assert_eq!(k.handler_presence(), "listed");
+    // The running CRI-O serves the operator's handler again, as before the run.
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -303,6 +337,7 @@ fn kubelet_disconnected_before_the_run_is_refused() {
             },
         )
         .expect("fake-kubelet must honour its hold marker");
+    let before = k.referee();
 
     let run = k.install();
     assert_eq!(run.code, 10, "{}", show(&run));
@@ -322,6 +357,7 @@ fn kubelet_disconnected_before_the_run_is_refused() {
     // Released: the node is healthy again and the same install goes through.
     release_kubelet(&k);
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
 
 /// kubelet restarts with CRI-O but holds itself disconnected from then on (a systemd
@@ -333,6 +369,7 @@ fn kubelet_never_reconnects_after_the_restart() {
     let k = KataNode::boot("[deadlines]\nkubelet = 8.0\n");
     let hold = "[Service]\nExecStartPost=/usr/bin/touch /run/fake-kubelet/hold-disconnected\n";
     k.unit_drop_in("kubelet.service", "hold", hold);
+    let before = k.referee();
 
     let run = k.install();
     assert_eq!(run.code, 14, "{}", show(&run));
@@ -369,6 +406,9 @@ fn kubelet_never_reconnects_after_the_restart() {
     let status = k.kata(&["status", "--json"]);
     let v: Value = serde_json::from_str(&status.stdout).expect("status --json");
     assert_eq!(v["kubelet"]["connection"]["ok"], false, "{}", status.stdout);
+    // Only kubelet's link is unproven: CRI-O itself is as before (handler refused, no
+    // drop-in, same pods).
+    k.referee_assert_as_before(&before);
 
     // The cause goes away: kubelet reconnects, the node is healthy, and a re-run
     // completes the install that the rollback undid.
@@ -379,6 +419,7 @@ fn kubelet_never_reconnects_after_the_restart() {
     assert_eq!(run.code, 0, "re-run after the hold: {}", show(&run));
     let verify = k.kata(&["verify"]);
     assert_eq!(verify.code, 0, "verify: {}", show(&verify));
+    k.referee_assert_serves(HANDLER);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -402,16 +443,34 @@ fn crio_slow_within_the_deadline_succeeds() {
         .collect();
     assert_eq!(activate.len(), 1, "{st:#}");
     assert_eq!(activate[0].1, "ran");
-    // CRI-O cannot have been proven restarted before its slow start was over.
+    // CRI-O cannot have been proven restarted before its slow start was over: in the
+    // journal's order, kata-live's "restarted" record comes after the restarted fake-crio
+    // began listening (an order, not a duration).
+    let order = journal_order(
+        &k,
+        &["fake-crio listening on", "fake-crio fault slow-start"],
+    );
+    let restarted = order
+        .iter()
+        .position(|(id, _)| id == ids::CRIO_RESTARTED)
+        .unwrap_or_else(|| panic!("no CRIO_RESTARTED record: {order:?}"));
+    let slept = order
+        .iter()
+        .rposition(|(_, m)| m.contains("fake-crio fault slow-start"))
+        .unwrap_or_else(|| panic!("fake-crio never slept: {order:?}"));
+    let listening = order
+        .iter()
+        .rposition(|(_, m)| m.contains("fake-crio listening on"))
+        .unwrap_or_else(|| panic!("fake-crio never listened: {order:?}"));
     assert!(
-        activate[0].3 >= delay_s * 1000,
-        "activate took {} ms, less than CRI-O's {delay_s} s start: {st:#}",
-        activate[0].3
+        slept < listening && listening < restarted,
+        "kata-live proved the restart before the slow CRI-O listened: {order:#?}"
     );
     assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 1);
     assert_eq!(k.journal_count(ids::SUCCEEDED), 1);
     k.clear_crio_fault("slow-start");
     k.assert_healthy();
+    k.referee_assert_serves(HANDLER);
 }
 
 /// CRI-O still starting at the restart deadline, and again during the rollback: no false
@@ -437,6 +496,7 @@ fn crio_slow_beyond_the_deadline_never_succeeds() {
     assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
     assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 0);
     assert_eq!(k.drop_in_bytes(), None, "the drop-in was not restored");
+    // No referee here: CRI-O is still in its 60 s start, there is no socket to ask.
 }
 
 /// CRI-O slow beyond the deadline with the drop-in, healthy again for the rollback (the
@@ -445,20 +505,21 @@ fn crio_slow_beyond_the_deadline_never_succeeds() {
 fn crio_slow_beyond_the_deadline_then_rolled_back() {
     let _one = serial();
     let k = boot_with_foreign("[deadlines]\nrestart = 4.0\n");
-    k.crio_fault("slow-start", "60");
+    let before = k.referee();
+    // `once`: the first CRI-O that starts (the restart with the drop-in) removes the marker
+    // and sleeps; the rollback's restart is fast, whatever the machine's speed.
+    k.crio_fault("slow-start", "60 once");
 
-    let child = k.spawn_kata(&["install", "--no-detach"]);
-    // fake-crio reads the marker once at start: lift it as soon as the restarted CRI-O
-    // says it is sleeping, so that only the rollback's restart is fast.
-    let seen = k.node.wait_for(
-        "the restarted CRI-O in its slow start",
-        Duration::from_secs(60),
-        |_| k.status_text("crio.service").contains("slow-start"),
-    );
-    k.clear_crio_fault("slow-start");
-    let run = k.wait_run(child, Duration::from_secs(240));
-    seen.expect("CRI-O never showed its slow start");
+    let run = k.install();
     assert_eq!(run.code, 12, "{}", show(&run));
+    let crio_log = k.node.journal_unit("crio.service");
+    assert_eq!(
+        crio_log
+            .matches("fake-crio fault slow-start: sleeping")
+            .count(),
+        1,
+        "exactly one CRI-O start was slow: {crio_log}"
+    );
     let st = k.status_json();
     assert_eq!(st["result"], "rolled-back", "{st:#}");
     assert_eq!(outcomes(&st, "activate"), ["failed", "ran"], "{st:#}");
@@ -467,6 +528,7 @@ fn crio_slow_beyond_the_deadline_then_rolled_back() {
     assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
     assert_eq!(k.drop_in_bytes().as_deref(), Some(FOREIGN_DROP_IN));
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -477,6 +539,7 @@ fn package_step_failures_leave_crio_alone() {
     let _one = serial();
     let k = boot_with_foreign("[deadlines]\npackage = 3.0\n");
     let crio_before = k.unit("crio.service");
+    let before = k.referee();
 
     // rpm-ostree fails.
     k.rpm_ostree_fault("fail");
@@ -494,6 +557,7 @@ fn package_step_failures_leave_crio_alone() {
     assert_eq!(k.journal_count(ids::FAILED), 1);
     assert_eq!(k.drop_in_bytes().as_deref(), Some(FOREIGN_DROP_IN));
     assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was touched");
+    k.referee_assert_as_before(&before);
     k.clear_rpm_ostree_fault("fail");
 
     // rpm-ostree hangs: the package deadline ends it, and the client is not left behind.
@@ -508,9 +572,11 @@ fn package_step_failures_leave_crio_alone() {
         .collect();
     assert_eq!(package.len(), 1, "{st:#}");
     assert_eq!(package[0].1, "failed");
+    // Ended by its deadline (kata-live killed it), not by rpm-ostree.
+    let err = error_text(&st);
     assert!(
-        package[0].3 >= 3000,
-        "the package step ended before its deadline: {st:#}"
+        err.contains("did not finish within") && err.contains("was killed"),
+        "the package step must have been ended by its deadline: {st:#}"
     );
     assert_eq!(k.journal_count(ids::FAILED), 2);
     assert_eq!(k.drop_in_bytes().as_deref(), Some(FOREIGN_DROP_IN));
@@ -524,6 +590,7 @@ fn package_step_failures_leave_crio_alone() {
     );
     k.clear_rpm_ostree_fault("hang");
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -578,6 +645,8 @@ fn reload_with_canary_falls_back_to_a_restart() {
     k.assert_healthy();
     let verify = k.kata(&["verify"]);
     assert_eq!(verify.code, 0, "verify: {}", show(&verify));
+    // The reload bug is the referee's point: the RUNNING CRI-O's RunPodSandbox accepts it.
+    k.referee_assert_serves(HANDLER);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -588,6 +657,8 @@ fn unknown_handler_presence_is_never_success() {
     let _one = serial();
     let k = KataNode::boot("[deadlines]\ncri_ready = 5.0\n");
     k.crio_fault("no-handlers-field", "");
+    let before = k.referee();
+    assert!(before.listed.is_empty(), "{before:?}");
 
     let run = k.install();
     assert_eq!(run.code, 13, "{}", show(&run));
@@ -609,4 +680,5 @@ fn unknown_handler_presence_is_never_success() {
     assert_eq!(k.journal_count(ids::SUCCEEDED), 0);
     assert_eq!(k.drop_in_bytes(), None);
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }

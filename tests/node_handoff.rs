@@ -6,6 +6,7 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 use support::kata::{ids, KataNode};
+use support::referee::HANDLER;
 
 const UNIT: &str = "kata-live-handoff-install.service";
 
@@ -83,6 +84,7 @@ fn handoff_from_a_pod_scope_survives_the_crio_restart() {
     );
     assert_eq!(k.journal_count(ids::SUCCEEDED), 1);
     k.assert_healthy();
+    k.referee_assert_serves(HANDLER);
 
     // The hand-off unit is left readable (active/exited) for the operator; a run in place
     // afterwards is a no-op re-run.

@@ -4,6 +4,7 @@
 mod support;
 use std::time::Duration;
 use support::kata::{ids, KataNode, Run};
+use support::referee::HANDLER;
 
 fn ok(run: &Run, what: &str) {
     assert_eq!(
@@ -21,6 +22,7 @@ fn installed() -> KataNode {
     let k = KataNode::boot("");
     ok(&k.install(), "install");
     assert!(k.drop_in().is_some(), "install wrote no drop-in");
+    k.referee_assert_serves(HANDLER);
     k
 }
 
@@ -30,6 +32,7 @@ fn uninstall_after_install() {
     let crio_before = k.unit("crio.service");
     let kubelet_before = k.unit("kubelet.service");
     k.seed_pod("shop", "web", "");
+    let before = k.referee();
 
     let run = k.uninstall(&[]);
     ok(&run, "uninstall");
@@ -102,6 +105,11 @@ fn uninstall_after_install() {
         "verify after uninstall:\n{}\n{}",
         verify.stdout, verify.stderr
     );
+    // The referee: the running CRI-O refuses the handler, the default one works, and the
+    // pod on the default handler is still there.
+    let after = k.referee_assert_refuses(HANDLER);
+    assert_eq!(after.pods, before.pods);
+    assert_eq!(after.containers, before.containers);
 }
 
 #[test]
@@ -111,6 +119,7 @@ fn uninstall_refused_while_a_pod_uses_the_handler_then_forced() {
     let drop_in = k.node.read_file(support::kata::DROP_IN).unwrap();
     let crio_before = k.unit("crio.service");
     let starts = k.crio_starts();
+    let before = k.referee();
 
     let run = k.uninstall(&[]);
     assert_eq!(run.code, 10, "{}\n{}", run.stdout, run.stderr);
@@ -146,6 +155,7 @@ fn uninstall_refused_while_a_pod_uses_the_handler_then_forced() {
     // A refusal leaves nothing to resume.
     k.assert_no_leftover_state();
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 
     // --force removes the handler anyway; the pod is expected to break, not counted as lost.
     let run = k.uninstall(&["--force"]);
@@ -176,6 +186,7 @@ fn uninstall_refused_while_a_pod_uses_the_handler_then_forced() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 16);
+    k.referee_assert_refuses(HANDLER);
 }
 
 #[test]
@@ -224,4 +235,5 @@ fn uninstall_killed_during_proof_then_rerun_converges() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 16);
+    k.referee_assert_refuses(HANDLER);
 }

@@ -10,6 +10,12 @@ use std::time::Duration;
 
 use support::kubelet_node::boot;
 use support::node::Node;
+use support::referee::{Cri, Probe, SOCKET};
+
+/// The referee's RunPodSandbox probe on the node's running fake-crio.
+fn probe(node: &Node, handler: &str) -> Probe {
+    Cri::connect(&node.host_path(SOCKET).expect("socket path")).probe(handler)
+}
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -54,6 +60,8 @@ fn crio_reload_and_restart_under_systemd() {
         1,
     );
     wait_count(&node, "kubelet.service", "handlers=[,crun,runc]", 1);
+    assert!(!probe(&node, "kata-remote").accepted());
+    assert_eq!(probe(&node, ""), Probe::Accepted);
     let crio_inv = show(&node, "crio.service", "InvocationID");
     let kubelet_inv = show(&node, "kubelet.service", "InvocationID");
     let kubelet_pid = show(&node, "kubelet.service", "MainPID");
@@ -98,6 +106,11 @@ fn crio_reload_and_restart_under_systemd() {
     );
     assert_eq!(show(&node, "crio.service", "InvocationID"), crio_inv);
     assert_eq!(show(&node, "kubelet.service", "MainPID"), kubelet_pid);
+    // CRI-O's reload bug, seen by the referee: listed, but the running process refuses it.
+    assert!(
+        !probe(&node, "kata-remote").accepted(),
+        "after a reload the running fake-crio must still refuse the new handler"
+    );
 
     // Restart: kubelet restarts with it (Requires=) and its new process connects again.
     node.exec_ok(&["systemctl", "restart", "crio.service"])
@@ -128,6 +141,9 @@ fn crio_reload_and_restart_under_systemd() {
         "sandboxes=1 ready=1 containers=1 running=1",
         2,
     );
+    // After the restart the running process serves it; the default still works.
+    assert_eq!(probe(&node, "kata-remote"), Probe::Accepted);
+    assert_eq!(probe(&node, ""), Probe::Accepted);
 
     // The timeline, for reading latency off a run (`--nocapture`).
     for line in node.journal().lines().filter(|l| {

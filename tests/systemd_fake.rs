@@ -4,7 +4,7 @@
 #[path = "support/systemd_fake.rs"]
 mod systemd_fake;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kata_live::systemd::SystemdError;
 use systemd_fake::{Fake, FakeUnit, JobScript};
@@ -64,7 +64,6 @@ async fn a_job_that_never_ends_hits_the_deadline() {
         after: None,
         foreign_job_first: true,
     });
-    let t0 = Instant::now();
     match fake.client.start_unit(U, Duration::from_millis(300)).await {
         Err(SystemdError::Deadline {
             unit, last_state, ..
@@ -74,7 +73,6 @@ async fn a_job_that_never_ends_hits_the_deadline() {
         }
         other => panic!("expected Deadline, got {other:?}"),
     }
-    assert!(t0.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test]

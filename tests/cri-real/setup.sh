@@ -82,6 +82,49 @@ if [ "$(cat "$cri_api/.complete" 2>/dev/null | head -n1)" != "$CRI_API_RECIPE" ]
     mv "$cri_api.tmp" "$cri_api"
 fi
 
+# A sandbox ("pause") image without a registry: pause.c compiled statically by the host's gcc
+# and packed as an OCI image archive, imported by the test with `ctr images import`. Rebuilt
+# when pause.c or this recipe changes.
+PAUSE_IMAGE="localhost/kata-live-test/pause:1"
+pause_key="$( { cat "$here/pause.c"; echo "$PAUSE_IMAGE v1"; } | sha256sum | cut -c1-12)"
+pause_dir="$rootfs/opt/kata-live-test"
+pause_tar="$pause_dir/pause-image-$pause_key.tar"
+if [ ! -s "$pause_tar" ]; then
+    work="$(mktemp -d)"
+    trap 'rm -rf "$work"' EXIT
+    mkdir -p "$work/layer" "$work/oci/blobs/sha256"
+    gcc -static -O2 -o "$work/layer/pause" "$here/pause.c" >&2
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+        -C "$work/layer" -cf "$work/layer.tar" pause
+    diff_id="sha256:$(sha256sum "$work/layer.tar" | cut -d' ' -f1)"
+    gzip -n -c "$work/layer.tar" > "$work/layer.tar.gz"
+    blob() { # FILE -> prints "DIGEST SIZE", stores the blob
+        local d; d="$(sha256sum "$1" | cut -d' ' -f1)"
+        cp "$1" "$work/oci/blobs/sha256/$d"
+        echo "sha256:$d $(stat -c %s "$1")"
+    }
+    read -r layer_digest layer_size < <(blob "$work/layer.tar.gz")
+    printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/pause"]},"rootfs":{"type":"layers","diff_ids":["%s"]}}' \
+        "$diff_id" > "$work/config.json"
+    read -r config_digest config_size < <(blob "$work/config.json")
+    printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"%s","size":%s}]}' \
+        "$config_digest" "$config_size" "$layer_digest" "$layer_size" > "$work/manifest.json"
+    read -r manifest_digest manifest_size < <(blob "$work/manifest.json")
+    printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"1"}}]}' \
+        "$manifest_digest" "$manifest_size" "$PAUSE_IMAGE" > "$work/oci/index.json"
+    printf '{"imageLayoutVersion":"1.0.0"}' > "$work/oci/oci-layout"
+    rm -rf "$pause_dir"
+    mkdir -p "$pause_dir"
+    tar -C "$work/oci" -cf "$pause_tar.tmp" oci-layout index.json blobs
+    mv "$pause_tar.tmp" "$pause_tar"
+    rm -rf "$work"
+    trap - EXIT
+fi
+ln -sfn "$(basename "$pause_tar")" "$pause_dir/pause-image.tar"
+
+# containerd copies /etc/hosts into every sandbox; a minbase rootfs has none.
+[ -e "$rootfs/etc/hosts" ] || printf '127.0.0.1 localhost\n::1 localhost\n' > "$rootfs/etc/hosts"
+
 # The config is cheap: rewrite it every time so edits here take effect without a rebuild.
 # containerd 2.x config version 3: the CRI runtime plugin is io.containerd.cri.v1.runtime.
 mkdir -p "$rootfs/etc/containerd"
@@ -92,6 +135,15 @@ state = "/run/containerd"
 
 [grpc]
   address = "/run/containerd/containerd.sock"
+
+# The locally built image of setup.sh (no registry in the test): never pulled.
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "localhost/kata-live-test/pause:1"
+
+# The test host may lack CAP_SYS_RESOURCE: sandboxes get containerd's own oom_score_adj
+# at most (a lower one, -998, is refused: "failed to update /proc/self/oom_score_adj").
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
 
 [plugins."io.containerd.cri.v1.runtime".containerd]
   default_runtime_name = "runc"

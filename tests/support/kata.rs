@@ -87,25 +87,71 @@ impl KataNode {
             );
         let node = Node::boot(opts).expect("the test node must boot (run the suite as root)");
         let k = KataNode { node };
-        if k.node
-            .exists("/etc/systemd/system/kubelet.service")
-            .unwrap_or(false)
-        {
-            k.wait_kubelet_connected(Duration::from_secs(30));
-        }
+        // A scenario node without kubelet is a broken harness: fail, never skip the wait.
+        assert!(
+            k.node
+                .exists("/etc/systemd/system/kubelet.service")
+                .expect("stat kubelet.service in the node"),
+            "the test node has no kubelet.service (tests/node/units/)"
+        );
+        k.wait_kubelet_connected(Duration::from_secs(30));
         k
     }
 
-    /// Waits until kubelet answers healthz and holds a CRI connection (its own log).
+    /// Waits until kubelet answers healthz and the RUNNING kubelet logged a CRI connection
+    /// after the RUNNING CRI-O began listening: an older connection (to a CRI-O since
+    /// restarted, or by a kubelet since replaced) does not count.
     pub fn wait_kubelet_connected(&self, deadline: Duration) {
         self.node
-            .wait_for("kubelet connected to CRI-O", deadline, |n| {
-                let o = n.exec(&["curl", "-fsS", "http://127.0.0.1:10248/healthz"]);
-                o.status.success()
-                    && n.journal_unit("kubelet.service")
-                        .contains("connected to CRI")
+            .wait_for("kubelet connected to the running CRI-O", deadline, |_| {
+                let o = self
+                    .node
+                    .exec(&["curl", "-fsS", "http://127.0.0.1:10248/healthz"]);
+                o.status.success() && self.kubelet_connected_since_crio_start()
             })
             .expect("kubelet stand-in must connect to the CRI-O stand-in");
+    }
+
+    /// In the journal's order: the running CRI-O's "listening" line, then a "connected to
+    /// CRI" line of the running kubelet.
+    pub fn kubelet_connected_since_crio_start(&self) -> bool {
+        let (crio, kubelet) = (self.unit("crio.service"), self.unit("kubelet.service"));
+        if crio.main_pid == 0 || kubelet.main_pid == 0 {
+            return false;
+        }
+        let o = self.node.exec(&[
+            "journalctl",
+            "-b",
+            "--no-pager",
+            "-o",
+            "json",
+            &format!("_PID={}", crio.main_pid),
+            "+",
+            &format!("_PID={}", kubelet.main_pid),
+        ]);
+        assert!(
+            o.status.success(),
+            "journalctl failed ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let mut crio_listening = false;
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let pid = v["_PID"].as_str().unwrap_or_default();
+            let msg = v["MESSAGE"].as_str().unwrap_or_default();
+            if pid == crio.main_pid.to_string() && msg.contains("fake-crio listening on") {
+                crio_listening = true;
+            } else if crio_listening
+                && pid == kubelet.main_pid.to_string()
+                && msg.contains("connected to CRI at")
+            {
+                return true;
+            }
+        }
+        false
     }
 
     /// Runs `kata-live ARGS` inside the node, in place (no hand-off), within `deadline`.
@@ -167,7 +213,8 @@ impl KataNode {
             .map(|b| String::from_utf8_lossy(&b).into_owned())
     }
 
-    /// kata-live's journal records carrying this MESSAGE_ID.
+    /// kata-live's journal records carrying this MESSAGE_ID. A journalctl that fails fails
+    /// the test (a count of 0 from a broken journalctl would pass "nothing logged" checks).
     pub fn journal_count(&self, message_id: &str) -> usize {
         // One JSON object per record: a multi-line message is still one record.
         let o = self.node.exec(&[
@@ -177,6 +224,12 @@ impl KataNode {
             "json",
             &format!("MESSAGE_ID={message_id}"),
         ]);
+        assert!(
+            o.status.success(),
+            "journalctl MESSAGE_ID={message_id} failed ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stdout)
             .lines()
             .filter(|l| l.trim_start().starts_with('{'))

@@ -662,7 +662,7 @@ impl Drop for Node {
     }
 }
 
-/// `<label>-<pid>-<n>`, valid for node.sh (`[a-z0-9-]`, at most 40 chars).
+/// `<label>-<pid>-<pidns>-<n>`, valid for node.sh (`[a-z0-9-]`, at most 40 chars).
 fn unique_name(label: Option<&str>) -> String {
     let n = NEXT_NODE.fetch_add(1, Ordering::Relaxed);
     let thread = std::thread::current();
@@ -676,7 +676,19 @@ fn unique_name(label: Option<&str>) -> String {
             _ => '-',
         })
         .collect();
-    let suffix = format!("-{}-{n}", std::process::id());
+    // Sessions in other pid namespaces share the node cache and may have the same pid: the
+    // namespace's inode (last digits) keeps the names apart.
+    let ns = std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|l| {
+            let l = l.to_string_lossy().into_owned();
+            let digits: String = l.chars().filter(char::is_ascii_digit).collect();
+            digits
+                .get(digits.len().saturating_sub(4)..)
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let suffix = format!("-{}-{ns}-{n}", std::process::id());
     label.truncate(40 - suffix.len());
     let label = label.trim_matches('-');
     let label = if label.is_empty() { "node" } else { label };

@@ -23,7 +23,9 @@
 //! `RunPodSandbox` checks the runtime table captured when the process started (the table
 //! CRI-O's reload bug does not update), so "accepted" means the running CRI-O serves it.
 //! An answer other than success or CRI-O's "failed to find runtime handler" (socket gone,
-//! another error) fails the test: the referee never guesses.
+//! another error) fails the test: the referee never guesses. Side effects to keep in mind:
+//! a refused probe leaves CRI-O's "RunPodSandbox failed: failed to find runtime handler" line
+//! in crio.service's journal, and probes count in fake-crio's operation metrics.
 #![allow(dead_code)] // each test file uses its own part of this
 
 use std::collections::HashMap;

@@ -209,14 +209,26 @@ fn fault_seconds(dir: &Path, name: &str) -> Result<Option<f64>, DaemonError> {
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let t = text.trim();
-            t.parse::<f64>()
+            // `SECONDS once`: the start that reads it removes the marker (the next is normal).
+            let (secs, once) = match t.split_once(char::is_whitespace) {
+                Some((n, rest)) if rest.trim() == "once" => (n, true),
+                _ => (t, false),
+            };
+            let secs = secs
+                .parse::<f64>()
                 .ok()
                 .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Some)
                 .ok_or(DaemonError::FaultValue {
-                    path,
+                    path: path.clone(),
                     found: t.to_string(),
-                })
+                })?;
+            if once {
+                std::fs::remove_file(&path).map_err(|_| DaemonError::FaultValue {
+                    path: path.clone(),
+                    found: format!("{t} (cannot remove the once marker)"),
+                })?;
+            }
+            Ok(Some(secs))
         }
         Err(_) => Ok(None),
     }
