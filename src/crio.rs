@@ -92,6 +92,12 @@ pub fn classify(current: Option<&[u8]>, desired: &str) -> DropInState {
     }
 }
 
+/// Whether these bytes are a drop-in kata-live wrote (its header), whatever configuration
+/// rendered them.
+pub fn written_by_kata_live(content: Option<&[u8]>) -> bool {
+    content.is_some_and(|c| c.starts_with(HEADER.as_bytes()))
+}
+
 /// What a write or removal did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
