@@ -27,7 +27,9 @@ pub enum AppError {
 impl AppError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            AppError::Config(_) | AppError::Generate(_) => ExitCode::Usage,
+            AppError::Config(_)
+            | AppError::Generate(_)
+            | AppError::Systemd(SystemdError::HostBusUnderRoot { .. }) => ExitCode::Usage,
             AppError::Systemd(SystemdError::HandOffBusy { .. }) => ExitCode::LockBusy,
             // Nothing can be observed or changed without systemd: refused, node untouched.
             AppError::Systemd(SystemdError::NoBus { .. }) => ExitCode::PreflightRefused,
@@ -74,7 +76,12 @@ fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
 }
 
 async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCode, AppError> {
-    let systemd = Systemd::system().await?;
+    let bus = crate::systemd::choose_bus_address(
+        &cli.global.root,
+        cli.global.bus_address.as_deref(),
+        std::env::var("DBUS_SYSTEM_BUS_ADDRESS").ok().as_deref(),
+    )?;
+    let systemd = Systemd::at_address(&bus).await?;
     let ctx = Ctx {
         host: host.clone(),
         rpm_ostree: RpmOstree::new(host.path(&loaded.config.package.rpm_ostree)),

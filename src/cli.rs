@@ -37,6 +37,11 @@ pub struct Global {
     /// Prefix for every host file path (config, drop-in, state, sockets).
     #[arg(long, global = true, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
+    /// The D-Bus address of the system bus systemd answers on. Default: DBUS_SYSTEM_BUS_ADDRESS,
+    /// else the host's standard socket, which a --root other than / refuses (it would restart
+    /// the real host's units): give the bus of the system under --root.
+    #[arg(long, global = true, value_name = "ADDRESS")]
+    pub bus_address: Option<String>,
     /// The procfs to read processes from (not under --root).
     #[arg(
         long = "proc",

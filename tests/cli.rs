@@ -112,3 +112,40 @@ fn without_a_system_bus_install_is_refused_and_changes_nothing() {
         "wrote something"
     );
 }
+
+#[test]
+fn another_root_without_a_bus_address_exits_2_and_changes_nothing() {
+    let r = tempfile::tempdir().unwrap();
+    for cmd in [
+        &["install", "--no-detach"][..],
+        &["uninstall", "--no-detach"],
+        &["status"],
+    ] {
+        kata_live()
+            .env_remove("DBUS_SYSTEM_BUS_ADDRESS")
+            .arg("--root")
+            .arg(r.path())
+            .args(cmd)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("--bus-address"))
+            .stderr(predicate::str::contains("DBUS_SYSTEM_BUS_ADDRESS"));
+    }
+    assert_eq!(
+        fs::read_dir(r.path()).unwrap().count(),
+        0,
+        "wrote something"
+    );
+    // Given explicitly, the address is used (and here there is no systemd there: refused).
+    let bus = r.path().join("no-such-bus");
+    kata_live()
+        .env_remove("DBUS_SYSTEM_BUS_ADDRESS")
+        .arg("--root")
+        .arg(r.path())
+        .arg("--bus-address")
+        .arg(format!("unix:path={}", bus.display()))
+        .args(["install", "--no-detach"])
+        .assert()
+        .code(10)
+        .stderr(predicate::str::contains("no-such-bus"));
+}

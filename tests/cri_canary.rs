@@ -1,8 +1,8 @@
 //! The canary sandbox against the scriptable server: success, and cleanup on every path.
 
 use kata_live::cri::canary::{CANARY_LABEL, CANARY_NAMESPACE, CANARY_NAME_PREFIX};
-use kata_live::cri::proto;
 use kata_live::cri::{CriClient, CriError};
+use kata_live_standins::cri_api as proto;
 use kata_live_standins::cri_server::{CriCall, TestCri};
 use std::time::Duration;
 

@@ -2,6 +2,7 @@
 
 mod support;
 use support::kata::{ids, KataNode};
+use support::referee::HANDLER;
 
 #[test]
 fn install_then_rerun_without_restart() {
@@ -9,6 +10,10 @@ fn install_then_rerun_without_restart() {
     let crio_before = k.unit("crio.service");
     let kubelet_before = k.unit("kubelet.service");
     k.seed_pod("shop", "web", "");
+    // The referee's picture: the running CRI-O refuses the handler, the default one works.
+    let before = k.referee();
+    assert!(!before.handler_probe.accepted(), "{before:?}");
+    assert!(before.default_probe.accepted(), "{before:?}");
 
     let run = k.install();
     assert_eq!(
@@ -62,6 +67,11 @@ fn install_then_rerun_without_restart() {
         String::from_utf8(k.node.read_file("/var/lib/fake-selinux/calls.log").unwrap()).unwrap();
     assert!(se.contains("setsebool -P container_use_devices"), "{se}");
     k.assert_healthy();
+    // The referee, not kata-live: the running CRI-O runs a sandbox on the handler, the
+    // default handler still works, and the seeded pod is still there, still running.
+    let after = k.referee_assert_serves(HANDLER);
+    assert_eq!(after.pods, before.pods);
+    assert_eq!(after.containers, before.containers);
 
     // A re-run with nothing changed: success with zero restarts.
     let run = k.install();
@@ -95,4 +105,5 @@ fn install_then_rerun_without_restart() {
         "verify after install:\n{}\n{}",
         verify.stdout, verify.stderr
     );
+    k.referee_assert_serves(HANDLER);
 }

@@ -65,6 +65,32 @@ impl JobKind {
     }
 }
 
+/// Which bus to reach systemd at. An explicit address (`--bus-address`, else a non-empty
+/// `DBUS_SYSTEM_BUS_ADDRESS`) always wins. Without one, the host's standard socket, but only
+/// when `root` is the host's `/`: under another root every file path moves and the host's bus
+/// would not, so a run meant for `root` would restart the real host's CRI-O.
+pub fn choose_bus_address(
+    root: &std::path::Path,
+    option: Option<&str>,
+    env: Option<&str>,
+) -> Result<String, SystemdError> {
+    let explicit = option
+        .filter(|a| !a.is_empty())
+        .or(env.filter(|a| !a.is_empty()));
+    if let Some(addr) = explicit {
+        return Ok(addr.to_string());
+    }
+    // `/host` may be a symlink to `/`: that is the host's own root.
+    let resolved = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    if resolved == std::path::Path::new("/") {
+        Ok(DEFAULT_SYSTEM_BUS_ADDRESS.to_string())
+    } else {
+        Err(SystemdError::HostBusUnderRoot {
+            root: root.to_path_buf(),
+        })
+    }
+}
+
 impl Systemd {
     /// Connect to the system bus: `DBUS_SYSTEM_BUS_ADDRESS`, else the standard socket.
     pub async fn system() -> Result<Self, SystemdError> {
@@ -581,4 +607,53 @@ fn prop_hex(m: &HashMap<String, OwnedVariant>, k: &str) -> String {
         return String::new();
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn host_root_uses_the_standard_bus_unless_told_otherwise() {
+        let d = choose_bus_address(Path::new("/"), None, None).unwrap();
+        assert_eq!(d, DEFAULT_SYSTEM_BUS_ADDRESS);
+        let e = choose_bus_address(Path::new("/"), None, Some("unix:path=/x")).unwrap();
+        assert_eq!(e, "unix:path=/x");
+        let o = choose_bus_address(Path::new("/"), Some("unix:path=/o"), Some("unix:path=/x"));
+        assert_eq!(o.unwrap(), "unix:path=/o");
+    }
+
+    #[test]
+    fn another_root_refuses_the_host_bus_without_an_explicit_address() {
+        let r = tempfile::tempdir().unwrap();
+        let err = choose_bus_address(r.path(), None, None).unwrap_err();
+        assert!(
+            matches!(err, SystemdError::HostBusUnderRoot { .. }),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("--bus-address"), "{msg}");
+        assert!(msg.contains("DBUS_SYSTEM_BUS_ADDRESS"), "{msg}");
+        // An empty variable is no address.
+        assert!(choose_bus_address(r.path(), None, Some("")).is_err());
+        assert!(choose_bus_address(r.path(), Some(""), None).is_err());
+        let ok = choose_bus_address(r.path(), None, Some("unix:path=/n")).unwrap();
+        assert_eq!(ok, "unix:path=/n");
+        assert_eq!(
+            choose_bus_address(r.path(), Some("unix:path=/o"), None).unwrap(),
+            "unix:path=/o"
+        );
+    }
+
+    #[test]
+    fn a_symlink_to_the_host_root_is_the_host_root() {
+        let r = tempfile::tempdir().unwrap();
+        let link = r.path().join("host");
+        std::os::unix::fs::symlink("/", &link).unwrap();
+        assert_eq!(
+            choose_bus_address(&link, None, None).unwrap(),
+            DEFAULT_SYSTEM_BUS_ADDRESS
+        );
+    }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use client::{Systemd, DEFAULT_SYSTEM_BUS_ADDRESS};
+pub use client::{choose_bus_address, Systemd, DEFAULT_SYSTEM_BUS_ADDRESS};
 pub use jobs::crash_loop;
 
 /// A unit's state, read fresh from systemd (never from a proxy's property cache).
@@ -91,6 +91,15 @@ pub enum SystemdError {
         #[source]
         source: zbus::Error,
     },
+    #[error(
+        "--root {} is not the host's /, and no bus address was given: over the host's system \
+         bus kata-live would restart the host's own units. Give the system bus of the system \
+         under that root with --bus-address ADDRESS or DBUS_SYSTEM_BUS_ADDRESS (e.g. \
+         unix:path={}/run/dbus/system_bus_socket), or run without --root",
+        root.display(),
+        root.display()
+    )]
+    HostBusUnderRoot { root: std::path::PathBuf },
     #[error("unit {unit} does not exist (not found by systemd); check the unit name in the configuration")]
     NoSuchUnit { unit: String },
     #[error(
@@ -153,7 +162,7 @@ impl SystemdError {
     /// The unit this error is about ("" for bus-level errors).
     pub fn unit(&self) -> &str {
         match self {
-            SystemdError::NoBus { .. } => "",
+            SystemdError::NoBus { .. } | SystemdError::HostBusUnderRoot { .. } => "",
             SystemdError::NoSuchUnit { unit }
             | SystemdError::AccessDenied { unit, .. }
             | SystemdError::NoReload { unit }

@@ -2,6 +2,8 @@
 # Builds (once, cached) a Debian sid rootfs holding containerd 2.x, for the real-peer CRI test.
 # sid packages go into the rootfs only, never onto the host (they would replace its libc).
 #
+# Also extracts the upstream CRI definition (api.proto) under $cache/cri-api for the stand-ins'
+# build (tests/standins/build.rs): run this before anything compiles them.
 # Usage: tests/cri-real/setup.sh            -> prints the rootfs path on its last stdout line
 # Env:   KATA_LIVE_CRI_REAL_CACHE (default: tests/cri-real/.cache), DEBIAN_MIRROR.
 # Needs root (debootstrap, chroot). Installs debootstrap on the host if it is missing.
@@ -46,6 +48,38 @@ if [ ! -e "$rootfs/.complete" ]; then
     chroot "$tmp" apt-get clean >&2
     echo "$RECIPE" > "$tmp/.complete"
     mv "$tmp" "$rootfs"
+fi
+
+# The upstream CRI definition (k8s.io/cri-api's runtime/v1/api.proto) for the stand-ins and the
+# test referee: downloaded by the sid rootfs's apt (the package is not in bookworm) and
+# extracted under $cache/cri-api; tests/standins/build.rs compiles it from there. api.proto
+# imports gogo.proto, hence the second package. Its own cache key: a change here does not
+# rebuild the rootfs.
+CRI_API_RECIPE="debs=golang-github-kubernetes-cri-api-dev,golang-github-gogo-protobuf-dev v1"
+cri_api="$cache/cri-api"
+if [ "$(cat "$cri_api/.complete" 2>/dev/null | head -n1)" != "$CRI_API_RECIPE" ]; then
+    dl="$rootfs/var/cache/kata-live-cri-api"
+    rm -rf "$dl" "$cri_api.tmp"
+    mkdir -p "$dl" "$cri_api.tmp"
+    aptdl=(env DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false
+           -o APT::Sandbox::User=root)
+    chroot "$rootfs" "${aptdl[@]}" update >&2
+    chroot "$rootfs" sh -c 'cd /var/cache/kata-live-cri-api && exec "$@"' sh \
+        "${aptdl[@]}" download golang-github-kubernetes-cri-api-dev golang-github-gogo-protobuf-dev >&2
+    for deb in "$dl"/*.deb; do
+        dpkg-deb -x "$deb" "$cri_api.tmp"
+        dpkg-deb -f "$deb" Package Version | tr '\n' ' ' >> "$cri_api.tmp/.versions"
+        echo >> "$cri_api.tmp/.versions"
+    done
+    rm -rf "$dl"
+    proto="$cri_api.tmp/usr/share/gocode/src/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto"
+    if [ ! -s "$proto" ]; then
+        echo "setup.sh: the cri-api package holds no $proto" >&2
+        exit 1
+    fi
+    { echo "$CRI_API_RECIPE"; cat "$cri_api.tmp/.versions"; } > "$cri_api.tmp/.complete"
+    rm -rf "$cri_api"
+    mv "$cri_api.tmp" "$cri_api"
 fi
 
 # The config is cheap: rewrite it every time so edits here take effect without a rebuild.

@@ -2,3 +2,4 @@ pub mod hold;
 pub mod kata;
 pub mod kubelet_node;
 pub mod node;
+pub mod referee;

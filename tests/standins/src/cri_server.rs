@@ -16,8 +16,8 @@
 //! assert_eq!(cri.calls(CriCall::Version), 0);
 //! ```
 
-use kata_live::cri::proto;
-use kata_live::cri::proto::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use crate::cri_api as proto;
+use crate::cri_api::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::unix::net::UnixListener as StdUnixListener;
@@ -188,6 +188,7 @@ impl RuntimeService for Service {
                     features: Some(proto::RuntimeHandlerFeatures::default()),
                 })
                 .collect(),
+            ..Default::default()
         }))
     }
 
@@ -281,8 +282,10 @@ impl RuntimeService for Service {
                 labels: s.labels.clone(),
                 annotations: s.annotations.clone(),
                 runtime_handler: s.runtime_handler.clone(),
+                ..Default::default()
             }),
             info: HashMap::new(),
+            ..Default::default()
         }))
     }
 
@@ -756,6 +759,7 @@ fn add_pod_attempt(
                 created_at: 0,
                 labels: pod_labels.clone(),
                 annotations: HashMap::new(),
+                ..Default::default()
             },
         );
         ids.push(cid);

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use crate::cri_api::runtime_service_server::RuntimeServiceServer;
 use clap::{Parser, Subcommand};
-use kata_live::cri::proto::runtime_service_server::RuntimeServiceServer;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::crio_config::{self, ConfigError, Ignored, MetricsConfig, RealFs, RuntimeTable};
@@ -28,6 +28,8 @@ pub enum DaemonError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     State(#[from] StateError),
+    #[error("{0}")]
+    PodFault(#[from] crate::crio_pod_faults::PodFaultError),
     #[error("fault file {path} must hold a number of seconds, found {found:?}")]
     FaultValue { path: PathBuf, found: String },
     #[error("creating socket directories for {path}: {source}")]
@@ -369,6 +371,12 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
         ),
     );
 
+    let (pod_faults, fired) =
+        crate::crio_pod_faults::PodFaults::at_start(&args.fault_dir, &table, &store)?;
+    for line in &fired {
+        logrus("warning", line);
+    }
+
     if let Some(secs) = fault_seconds(&args.fault_dir, "slow-start")? {
         logrus(
             "info",
@@ -388,7 +396,8 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
             source,
         })?;
     let current = Arc::new(RwLock::new(table.clone()));
-    let service = FakeCrio::new(table, current.clone(), store, faults, ops);
+    let service =
+        FakeCrio::new(table, current.clone(), store, faults, ops).with_pod_faults(pod_faults);
 
     let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signal)?;
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;

@@ -8,11 +8,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
-use kata_live::cri::proto;
+use crate::cri_api as proto;
 use proto::runtime_service_server::RuntimeService;
 use tonic::{Request, Response, Status};
 
 use crate::crio_config::{go_map_repr, RuntimeTable};
+use crate::crio_pod_faults::PodFaults;
 use crate::crio_state::{self, ContainerState, Sandbox, SandboxState, StateError, StateStore};
 
 pub const RUNTIME_NAME: &str = "cri-o";
@@ -63,6 +64,7 @@ pub struct FakeCrio {
     current: Arc<RwLock<RuntimeTable>>,
     store: StateStore,
     faults: LiveFaults,
+    pod_faults: PodFaults,
 }
 
 impl FakeCrio {
@@ -79,7 +81,20 @@ impl FakeCrio {
             current,
             store,
             faults,
+            pod_faults: PodFaults::default(),
         }
+    }
+
+    /// The pod faults fired at this process's start (see `crio_pod_faults`).
+    pub fn with_pod_faults(mut self, pod_faults: PodFaults) -> Self {
+        self.pod_faults = pod_faults;
+        self
+    }
+
+    /// Sandboxes and containers as this process reports them: the state file seen through
+    /// the pod faults.
+    fn view(&self) -> Result<crio_state::State, StateError> {
+        Ok(self.pod_faults.apply(self.store.read()?))
     }
 
     fn count(&self, op: &'static str) {
@@ -236,6 +251,7 @@ impl RuntimeService for FakeCrio {
             }),
             info,
             runtime_handlers,
+            ..Default::default()
         }))
     }
 
@@ -331,7 +347,7 @@ impl RuntimeService for FakeCrio {
     ) -> Result<Response<proto::PodSandboxStatusResponse>, Status> {
         self.count("PodSandboxStatus");
         let id = request.into_inner().pod_sandbox_id;
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let Some(sb) = state
             .sandboxes
             .iter()
@@ -349,12 +365,15 @@ impl RuntimeService for FakeCrio {
                 created_at: sb.created_at,
                 network: Some(proto::PodSandboxNetworkStatus {
                     ip: "10.128.0.10".into(),
+                    ..Default::default()
                 }),
                 labels: to_hash(&sb.labels),
                 annotations: to_hash(&sb.annotations),
                 runtime_handler: sb.runtime_handler.clone(),
+                ..Default::default()
             }),
             info: HashMap::new(),
+            ..Default::default()
         }))
     }
 
@@ -364,7 +383,7 @@ impl RuntimeService for FakeCrio {
     ) -> Result<Response<proto::ListPodSandboxResponse>, Status> {
         self.count("ListPodSandbox");
         let filter = request.into_inner().filter.unwrap_or_default();
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let items = state
             .sandboxes
             .iter()
@@ -394,7 +413,7 @@ impl RuntimeService for FakeCrio {
     ) -> Result<Response<proto::ListContainersResponse>, Status> {
         self.count("ListContainers");
         let filter = request.into_inner().filter.unwrap_or_default();
-        let state = self.store.read().map_err(state_status)?;
+        let state = self.view().map_err(state_status)?;
         let containers = state
             .containers
             .iter()
@@ -419,12 +438,14 @@ impl RuntimeService for FakeCrio {
                 image: Some(proto::ImageSpec {
                     image: c.image.clone(),
                     annotations: HashMap::new(),
+                    ..Default::default()
                 }),
                 image_ref: c.image.clone(),
                 state: container_state(c.state),
                 created_at: c.created_at,
                 labels: to_hash(&c.labels),
                 annotations: to_hash(&c.annotations),
+                ..Default::default()
             })
             .collect();
         Ok(Response::new(proto::ListContainersResponse { containers }))

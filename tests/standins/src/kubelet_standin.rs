@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::cri_api as proto;
 use clap::Parser;
 use hyper_util::rt::TokioIo;
-use kata_live::cri::proto;
 use proto::runtime_service_client::RuntimeServiceClient;
 use tokio::signal::unix::{signal, SignalKind};
 use tonic::transport::{Channel, Endpoint, Uri};

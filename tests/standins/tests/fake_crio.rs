@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use kata_live::cri::proto;
+use kata_live_standins::cri_api as proto;
 use nix::sys::signal::Signal;
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use kata_live::cri::proto;
+use kata_live_standins::cri_api as proto;
 use proto::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
 

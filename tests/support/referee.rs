@@ -1,0 +1,406 @@
+//! The referee: judges a node scenario by asking the running CRI-O stand-in itself, over the
+//! node's CRI socket, with the UPSTREAM CRI definition (`kata_live_standins::cri_api`, built
+//! from k8s.io/cri-api's api.proto) — never kata-live, its status.json or its protocol code.
+//!
+//! ```ignore
+//! mod support;
+//! use support::kata::KataNode;
+//! let k = KataNode::boot("");
+//! let before = k.referee();                  // take the node's picture BEFORE the run
+//! assert_eq!(k.install().code, 0);
+//! k.referee_assert_serves("kata-remote");    // success: RunPodSandbox on the handler is
+//!                                            // accepted by the RUNNING fake-crio, and the
+//!                                            // default handler still works
+//! // after a failure or a rollback instead:
+//! k.referee_assert_as_before(&before);       // handler accepted/refused as before, default
+//!                                            // still works, drop-in bytes and pods as before
+//! // after a successful uninstall:
+//! k.referee_assert_refuses("kata-remote");
+//! ```
+//!
+//! A probe is a real `RunPodSandbox` (namespace [`PROBE_NAMESPACE`]); an accepted probe
+//! sandbox is stopped and removed at once, so probes never count as pods. fake-crio's
+//! `RunPodSandbox` checks the runtime table captured when the process started (the table
+//! CRI-O's reload bug does not update), so "accepted" means the running CRI-O serves it.
+//! An answer other than success or CRI-O's "failed to find runtime handler" (socket gone,
+//! another error) fails the test: the referee never guesses.
+#![allow(dead_code)] // each test file uses its own part of this
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use kata_live_standins::cri_api as cri;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::kata::{KataNode, DROP_IN};
+
+/// The handler kata-live turns on with the default configuration.
+pub const HANDLER: &str = "kata-remote";
+/// The CRI socket inside the node (kubelet's `--container-runtime-endpoint`).
+pub const SOCKET: &str = "/var/run/crio/crio.sock";
+/// Namespace of the referee's probe sandboxes.
+pub const PROBE_NAMESPACE: &str = "kata-live-referee";
+/// CRI-O's answer to a RunPodSandbox on a handler it does not have.
+const UNKNOWN_HANDLER: &str = "failed to find runtime handler";
+/// How long the referee waits for the socket to answer at all (CRI-O just restarted).
+const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
+const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+static PROBES: AtomicU32 = AtomicU32::new(0);
+
+/// What the running CRI-O answered to a `RunPodSandbox` probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    Accepted,
+    /// CRI-O's "failed to find runtime handler ..." text.
+    Refused(String),
+}
+
+impl Probe {
+    pub fn accepted(&self) -> bool {
+        matches!(self, Probe::Accepted)
+    }
+}
+
+/// One pod as the stand-in reports it (probes excluded).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodRow {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub attempt: u32,
+    /// `cri_api::PodSandboxState` as i32.
+    pub state: i32,
+}
+
+/// One container as the stand-in reports it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ContainerRow {
+    pub id: String,
+    pub pod_sandbox_id: String,
+    pub name: String,
+    /// `cri_api::ContainerState` as i32.
+    pub state: i32,
+}
+
+/// The node as the referee sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    pub handler: String,
+    /// RunPodSandbox on `handler` by the running CRI-O.
+    pub handler_probe: Probe,
+    /// RunPodSandbox on the default handler ("").
+    pub default_probe: Probe,
+    /// `Status.runtime_handlers` names (the reloaded table; informational next to the probe).
+    pub listed: Vec<String>,
+    pub drop_in: Option<Vec<u8>>,
+    pub pods: Vec<PodRow>,
+    pub containers: Vec<ContainerRow>,
+}
+
+/// A CRI connection to the node's socket, from the host (through /proc/<leader>/root).
+pub struct Cri {
+    rt: tokio::runtime::Runtime,
+    client: cri::runtime_service_client::RuntimeServiceClient<Channel>,
+    socket: PathBuf,
+}
+
+impl Cri {
+    /// Connects to `socket` (a host path), waiting up to [`CONNECT_DEADLINE`] for a `Version`
+    /// answer.
+    pub fn connect(socket: &Path) -> Cri {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("referee: tokio runtime");
+        let start = Instant::now();
+        let mut last;
+        loop {
+            match rt.block_on(connect_once(socket)) {
+                Ok(client) => {
+                    return Cri {
+                        rt,
+                        client,
+                        socket: socket.to_path_buf(),
+                    }
+                }
+                Err(e) => last = e,
+            }
+            assert!(
+                start.elapsed() < CONNECT_DEADLINE,
+                "referee: no CRI answer on {} within {CONNECT_DEADLINE:?}: {last}",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn call<T>(
+        &mut self,
+        what: &str,
+        f: impl AsyncFnOnce(
+            &mut cri::runtime_service_client::RuntimeServiceClient<Channel>,
+        ) -> Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, tonic::Status> {
+        let client = &mut self.client;
+        let socket = self.socket.display().to_string();
+        self.rt.block_on(async move {
+            match tokio::time::timeout(CALL_DEADLINE, f(client)).await {
+                Ok(r) => r.map(tonic::Response::into_inner),
+                Err(_) => panic!("referee: {what} on {socket}: no answer within {CALL_DEADLINE:?}"),
+            }
+        })
+    }
+
+    pub fn status(&mut self) -> cri::StatusResponse {
+        self.call("Status", async |c| {
+            c.status(cri::StatusRequest { verbose: false }).await
+        })
+        .unwrap_or_else(|e| panic!("referee: Status failed: {}", e.message()))
+    }
+
+    /// Sandboxes, probes included.
+    pub fn sandboxes(&mut self) -> Vec<cri::PodSandbox> {
+        self.call("ListPodSandbox", async |c| {
+            c.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+                .await
+        })
+        .unwrap_or_else(|e| panic!("referee: ListPodSandbox failed: {}", e.message()))
+        .items
+    }
+
+    pub fn containers(&mut self) -> Vec<cri::Container> {
+        self.call("ListContainers", async |c| {
+            c.list_containers(cri::ListContainersRequest { filter: None })
+                .await
+        })
+        .unwrap_or_else(|e| panic!("referee: ListContainers failed: {}", e.message()))
+        .containers
+    }
+
+    /// A `RunPodSandbox` on `handler` ("" = default); an accepted sandbox is stopped and
+    /// removed before this returns.
+    pub fn probe(&mut self, handler: &str) -> Probe {
+        let n = PROBES.fetch_add(1, Ordering::Relaxed);
+        let name = format!("probe-{}-{n}", std::process::id());
+        let req = cri::RunPodSandboxRequest {
+            config: Some(cri::PodSandboxConfig {
+                metadata: Some(cri::PodSandboxMetadata {
+                    name: name.clone(),
+                    uid: format!("referee-{name}"),
+                    namespace: PROBE_NAMESPACE.into(),
+                    attempt: 0,
+                }),
+                labels: HashMap::from([("kata-live.test/referee".into(), "probe".into())]),
+                ..Default::default()
+            }),
+            runtime_handler: handler.into(),
+        };
+        let answer = self.call("RunPodSandbox", async |c| c.run_pod_sandbox(req).await);
+        match answer {
+            Ok(resp) => {
+                let id = resp.pod_sandbox_id;
+                assert!(!id.is_empty(), "referee: RunPodSandbox returned no id");
+                self.call("StopPodSandbox", async |c| {
+                    c.stop_pod_sandbox(cri::StopPodSandboxRequest {
+                        pod_sandbox_id: id.clone(),
+                    })
+                    .await
+                })
+                .unwrap_or_else(|e| panic!("referee: StopPodSandbox {id}: {}", e.message()));
+                self.call("RemovePodSandbox", async |c| {
+                    c.remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                        pod_sandbox_id: id.clone(),
+                    })
+                    .await
+                })
+                .unwrap_or_else(|e| panic!("referee: RemovePodSandbox {id}: {}", e.message()));
+                let left: Vec<_> = self
+                    .sandboxes()
+                    .into_iter()
+                    .filter(|s| s.id == id)
+                    .collect();
+                assert!(left.is_empty(), "referee: probe sandbox {id} not removed");
+                Probe::Accepted
+            }
+            Err(e) if e.message().contains(UNKNOWN_HANDLER) => {
+                Probe::Refused(e.message().to_string())
+            }
+            Err(e) => panic!(
+                "referee: RunPodSandbox on handler {handler:?} failed with neither success nor \
+                 CRI-O's unknown-handler answer: {:?}: {}",
+                e.code(),
+                e.message()
+            ),
+        }
+    }
+}
+
+async fn connect_once(
+    socket: &Path,
+) -> Result<cri::runtime_service_client::RuntimeServiceClient<Channel>, String> {
+    let path = socket.to_path_buf();
+    let channel = Endpoint::from_static("http://[::1]:50051")
+        .connect_timeout(CALL_DEADLINE)
+        .timeout(CALL_DEADLINE)
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut client = cri::runtime_service_client::RuntimeServiceClient::new(channel);
+    client
+        .version(cri::VersionRequest {
+            version: "v1".into(),
+        })
+        .await
+        .map_err(|e| format!("Version: {}", e.message()))?;
+    Ok(client)
+}
+
+impl KataNode {
+    /// A CRI connection to this node's CRI-O, from the host.
+    pub fn referee_cri(&self) -> Cri {
+        let socket = self
+            .node
+            .host_path(SOCKET)
+            .expect("referee: resolve the CRI socket inside the node");
+        Cri::connect(&socket)
+    }
+
+    /// The node's picture for [`HANDLER`].
+    pub fn referee(&self) -> NodeView {
+        self.referee_for(HANDLER)
+    }
+
+    /// The node's picture: probes on `handler` and on the default handler, the handlers
+    /// `Status` lists, the drop-in's bytes, and every pod and container (probes excluded).
+    pub fn referee_for(&self, handler: &str) -> NodeView {
+        let mut c = self.referee_cri();
+        let handler_probe = c.probe(handler);
+        let default_probe = c.probe("");
+        let listed = c
+            .status()
+            .runtime_handlers
+            .into_iter()
+            .map(|h| h.name)
+            .collect();
+        let mut pods: Vec<PodRow> = c
+            .sandboxes()
+            .into_iter()
+            .map(|s| {
+                let m = s.metadata.unwrap_or_default();
+                PodRow {
+                    id: s.id,
+                    namespace: m.namespace,
+                    name: m.name,
+                    attempt: m.attempt,
+                    state: s.state,
+                }
+            })
+            .collect();
+        assert!(
+            pods.iter().all(|p| p.namespace != PROBE_NAMESPACE),
+            "referee: a probe sandbox was left behind: {pods:?}"
+        );
+        pods.sort();
+        let mut containers: Vec<ContainerRow> = c
+            .containers()
+            .into_iter()
+            .map(|k| ContainerRow {
+                id: k.id,
+                pod_sandbox_id: k.pod_sandbox_id,
+                name: k.metadata.map(|m| m.name).unwrap_or_default(),
+                state: k.state,
+            })
+            .collect();
+        containers.sort();
+        NodeView {
+            handler: handler.into(),
+            handler_probe,
+            default_probe,
+            listed,
+            drop_in: self.drop_in_bytes(),
+            pods,
+            containers,
+        }
+    }
+
+    /// After a success: the running CRI-O accepts `handler`, and the default handler still
+    /// works. Returns the picture for further checks.
+    pub fn referee_assert_serves(&self, handler: &str) -> NodeView {
+        let v = self.referee_for(handler);
+        assert_eq!(
+            v.handler_probe,
+            Probe::Accepted,
+            "referee: the running CRI-O refuses a RunPodSandbox on {handler}"
+        );
+        assert_eq!(
+            v.default_probe,
+            Probe::Accepted,
+            "referee: the default handler no longer works"
+        );
+        v
+    }
+
+    /// After a successful uninstall: the running CRI-O refuses `handler`; the default
+    /// handler still works.
+    pub fn referee_assert_refuses(&self, handler: &str) -> NodeView {
+        let v = self.referee_for(handler);
+        assert!(
+            !v.handler_probe.accepted(),
+            "referee: the running CRI-O still accepts a RunPodSandbox on {handler}"
+        );
+        assert_eq!(
+            v.default_probe,
+            Probe::Accepted,
+            "referee: the default handler no longer works"
+        );
+        v
+    }
+
+    /// After a failure or a rollback: the handler is accepted or refused as before, the
+    /// default handler works as before, and the drop-in, the handler list and every pod and
+    /// container (ids and states) are as before.
+    pub fn referee_assert_as_before(&self, before: &NodeView) -> NodeView {
+        let now = self.referee_for(&before.handler);
+        assert_eq!(
+            now.handler_probe.accepted(),
+            before.handler_probe.accepted(),
+            "referee: RunPodSandbox on {} changed: before {:?}, now {:?}",
+            before.handler,
+            before.handler_probe,
+            now.handler_probe
+        );
+        assert_eq!(
+            now.default_probe.accepted(),
+            before.default_probe.accepted(),
+            "referee: the default handler changed: before {:?}, now {:?}",
+            before.default_probe,
+            now.default_probe
+        );
+        assert!(
+            now.drop_in == before.drop_in,
+            "referee: {DROP_IN} changed: before {:?}, now {:?}",
+            before.drop_in.as_deref().map(String::from_utf8_lossy),
+            now.drop_in.as_deref().map(String::from_utf8_lossy)
+        );
+        assert_eq!(
+            now.listed, before.listed,
+            "referee: Status handlers changed"
+        );
+        assert_eq!(now.pods, before.pods, "referee: pods changed");
+        assert_eq!(
+            now.containers, before.containers,
+            "referee: containers changed"
+        );
+        now
+    }
+}
