@@ -77,7 +77,7 @@ fn assert_unit_gone(k: &KataNode) {
 fn handoff_starter_exits_with_the_units_exit_code() {
     let _one = serial();
     let k = KataNode::boot("");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     let crio_before = k.unit("crio.service");
 
     // A failure inside the unit (rpm-ostree fails): the starter exits 11, as the unit did.
@@ -102,7 +102,7 @@ fn handoff_starter_exits_with_the_units_exit_code() {
     assert_eq!(k.unit("crio.service"), crio_before, "CRI-O was touched");
     assert_unit_gone(&k);
     k.assert_healthy();
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 
     // Success: the starter exits 0 once the unit proved the install.
     k.clear_rpm_ostree_fault("fail");
@@ -128,7 +128,7 @@ fn handoff_starter_exits_with_the_units_exit_code() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 0);
-    // REFEREE: k.referee_assert_serves("kata-remote");
+    k.referee_assert_serves("kata-remote");
 }
 
 #[test]
@@ -181,5 +181,5 @@ fn second_concurrent_handoff_is_refused_with_15() {
     assert_unit_gone(&k);
     k.assert_no_leftover_state();
     k.assert_healthy();
-    // REFEREE: k.referee_assert_serves("kata-remote");
+    k.referee_assert_serves("kata-remote");
 }

@@ -158,7 +158,7 @@ fn install_killed_after_the_drop_in_write(k: &KataNode) {
 fn install_killed_mid_drop_in_write_then_rerun_converges() {
     let _one = serial();
     let k = boot_with_foreign("");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     run_killed_in(&k, hold_drop_in_write(&k, 1), &["install", "--no-detach"]);
 
     let st = k.status_json();
@@ -184,7 +184,7 @@ fn install_killed_mid_drop_in_write_then_rerun_converges() {
     );
     // CRI-O is untouched, so the node as the operator had it still serves their handler.
     k.assert_healthy();
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 
     let run = k.install();
     assert_eq!(run.code, 0, "re-run: {}", show(&run));
@@ -199,7 +199,7 @@ fn install_killed_mid_drop_in_write_then_rerun_converges() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 0);
-    // REFEREE: k.referee_assert_serves("kata-remote");
+    k.referee_assert_serves("kata-remote");
 }
 
 /// Killed right after its drop-in was written: the re-run keeps the killed run's backup (the
@@ -209,7 +209,7 @@ fn install_killed_mid_drop_in_write_then_rerun_converges() {
 fn install_killed_after_the_drop_in_write_rolls_back_to_the_oldest_backup() {
     let _one = serial();
     let k = boot_with_foreign("[deadlines]\ncri_ready = 5.0\n");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     install_killed_after_the_drop_in_write(&k);
 
     k.unit_drop_in("crio.service", "hide-kata", HIDE_KATA_FROM_NEXT_CRIO);
@@ -238,7 +238,7 @@ fn install_killed_after_the_drop_in_write_rolls_back_to_the_oldest_backup() {
         "listed",
         "their handler is served again"
     );
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ fn install_killed_after_the_drop_in_write_rolls_back_to_the_oldest_backup() {
 fn install_killed_during_its_rollback_then_rerun_restores_the_oldest_backup() {
     let _one = serial();
     let k = boot_with_foreign("[deadlines]\ncri_ready = 5.0\n");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     k.crio_fault("no-handlers-field", "");
     run_killed_in(&k, hold_drop_in_write(&k, 2), &["install", "--no-detach"]);
 
@@ -291,7 +291,7 @@ fn install_killed_during_its_rollback_then_rerun_restores_the_oldest_backup() {
     // The running CRI-O serves their handler, as soon as it may say so.
     k.clear_crio_fault("no-handlers-field");
     assert_eq!(k.handler_presence(), "listed");
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -368,7 +368,7 @@ fn uninstall_killed_during_package_removal_then_rerun_finishes_it() {
     );
     k.assert_no_leftover_state();
     k.assert_healthy();
-    // REFEREE: k.referee_assert_refuses("kata-remote");
+    k.referee_assert_refuses("kata-remote");
 }
 
 // -----------------------------------------------------------------------------------------
@@ -382,8 +382,9 @@ fn uninstall_killed_during_package_removal_then_rerun_finishes_it() {
 fn install_killed_then_uninstall_restores_the_oldest_backup_then_converges() {
     let _one = serial();
     let k = boot_with_foreign("[deadlines]\ncri_ready = 5.0\n");
+    // The node as the operator had it, before kata-live touched it.
+    let before = k.referee();
     install_killed_after_the_drop_in_write(&k);
-    // REFEREE: let before = k.referee();
     k.node
         .write_file(
             "/etc/crio/crio.conf.d/99-kata-remote",
@@ -404,7 +405,8 @@ fn install_killed_then_uninstall_restores_the_oldest_backup_then_converges() {
     );
     k.assert_no_leftover_state();
     k.assert_healthy();
-    // REFEREE: k.referee_assert_as_before(&before);  (handler served: by 99-kata-remote)
+    // As the operator had it: their drop-in, the handler served (by 99-kata-remote now).
+    k.referee_assert_as_before(&before);
 
     k.node
         .exec_ok(&["rm", "-f", "/etc/crio/crio.conf.d/99-kata-remote"])
@@ -416,7 +418,7 @@ fn install_killed_then_uninstall_restores_the_oldest_backup_then_converges() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 16);
-    // REFEREE: k.referee_assert_refuses("kata-remote");
+    k.referee_assert_refuses("kata-remote");
 }
 
 /// The uninstall killed during its proof (the operator's drop-in removed, CRI-O restarted
@@ -440,7 +442,7 @@ fn uninstall_killed_then_install_rolls_back_to_what_it_found_then_converges() {
     assert_eq!(backup(&k).as_deref(), Some(FOREIGN));
     k.assert_healthy();
     assert_eq!(k.handler_presence(), "not-listed");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
 
     // The install's proof fails: CRI-O stops reporting runtime handlers.
     k.crio_fault("no-handlers-field", "");
@@ -456,7 +458,7 @@ fn uninstall_killed_then_install_rolls_back_to_what_it_found_then_converges() {
     k.assert_healthy();
     k.clear_crio_fault("no-handlers-field");
     assert_eq!(k.handler_presence(), "not-listed");
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 
     let run = k.install();
     assert_eq!(run.code, 0, "{}", show(&run));
@@ -465,5 +467,5 @@ fn uninstall_killed_then_install_rolls_back_to_what_it_found_then_converges() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 0);
-    // REFEREE: k.referee_assert_serves("kata-remote");
+    k.referee_assert_serves("kata-remote");
 }

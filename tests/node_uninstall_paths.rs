@@ -75,7 +75,7 @@ fn uninstall_that_crio_cannot_start_without_is_rolled_back() {
     k.wait_kubelet_connected(std::time::Duration::from_secs(30));
     k.assert_healthy();
     let drop_in = k.drop_in_bytes().expect("drop-in");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     let crio_before = k.unit("crio.service");
 
     let run = k.uninstall(&[]);
@@ -119,7 +119,7 @@ fn uninstall_that_crio_cannot_start_without_is_rolled_back() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 0, "the handler is served again");
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 }
 
 /// Another drop-in that sorts later (the operator's 99-kata-remote) also declares the
@@ -136,7 +136,7 @@ fn uninstall_whose_handler_stays_served_is_rolled_back() {
         )
         .expect("write 99-kata-remote");
     let drop_in = k.drop_in_bytes().expect("drop-in");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
 
     let run = k.uninstall(&[]);
     assert_eq!(run.code, 13, "{}", show(&run));
@@ -176,7 +176,7 @@ fn uninstall_whose_handler_stays_served_is_rolled_back() {
     assert!(k.node.exists(SHIM).unwrap(), "the runtime went away");
     k.assert_no_leftover_state();
     k.assert_healthy();
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ fn uninstall_removes_the_package_live() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 16, "the handler must be gone");
-    // REFEREE: k.referee_assert_refuses("kata-remote");
+    k.referee_assert_refuses("kata-remote");
 }
 
 #[test]
@@ -266,5 +266,5 @@ fn uninstall_keeps_the_package_when_told_to() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 16, "the handler must be gone");
-    // REFEREE: k.referee_assert_refuses("kata-remote");
+    k.referee_assert_refuses("kata-remote");
 }
