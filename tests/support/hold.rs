@@ -11,10 +11,12 @@
 
 #![allow(dead_code)] // each test file uses its own part of this
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::fanotify::{
     EventFFlags, Fanotify, FanotifyEvent, FanotifyResponse, InitFlags, MarkFlags, MaskFlags,
     Response,
 };
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
@@ -78,13 +80,16 @@ impl OpenHold {
             let mut seen = 0usize;
             let mut holding: Option<FanotifyEvent> = None;
             while !stopping.load(Ordering::SeqCst) {
+                // Wait for an event; wake up now and then to see whether to stop.
+                let mut fds = [PollFd::new(fan.as_fd(), PollFlags::POLLIN)];
+                match poll(&mut fds, PollTimeout::from(100u16)) {
+                    Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                    Ok(_) => {}
+                    Err(e) => panic!("poll on the fanotify group: {e}"),
+                }
                 let events = match fan.read_events() {
                     Ok(evs) => evs,
-                    Err(nix::errno::Errno::EAGAIN) => {
-                        // Nothing queued: an event loop's idle wait, not a condition.
-                        std::thread::sleep(Duration::from_millis(2));
-                        continue;
-                    }
+                    Err(nix::errno::Errno::EAGAIN) => continue,
                     Err(e) => panic!("fanotify read: {e}"),
                 };
                 for ev in events {
