@@ -375,9 +375,9 @@ fn uninstall_killed_during_package_removal_then_rerun_finishes_it() {
 // One operation killed, then the other.
 
 /// The install killed after writing its drop-in, then an uninstall: when the uninstall's
-/// proof fails (another drop-in still declares the handler) its rollback restores the
-/// operator's drop-in — the oldest backup — not the killed install's; once the other file
-/// is gone, the uninstall converges.
+/// proof fails (the restarted CRI-O does not report its handlers, so "gone" cannot be
+/// proven) its rollback restores the operator's drop-in — the oldest backup — not the killed
+/// install's; once CRI-O reports handlers again, the uninstall converges.
 #[test]
 fn install_killed_then_uninstall_restores_the_oldest_backup_then_converges() {
     let _one = serial();
@@ -385,12 +385,7 @@ fn install_killed_then_uninstall_restores_the_oldest_backup_then_converges() {
     // The node as the operator had it, before kata-live touched it.
     let before = k.referee();
     install_killed_after_the_drop_in_write(&k);
-    k.node
-        .write_file(
-            "/etc/crio/crio.conf.d/99-kata-remote",
-            b"[crio.runtime.runtimes.kata-remote]\nruntime_path = \"/usr/bin/true\"\nruntime_type = \"oci\"\nruntime_root = \"/run/kata-99\"\n",
-        )
-        .expect("write 99-kata-remote");
+    k.crio_fault("no-handlers-field", "");
 
     let run = k.uninstall(&[]);
     assert_eq!(run.code, 13, "{}", show(&run));
@@ -398,19 +393,19 @@ fn install_killed_then_uninstall_restores_the_oldest_backup_then_converges() {
     assert_eq!(st["operation"], "uninstall");
     assert_eq!(st["result"], "rolled-back", "{st:#}");
     assert_eq!(outcomes(&st, "prove"), ["failed"], "{st:#}");
+    assert_eq!(outcomes(&st, "prove-rollback"), ["ran"], "{st:#}");
     assert_eq!(
         k.drop_in_bytes().as_deref(),
         Some(FOREIGN),
         "the rollback restored the killed install's drop-in, not the operator's"
     );
+    assert_eq!(crio_conf_d(&k), ["00-default", "50-kata-remote"]);
     k.assert_no_leftover_state();
     k.assert_healthy();
-    // As the operator had it: their drop-in, the handler served (by 99-kata-remote now).
+    k.clear_crio_fault("no-handlers-field");
+    // As the operator had it: their drop-in, their handler served by the running CRI-O.
     k.referee_assert_as_before(&before);
 
-    k.node
-        .exec_ok(&["rm", "-f", "/etc/crio/crio.conf.d/99-kata-remote"])
-        .expect("rm 99-kata-remote");
     let run = k.uninstall(&[]);
     assert_eq!(run.code, 0, "{}", show(&run));
     assert_eq!(k.drop_in(), None);
