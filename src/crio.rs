@@ -92,6 +92,12 @@ pub fn classify(current: Option<&[u8]>, desired: &str) -> DropInState {
     }
 }
 
+/// Whether these bytes are a drop-in kata-live wrote (its header), whatever configuration
+/// rendered them.
+pub fn written_by_kata_live(content: Option<&[u8]>) -> bool {
+    content.is_some_and(|c| c.starts_with(HEADER.as_bytes()))
+}
+
 /// What a write or removal did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -147,8 +153,18 @@ impl DropIn {
         fsutil::read_nofollow(&self.path).map_err(self.fs_err())
     }
 
+    /// Removes what a killed write of the drop-in left in CRI-O's directory (see
+    /// [`fsutil::remove_stale_temps`]); every change of the drop-in starts with it.
+    fn clear_stale_temps(&self) -> Result<(), CrioError> {
+        for name in fsutil::remove_stale_temps(&self.root, &self.path).map_err(self.fs_err())? {
+            tracing::warn!(path = %self.path.display(), "removed {name}, left beside the drop-in by an interrupted write (CRI-O reads every file of its directory)");
+        }
+        Ok(())
+    }
+
     /// Writes `content` unless the file already holds exactly it.
     pub fn write(&self, content: &str) -> Result<Change, CrioError> {
+        self.clear_stale_temps()?;
         let previous = self.read()?;
         if previous.as_deref() == Some(content.as_bytes()) {
             return Ok(Change {
@@ -167,6 +183,7 @@ impl DropIn {
     }
 
     pub fn remove(&self) -> Result<Change, CrioError> {
+        self.clear_stale_temps()?;
         let previous = self.read()?;
         if previous.is_none() {
             return Ok(Change {
@@ -183,6 +200,7 @@ impl DropIn {
 
     /// Puts back exactly what [`Change::previous`] held: the old bytes, or no file.
     pub fn restore(&self, previous: Option<&[u8]>) -> Result<Outcome, CrioError> {
+        self.clear_stale_temps()?;
         match previous {
             Some(bytes) => {
                 if self.read()?.as_deref() == Some(bytes) {

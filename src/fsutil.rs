@@ -147,6 +147,54 @@ pub fn remove_file(root: &Path, path: &Path) -> Result<bool, FsError> {
     Ok(true)
 }
 
+/// Removes the temp files that an interrupted [`write_atomic`] of `path` left beside it
+/// (`.NAME.XXXXXX.tmp`): a run killed between creating the temp file and the rename leaves
+/// one, and CRI-O reads every regular file of its drop-in directory, dotfiles included, so a
+/// half-written one would break CRI-O's next start. Call it only while holding the run lock:
+/// then no other writer of `path` exists and every such file is a leftover. Returns the
+/// names removed; symlinks and directories of that shape are left alone.
+pub fn remove_stale_temps(root: &Path, path: &Path) -> Result<Vec<String>, FsError> {
+    refuse_symlinks(root, path)?;
+    let Some(dir) = path.parent() else {
+        return Ok(Vec::new());
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = format!(".{name}.");
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("list", dir)(e)),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_err("list", dir))?;
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let is_temp = file.len() > prefix.len() + ".tmp".len()
+            && file.starts_with(&prefix)
+            && file.ends_with(".tmp");
+        if !is_temp {
+            continue;
+        }
+        let p = entry.path();
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_file() => {}
+            _ => continue,
+        }
+        match fs::remove_file(&p) {
+            Ok(()) => removed.push(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", &p)(e)),
+        }
+    }
+    if !removed.is_empty() {
+        fsync_dir(dir)?;
+    }
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +238,47 @@ mod tests {
             remove_file(d.path(), &d.path().join("link")),
             Err(FsError::Symlink { .. })
         ));
+    }
+
+    #[test]
+    fn stale_temps_of_that_file_only_are_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("50-kata-remote");
+        fs::write(&p, b"ours").unwrap();
+        for f in [
+            ".50-kata-remote.Ab12Cd.tmp",
+            ".50-kata-remote.x.tmp",
+            ".50-kata-remote..tmp",
+            ".60-other.Ab12Cd.tmp",
+            "50-kata-remote.tmp",
+        ] {
+            fs::write(d.path().join(f), b"").unwrap();
+        }
+        symlink("/etc/passwd", d.path().join(".50-kata-remote.link.tmp")).unwrap();
+        let mut removed = remove_stale_temps(d.path(), &p).unwrap();
+        removed.sort();
+        assert_eq!(
+            removed,
+            [".50-kata-remote.Ab12Cd.tmp", ".50-kata-remote.x.tmp"]
+        );
+        let mut left: Vec<String> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".50-kata-remote..tmp",
+                ".50-kata-remote.link.tmp",
+                ".60-other.Ab12Cd.tmp",
+                "50-kata-remote",
+                "50-kata-remote.tmp"
+            ]
+        );
+        assert!(remove_stale_temps(d.path(), &d.path().join("nodir/f"))
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -216,6 +216,10 @@ async fn install(ctx: &Ctx, rep: &mut Reporter) -> Result<String, FlowError> {
         state != crio::DropInState::Ours
     } else {
         journal.phase = Phase::DropIn;
+        journal.adopt_backup(
+            interrupted.as_ref(),
+            crio::written_by_kata_live(current.as_deref()),
+        );
         flow::save_backup_once(ctx, &mut journal, &drop_in, &current)?;
         save(&journal)?;
         let change = drop_in

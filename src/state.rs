@@ -75,7 +75,8 @@ impl Journal {
 
     /// The journal a new run starts from, given what an interrupted run left. The same
     /// operation resumes: its backup is the true pre-change state and is kept. Another
-    /// operation abandons the interrupted one's intent, so it starts afresh.
+    /// operation abandons the interrupted one's intent, so it starts afresh (but see
+    /// [`Journal::adopt_backup`]).
     pub fn resume(previous: Option<Journal>, operation: Operation) -> (Journal, Option<Journal>) {
         match previous {
             Some(p) if p.operation == operation => {
@@ -86,6 +87,20 @@ impl Journal {
                 (j, Some(p))
             }
             other => (Journal::new(operation), other),
+        }
+    }
+
+    /// The other operation was interrupted after saving its backup, and the drop-in now on
+    /// disk is kata-live's own, written by that run and never proven: that run's backup (the
+    /// drop-in as the node had it before kata-live touched it, e.g. the operator's own) stays
+    /// the one a rollback restores, instead of the unproven file now on disk. When the disk
+    /// holds anything else (that run removed the drop-in, or the operator's file is there),
+    /// this run backs up what it finds, as a fresh run does.
+    pub fn adopt_backup(&mut self, interrupted: Option<&Journal>, drop_in_is_kata_lives: bool) {
+        if let Some(p) = interrupted {
+            if p.operation != self.operation && p.backup_saved && drop_in_is_kata_lives {
+                self.backup_saved = true;
+            }
         }
     }
 
@@ -195,6 +210,32 @@ mod tests {
         let (j, _) = Journal::resume(Some(old), Operation::Uninstall);
         assert!(!j.backup_saved);
         assert_eq!(j.crio_before, None);
+    }
+
+    #[test]
+    fn the_other_operation_adopts_the_backup_only_over_our_own_unproven_drop_in() {
+        let mut killed = Journal::new(Operation::Install);
+        killed.backup_saved = true;
+        let fresh = |k: &Journal| Journal::resume(Some(k.clone()), Operation::Uninstall).0;
+        let mut j = fresh(&killed);
+        j.adopt_backup(Some(&killed), true);
+        assert!(
+            j.backup_saved,
+            "ours on disk: the killed run's backup is the original"
+        );
+        let mut j = fresh(&killed);
+        j.adopt_backup(Some(&killed), false);
+        assert!(
+            !j.backup_saved,
+            "anything else on disk is what this run backs up"
+        );
+        let mut j = fresh(&killed);
+        j.adopt_backup(None, true);
+        assert!(!j.backup_saved);
+        killed.backup_saved = false;
+        let mut j = fresh(&killed);
+        j.adopt_backup(Some(&killed), true);
+        assert!(!j.backup_saved, "no backup to adopt");
     }
 
     #[test]

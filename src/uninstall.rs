@@ -29,7 +29,7 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
     let c = &ctx.cfg;
     let journals = ctx.journals();
     let save = |j: &Journal| journals.save(j).map_err(|e| internal("state journal")(&e));
-    let (mut journal, _) = Journal::resume(
+    let (mut journal, interrupted) = Journal::resume(
         journals.load().map_err(|e| internal("state journal")(&e))?,
         Operation::Uninstall,
     );
@@ -113,6 +113,10 @@ async fn uninstall(ctx: &Ctx, rep: &mut Reporter, force: bool) -> Result<String,
                 invocation_id: base.crio.invocation_id.clone(),
                 main_pid: base.crio.main_pid,
             });
+        journal.adopt_backup(
+            interrupted.as_ref(),
+            crio::written_by_kata_live(current.as_deref()),
+        );
         flow::save_backup_once(ctx, &mut journal, &drop_in, &current)?;
         save(&journal)?;
         let change = drop_in.remove().map_err(|e| internal("drop-in")(&e))?;

@@ -86,7 +86,7 @@ fn assert_refused(k: &KataNode, run: &Run, why: &str) -> Value {
 fn crio_not_ready_is_refused_and_nothing_changes() {
     let _one = serial();
     let k = KataNode::boot("");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     k.crio_fault("never-ready", "");
     let crio_before = k.unit("crio.service");
     let kubelet_before = k.unit("kubelet.service");
@@ -112,7 +112,7 @@ fn crio_not_ready_is_refused_and_nothing_changes() {
 
     k.clear_crio_fault("never-ready");
     k.assert_healthy();
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 }
 
 /// crio.service stopped (kubelet with it, Requires=): refused, and kata-live does not start
@@ -121,7 +121,7 @@ fn crio_not_ready_is_refused_and_nothing_changes() {
 fn crio_not_running_is_refused_and_left_stopped() {
     let _one = serial();
     let k = KataNode::boot("");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     k.node
         .exec_ok(&["systemctl", "stop", "crio.service"])
         .expect("stop crio");
@@ -148,7 +148,7 @@ fn crio_not_running_is_refused_and_left_stopped() {
         .expect("start kubelet");
     k.wait_kubelet_connected(std::time::Duration::from_secs(30));
     k.assert_healthy();
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -163,7 +163,7 @@ fn crio_dying_after_the_restart_is_rolled_back() {
     let _one = serial();
     let k = KataNode::boot("");
     k.seed_pod("shop", "web", "");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     k.crio_fault("exit-after", "1");
     k.unit_drop_in(
         "crio.service",
@@ -216,7 +216,7 @@ fn crio_dying_after_the_restart_is_rolled_back() {
     );
     k.assert_no_leftover_state();
     k.assert_healthy();
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -237,6 +237,8 @@ struct Picture {
     kubelet: support::kata::Unit,
     crio_starts: usize,
     started_records: usize,
+    /// What the running CRI-O itself answers (handler and default probes, pods, drop-in).
+    referee: support::referee::NodeView,
 }
 
 fn picture(k: &KataNode) -> Picture {
@@ -264,6 +266,7 @@ fn picture(k: &KataNode) -> Picture {
         kubelet: k.unit("kubelet.service"),
         crio_starts: k.crio_starts(),
         started_records: k.journal_count(ids::STARTED),
+        referee: k.referee(),
     }
 }
 
@@ -331,5 +334,5 @@ fn dry_run_changes_nothing_where_a_real_run_would() {
         .contains("/run/vc-changed"));
     assert!(k.node.read_file(DROP_IN).is_ok());
     k.assert_healthy();
-    // REFEREE: k.referee_assert_serves("kata-remote");
+    k.referee_assert_serves("kata-remote");
 }

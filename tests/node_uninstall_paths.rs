@@ -1,6 +1,6 @@
 //! End-to-end on a booted test node (issue 17, section 3): an uninstall whose CRI-O fails to
 //! start without the handler (rollback, exit 12), one whose proof fails because the handler
-//! is still served (rollback, exit 13), and the package removal modes `live` and `keep`.
+//! cannot be proven gone (rollback, exit 13), and the package removal modes `live` and `keep`.
 //! Each scenario asserts kata-live's answer (exit code, status.json) and the node itself
 //! (drop-in bytes, units, the fake rpm-ostree's state and files).
 
@@ -75,7 +75,7 @@ fn uninstall_that_crio_cannot_start_without_is_rolled_back() {
     k.wait_kubelet_connected(std::time::Duration::from_secs(30));
     k.assert_healthy();
     let drop_in = k.drop_in_bytes().expect("drop-in");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
     let crio_before = k.unit("crio.service");
 
     let run = k.uninstall(&[]);
@@ -119,24 +119,20 @@ fn uninstall_that_crio_cannot_start_without_is_rolled_back() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 0, "the handler is served again");
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before);
 }
 
-/// Another drop-in that sorts later (the operator's 99-kata-remote) also declares the
-/// handler: with ours removed, CRI-O still serves it. The proof ("handler gone") fails, the
-/// rollback puts ours back (exit 13); the package stays.
+/// After the drop-in is removed and CRI-O restarted, the running CRI-O does not report its
+/// runtime handlers (an older CRI API, fake-crio `no-handlers-field`): "the handler is gone"
+/// cannot be proven, which is never taken as gone. The proof fails and the rollback puts the
+/// drop-in back and proves the node as found (exit 13); the package stays.
 #[test]
-fn uninstall_whose_handler_stays_served_is_rolled_back() {
+fn uninstall_whose_removal_cannot_be_proven_is_rolled_back() {
     let _one = serial();
     let k = installed("[deadlines]\ncri_ready = 5.0\n");
-    k.node
-        .write_file(
-            "/etc/crio/crio.conf.d/99-kata-remote",
-            b"[crio.runtime.runtimes.kata-remote]\nruntime_path = \"/usr/bin/true\"\nruntime_type = \"oci\"\nruntime_root = \"/run/kata-99\"\n",
-        )
-        .expect("write 99-kata-remote");
     let drop_in = k.drop_in_bytes().expect("drop-in");
-    // REFEREE: let before = k.referee();
+    let before = k.referee();
+    k.crio_fault("no-handlers-field", "");
 
     let run = k.uninstall(&[]);
     assert_eq!(run.code, 13, "{}", show(&run));
@@ -162,8 +158,8 @@ fn uninstall_whose_handler_stays_served_is_rolled_back() {
         prove["detail"]
             .as_str()
             .unwrap_or_default()
-            .contains("still lists the handler"),
-        "the proof must say the handler is still served: {st:#}"
+            .contains("older than Kubernetes 1.30"),
+        "the proof must say why the handler cannot be seen gone: {st:#}"
     );
     assert_eq!(k.journal_count(ids::ROLLED_BACK), 1);
     assert_eq!(
@@ -176,7 +172,13 @@ fn uninstall_whose_handler_stays_served_is_rolled_back() {
     assert!(k.node.exists(SHIM).unwrap(), "the runtime went away");
     k.assert_no_leftover_state();
     k.assert_healthy();
-    // REFEREE: k.referee_assert_as_before(&before);
+    k.clear_crio_fault("no-handlers-field");
+    assert_eq!(
+        k.handler_presence(),
+        "listed",
+        "the handler is served again"
+    );
+    k.referee_assert_as_before(&before);
 }
 
 // -----------------------------------------------------------------------------------------
@@ -238,7 +240,7 @@ fn uninstall_removes_the_package_live() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 16, "the handler must be gone");
-    // REFEREE: k.referee_assert_refuses("kata-remote");
+    k.referee_assert_refuses("kata-remote");
 }
 
 #[test]
@@ -266,5 +268,5 @@ fn uninstall_keeps_the_package_when_told_to() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 16, "the handler must be gone");
-    // REFEREE: k.referee_assert_refuses("kata-remote");
+    k.referee_assert_refuses("kata-remote");
 }
