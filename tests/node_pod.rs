@@ -69,6 +69,10 @@ fn show(r: &Run) -> String {
 
 /// Starts the entrypoint as a pod's container (a fresh container: no outcome file yet).
 fn start_pod(k: &KataNode, scope: &str) -> std::process::Child {
+    start_pod_for(k, scope, "install")
+}
+
+fn start_pod_for(k: &KataNode, scope: &str, op: &str) -> std::process::Child {
     k.node
         .exec_ok(&["rm", "-f", OUTCOME])
         .expect("fresh container");
@@ -83,7 +87,7 @@ fn start_pod(k: &KataNode, scope: &str) -> std::process::Child {
             IMAGE,
             "/kata-live",
             "pod",
-            "install",
+            op,
             "--host-root",
             "/host",
         ])
@@ -104,6 +108,10 @@ fn kill_pod(k: &KataNode, scope: &str, child: std::process::Child) -> Run {
 
 /// The readiness probe, exec'd in the pod (same image root, same /host mount).
 fn ready(k: &KataNode) -> Run {
+    ready_for(k, "install")
+}
+
+fn ready_for(k: &KataNode, op: &str) -> Run {
     k.node
         .exec_timeout(
             &[
@@ -112,7 +120,7 @@ fn ready(k: &KataNode) -> Run {
                 "/kata-live",
                 "pod",
                 "ready",
-                "install",
+                op,
                 "--host-root",
                 "/host",
             ],
@@ -290,5 +298,41 @@ fn a_node_whose_proof_fails_stays_not_ready_and_says_why() {
     assert_eq!(unit_prop(&k, UNIT, "InvocationID"), invocation);
     let r = ready(&k);
     assert_eq!(r.code, 16, "{}", show(&r));
+    k.assert_healthy();
+}
+
+#[test]
+fn the_uninstall_pod_turns_the_handler_off_and_is_ready_only_then() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let k = boot();
+    let pod = start_pod(&k, "crio-0000000000c1.scope");
+    wait_outcome(&k, Duration::from_secs(180));
+    assert_eq!(ready(&k).code, 0);
+    kill_pod(&k, "crio-0000000000c1.scope", pod);
+    // The install DaemonSet is deleted, the uninstall one applied: same node, new pod.
+    let r = ready_for(&k, "uninstall");
+    assert_eq!(r.code, 16, "{}", show(&r));
+    let pod = start_pod_for(&k, "crio-0000000000c2.scope", "uninstall");
+    wait_outcome(&k, Duration::from_secs(180));
+    let r = ready_for(&k, "uninstall");
+    assert_eq!(r.code, 0, "{}", show(&r));
+    let r = ready_for(&k, "install");
+    assert_eq!(r.code, 16, "the install probe must fail now: {}", show(&r));
+    let out = kill_pod(&k, "crio-0000000000c2.scope", pod);
+    assert!(
+        out.stdout.contains("starting kata-live-uninstall.service"),
+        "{}",
+        show(&out)
+    );
+    assert!(out.stdout.contains("PROVEN"), "{}", show(&out));
+    let st = k.status_json();
+    assert_eq!(st["operation"], "uninstall", "{st:#}");
+    assert_eq!(st["result"], "succeeded", "{st:#}");
+    assert_eq!(
+        unit_prop(&k, UNIT, "ActiveState"),
+        "inactive",
+        "Conflicts= stopped it"
+    );
+    k.referee_assert_refuses(HANDLER);
     k.assert_healthy();
 }
