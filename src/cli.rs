@@ -111,6 +111,9 @@ pub enum Command {
     /// Write the man pages or shell completions (packaging; see src/generate.rs).
     #[command(hide = true)]
     Generate(crate::generate::GenerateArgs),
+    /// The DaemonSet pod's entrypoint and readiness probe (see src/pod.rs, README).
+    #[command(hide = true)]
+    Pod(crate::pod::PodArgs),
 }
 
 #[derive(Debug, Args)]

@@ -19,6 +19,7 @@ pub mod kubelet;
 pub mod lock;
 pub mod logging;
 pub mod plan;
+pub mod pod;
 pub mod report;
 pub mod rpm_ostree;
 pub mod scriptlets;

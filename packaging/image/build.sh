@@ -1,0 +1,68 @@
+#!/bin/bash
+# Builds the kata-live DaemonSet image without network access or a registry:
+#   packaging/image/build.sh [--rpm-dir DIR] [OUT_DIR]
+# writes OUT_DIR/oci (an OCI image layout, tag kata-live:VERSION) and OUT_DIR/kata-live.oci.tar
+# (the same layout as an OCI archive: `podman load -i`, `skopeo copy oci-archive:...`).
+# Default OUT_DIR: target/image.
+#
+# The image holds one statically linked kata-live at /kata-live (glibc's static libraries,
+# `-C target-feature=+crt-static`), so it runs on RHCOS (RHEL 9, glibc 2.34) and Debian or
+# Ubuntu hosts alike; the binary carries its units and default configuration
+# (src/pod.rs). With --rpm-dir, DIR's *.rpm go to /rpms in the image; run the pod with
+# `--rpm-dir /rpms` then. Needs: cargo, glibc's static libraries (libc6-dev), umoci.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+rpm_dir=''
+if [ "${1:-}" = --rpm-dir ]; then
+    rpm_dir=$2
+    shift 2
+fi
+out=${1:-$repo/target/image}
+triple=x86_64-unknown-linux-gnu
+target_dir=${CARGO_TARGET_DIR:-$repo/target}
+
+log() { printf 'image: %s\n' "$*" >&2; }
+die() { printf 'image: ERROR: %s\n' "$*" >&2; exit 1; }
+command -v umoci >/dev/null || die "umoci not found (apt-get install umoci)"
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n1)
+[ -n "$version" ] || die "no version in Cargo.toml"
+
+start=$EPOCHREALTIME
+# --target: crt-static then applies to the binary only, not to build scripts and proc macros.
+(cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' \
+    cargo build --release --locked --target "$triple" --bin kata-live)
+bin=$target_dir/$triple/release/kata-live
+log "built $bin in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
+# A dynamic binary would need the build host's glibc in the image.
+if ldd "$bin" >/dev/null 2>&1; then
+    die "$bin is dynamically linked: $(ldd "$bin" | tr '\n' ' ')"
+fi
+
+rm -rf "$out/oci" "$out/bundle"
+mkdir -p "$out"
+umoci init --layout "$out/oci"
+umoci new --image "$out/oci:kata-live:$version"
+umoci unpack --image "$out/oci:kata-live:$version" "$out/bundle"
+rootfs=$out/bundle/rootfs
+install -m 0755 "$bin" "$rootfs/kata-live"
+# The mount point of the node's / and the entrypoint's own outcome directory.
+install -d -m 0755 "$rootfs/host" "$rootfs/run/kata-live-pod" "$rootfs/tmp"
+if [ -n "$rpm_dir" ]; then
+    install -d -m 0755 "$rootfs/rpms"
+    find "$rpm_dir" -maxdepth 1 -name '*.rpm' -exec install -m 0644 {} "$rootfs/rpms/" \;
+fi
+umoci repack --image "$out/oci:kata-live:$version" "$out/bundle"
+umoci config --image "$out/oci:kata-live:$version" \
+    --config.entrypoint /kata-live \
+    --config.cmd pod --config.cmd install --config.cmd --host-root --config.cmd /host \
+    --config.label "org.opencontainers.image.title=kata-live" \
+    --config.label "org.opencontainers.image.version=$version" \
+    --config.label "org.opencontainers.image.licenses=Apache-2.0"
+umoci gc --layout "$out/oci"
+rm -rf "$out/bundle"
+tar -C "$out/oci" -cf "$out/kata-live.oci.tar" .
+log "wrote $out/oci (tag kata-live:$version) and $out/kata-live.oci.tar"
+umoci ls --layout "$out/oci"
