@@ -123,8 +123,17 @@ fn main() {
             repair(&k);
             repaired += 1;
         }
+        let said = run
+            .stderr
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("kata-live: ") && !l.contains("exit code"))
+            .unwrap_or("")
+            .chars()
+            .take(160)
+            .collect::<String>();
         println!(
-            "run {i:>3}: {op:<9} {fault:<24} exit {:>3}  served={:<5} healthy={} restarts={}",
+            "run {i:>3}: {op:<9} {fault:<24} exit {:>3}  served={:<5} healthy={} restarts={}  {said}",
             run.code,
             j.served.map(|b| b.to_string()).unwrap_or("?".into()),
             j.healthy,
@@ -270,7 +279,15 @@ fn clear_faults(k: &KataNode) {
     }
     let _ = k.node.exec(&["pkill", "-f", "^/usr/bin/rpm-ostree"]);
     k.remove_unit_drop_in("kubelet.service", "soak-hold");
+    let hid = k
+        .node
+        .exists("/etc/systemd/system/crio.service.d/soak-hide.conf")
+        .unwrap_or(false);
     k.remove_unit_drop_in("crio.service", "soak-hide");
+    if hid {
+        // The running CRI-O still has /opt/kata hidden: start one without the fault.
+        node_sh(k, &["systemctl", "restart", "crio.service"]);
+    }
     node_sh(k, &["rm", "-f", HOLD_KUBELET]);
     // The package's runtime file back as the package brought it.
     let hidden = format!("{RUNTIME}.soak-hidden");
