@@ -30,15 +30,13 @@
 # tests/*/node-root/ directory in lexical order (files a test component needs in every node, laid
 # out as in /, e.g. tests/standins/node-root/etc/crio/crio.conf.d/00-default).
 #
-# Environment: KATA_NODE_CACHE (default tests/node/.cache), as for rootfs.sh; KATA_NODE_DIR
-# (default $KATA_NODE_CACHE/nodes): where nodes live, e.g. a private one per session when
-# several sessions share the rootfs cache (each gc only sees its own nodes).
+# Environment: KATA_NODE_CACHE (default tests/node/.cache), as for rootfs.sh.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${KATA_NODE_CACHE:-$here/.cache}
-nodes=${KATA_NODE_DIR:-$cache/nodes}
+nodes=$cache/nodes
 binaries=(kata-live fake-crio fake-kubelet fake-rpm-ostree)
 default_start=(crio.service kubelet.service)
 node_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -231,8 +229,6 @@ cmd_boot() {
     dir=$(node_dir "$name")
     mkdir "$dir" 2>/dev/null || die "node '$name' exists already; tear it down first: $0 down $name"
     if [ -n "$owner" ]; then echo "$owner" >"$dir/owner.pid"; fi
-    # Pids only mean something in their pid namespace: gc judges only nodes of its own.
-    my_pidns >"$dir/owner.pidns"
 
     # Tear down on any failure from here on.
     boot_name=$name boot_dir=$dir
@@ -352,21 +348,12 @@ cmd_boot() {
         "$dir" "$root" "$pid" "$leader" "$state"
 }
 
-# The pid namespace this script runs in (e.g. pid:[4026531836]).
-my_pidns() { readlink /proc/self/ns/pid; }
-
 cmd_gc() {
-    local dir name owner ns
+    local dir name owner
     [ -d "$nodes" ] || return 0
     for dir in "$nodes"/*/; do
         [ -d "$dir" ] || continue
         name=$(basename "$dir")
-        # A node booted from another pid namespace (another session sharing this cache):
-        # its owner and nspawn pids cannot be checked from here, so it is not ours to remove.
-        ns=$(cat "$dir/owner.pidns" 2>/dev/null || true)
-        if [ -n "$ns" ] && [ "$ns" != "$(my_pidns)" ]; then
-            continue
-        fi
         owner=$(cat "$dir/owner.pid" 2>/dev/null || true)
         if [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
             log "gc: $name: owner $owner is gone"

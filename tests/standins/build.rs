@@ -25,15 +25,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let api = src.join(API_PROTO);
     if !api.is_file() {
-        return Err(format!(
-            "\n\nthe upstream CRI definition {} is missing.\n\
+        // Plain words on stderr (cargo shows it), not the Debug form of an error.
+        eprintln!(
+            "\nkata-live-standins: the upstream CRI definition {} is missing.\n\
              Run tests/cri-real/setup.sh (as root; it downloads Debian sid's \
              golang-github-kubernetes-cri-api-dev into tests/cri-real/.cache/cri-api), \
              or set KATA_LIVE_CRI_API_DIR to a directory holding {API_PROTO} and \
              github.com/gogo/protobuf/gogoproto/gogo.proto.\n",
             api.display()
-        )
-        .into());
+        );
+        std::process::exit(1);
     }
     println!("cargo:rerun-if-changed={}", api.display());
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
