@@ -144,7 +144,10 @@ fn main() {
 
     let elapsed = t0.elapsed();
     restarts.sort_unstable();
-    println!("\n== soak: {runs} runs in {:.0} s (seed {seed})", elapsed.as_secs_f64());
+    println!(
+        "\n== soak: {runs} runs in {:.0} s (seed {seed})",
+        elapsed.as_secs_f64()
+    );
     println!("{:<28} {:>5}", "fault", "runs");
     for (f, n) in &by_fault {
         println!("{:<28} {n:>5}", format!("{f:?}"));
@@ -209,22 +212,21 @@ fn run_with_fault(k: &KataNode, op: &str, fault: Fault, rng: &mut fastrand::Rng)
             std::thread::sleep(Duration::from_millis(rng.u64(200..3000)));
             node_sh(k, &["rm", "-f", HOLD_KUBELET]);
         }
-        Fault::KubeletCrashInWindow => {
-            if wait_phase_or_end(k, "prove") {
-                std::thread::sleep(Duration::from_millis(rng.u64(0..1500)));
-                node_sh(k, &["systemctl", "kill", "-s", "KILL", "kubelet.service"]);
-                node_sh(k, &["systemctl", "start", "kubelet.service"]);
-            }
+        // The guards wait for the run to reach the phase (false: it ended first).
+        Fault::KubeletCrashInWindow if wait_phase_or_end(k, "prove") => {
+            std::thread::sleep(Duration::from_millis(rng.u64(0..1500)));
+            node_sh(k, &["systemctl", "kill", "-s", "KILL", "kubelet.service"]);
+            node_sh(k, &["systemctl", "start", "kubelet.service"]);
         }
-        Fault::CrioFailsToStart => {
-            // The first start fails; the rollback's restart then finds CRI-O startable.
-            if wait_phase_or_end(k, "activate") {
-                let _ = k.node.wait_for("a failed start", Duration::from_secs(30), |n| {
+        // The first start fails; the rollback's restart then finds CRI-O startable.
+        Fault::CrioFailsToStart if wait_phase_or_end(k, "activate") => {
+            let _ = k
+                .node
+                .wait_for("a failed start", Duration::from_secs(30), |n| {
                     n.journal_unit("crio.service")
                         .contains("fault fail-start is set")
                 });
-                k.clear_crio_fault("fail-start");
-            }
+            k.clear_crio_fault("fail-start");
         }
         Fault::RpmOstreeHangsThenStop => {
             if let Some(pid) = phase_pid(k, "package") {
@@ -234,7 +236,11 @@ fn run_with_fault(k: &KataNode, op: &str, fault: Fault, rng: &mut fastrand::Rng)
         Fault::Kill9 | Fault::Sigterm => {
             std::thread::sleep(Duration::from_millis(rng.u64(0..8000)));
             if let Some(pid) = running_pid(k) {
-                let sig = if fault == Fault::Kill9 { "-KILL" } else { "-TERM" };
+                let sig = if fault == Fault::Kill9 {
+                    "-KILL"
+                } else {
+                    "-TERM"
+                };
                 node_sh(k, &["kill", sig, &pid.to_string()]);
             }
         }
@@ -246,7 +252,9 @@ fn run_with_fault(k: &KataNode, op: &str, fault: Fault, rng: &mut fastrand::Rng)
 /// The pid of the run in status.json while it runs.
 fn running_pid(k: &KataNode) -> Option<u32> {
     let v = k.status_now()?;
-    (v["result"] == "running").then(|| v["pid"].as_u64())?.map(|p| p as u32)
+    (v["result"] == "running")
+        .then(|| v["pid"].as_u64())?
+        .map(|p| p as u32)
 }
 
 /// Waits (bounded) until the run is in `phase`; false if it ended first.
@@ -346,8 +354,19 @@ fn why_unhealthy(k: &KataNode, n: &support::node::Node) -> Option<String> {
 /// After a run that may leave the node for a human (14, 18, a kill): what a human would
 /// do, so that the soak goes on from a healthy node.
 fn repair(k: &KataNode) {
-    node_sh(k, &["systemctl", "reset-failed", "crio.service", "kubelet.service"]);
-    node_sh(k, &["systemctl", "start", "crio.service", "kubelet.service"]);
+    node_sh(
+        k,
+        &[
+            "systemctl",
+            "reset-failed",
+            "crio.service",
+            "kubelet.service",
+        ],
+    );
+    node_sh(
+        k,
+        &["systemctl", "start", "crio.service", "kubelet.service"],
+    );
     let _ = k
         .node
         .wait_for("node healthy after repair", Duration::from_secs(60), |n| {
