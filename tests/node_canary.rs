@@ -97,7 +97,6 @@ fn canary_on_a_sound_node_is_part_of_the_proof() {
 /// the drop-in does not repair the runtime: exit 14, the node needs a human. Once the
 /// operator repairs the binary, the node is as it was before.
 #[test]
-#[ignore = "needs fake-crio's fork/exec check of a non-executable runtime_path at RunPodSandbox (branch kl-a, which conflicts with kl-c in crio_server.rs); un-ignore once both are merged"]
 fn failing_canary_fails_the_proof_and_is_never_success() {
     let _one = serial();
     let crun = "/usr/local/bin/crun-standin";
