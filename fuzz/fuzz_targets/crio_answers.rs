@@ -1,0 +1,20 @@
+//! What the running CRI-O answers: its effective configuration (`GET /config`, TOML),
+//! compared with the table kata-live wrote, and the verbose PodSandboxStatus info a
+//! sandbox's handler is read from. The first line of the input is the info JSON, the rest
+//! the configuration.
+#![no_main]
+use kata_live::cri::pods::handler_from_verbose_info;
+use kata_live::crio_conf::compare_effective;
+use libfuzzer_sys::fuzz_target;
+use std::collections::HashMap;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let (info, config) = text.split_once('\n').unwrap_or((&text, ""));
+    let info = HashMap::from([("info".to_string(), info.to_string())]);
+    let _ = handler_from_verbose_info(&info);
+    let mut wrote = toml::Table::new();
+    wrote.insert("runtime_path".into(), "/usr/bin/containerd-shim-kata-v2".into());
+    wrote.insert("runtime_type".into(), "vm".into());
+    let _ = compare_effective(config, "kata-remote", &wrote);
+});
