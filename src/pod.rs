@@ -724,6 +724,7 @@ async fn start_and_follow(
         )),
     }
     let mut last_phase = String::new();
+    let mut seen_busy = false;
     let until = Instant::now() + follow;
     let snap = loop {
         let snap = sd.snapshot(op.unit()).await?;
@@ -733,10 +734,16 @@ async fn start_and_follow(
                 last_phase = s.phase;
             }
         }
-        // A start is seen to end only in a new invocation (the old one's end is no answer).
+        // A start is seen to end in a new invocation (the old one's end is no answer), or
+        // after its job was seen and is gone, or when no job ever showed (a start refused at
+        // once, e.g. by the start limit): never a wait for the whole deadline on nothing.
         let busy = snap.pending_job != 0 || transitional(&snap.state.active_state);
-        let ended =
-            !busy && (!matches!(d, Decision::Start(_)) || snap.state.invocation_id != before);
+        seen_busy |= busy;
+        let ended = !busy
+            && (!matches!(d, Decision::Start(_))
+                || snap.state.invocation_id != before
+                || seen_busy
+                || t.elapsed() > Duration::from_secs(10));
         if ended || Instant::now() >= until {
             break snap;
         }

@@ -36,9 +36,10 @@ start=$EPOCHREALTIME
     cargo build --release --locked --target "$triple" --bin kata-live)
 bin=$target_dir/$triple/release/kata-live
 log "built $bin in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
-# A dynamic binary would need the build host's glibc in the image.
-if ldd "$bin" >/dev/null 2>&1; then
-    die "$bin is dynamically linked: $(ldd "$bin" | tr '\n' ' ')"
+# A dynamic binary would need the build host's glibc in the image: no interpreter, no
+# NEEDED library (a static-pie still has a dynamic section, so `ldd` alone cannot tell).
+if readelf -lW "$bin" | grep -q 'program interpreter' || readelf -dW "$bin" | grep -q '(NEEDED)'; then
+    die "$bin is dynamically linked: $(readelf -dW "$bin" | grep '(NEEDED)' | tr -s ' ' | tr '\n' ' ')"
 fi
 
 rm -rf "$out/oci" "$out/bundle"
