@@ -4,22 +4,8 @@
 
 mod support;
 use serde_json::Value;
-use std::sync::Mutex;
-use support::kata::{ids, KataNode, Run};
+use support::kata::{ids, serial, show, KataNode};
 use support::node::NodeOptions;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
-}
 
 fn outcomes(st: &Value, name: &str) -> Vec<String> {
     st["steps"]

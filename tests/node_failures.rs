@@ -8,17 +8,10 @@
 
 mod support;
 use serde_json::Value;
-use std::sync::Mutex;
 use std::time::Duration;
-use support::kata::{ids, KataNode, Run, DROP_IN};
+use support::kata::{ids, serial, show, KataNode, DROP_IN};
 use support::node::NodeOptions;
 use support::referee::HANDLER;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// An operator's own 50-kata-remote (not kata-live's): odd bytes on purpose (no final
 /// newline, trailing blanks) so that "restored" means byte for byte.
@@ -36,13 +29,6 @@ runtime_root = \"/run/kata-by-hand\"\n\
 /// applies: a handler whose runtime_config_path is missing is ignored, unless it is the
 /// default runtime, in which case CRI-O does not start.
 const HIDE_KATA_FROM_NEXT_CRIO: &str = "[Service]\nTemporaryFileSystem=/opt/kata:ro\n";
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
-}
 
 fn steps(st: &Value) -> Vec<(String, String, String)> {
     st["steps"]

@@ -5,25 +5,11 @@
 
 mod support;
 use std::process::{Child, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 use support::hold::OpenHold;
-use support::kata::{ids, KataNode, Run, STATUS};
+use support::kata::{ids, serial, show, KataNode, Run, STATUS};
 
 const UNIT: &str = "kata-live-handoff-install.service";
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
-}
 
 /// `kata-live ARGS` in a scope named like a CRI-O container's (a debug pod's shell).
 fn start_in_pod_scope(k: &KataNode, scope: &str, args: &[&str]) -> Child {

@@ -12,17 +12,10 @@
 
 mod support;
 use serde_json::Value;
-use std::sync::Mutex;
 use std::time::Duration;
 use support::hold::OpenHold;
-use support::kata::{ids, KataNode, Run, DROP_IN, STATUS};
+use support::kata::{ids, serial, show, KataNode, Run, DROP_IN, STATUS};
 use support::node::NodeOptions;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The operator's own 50-kata-remote, odd bytes on purpose (no final newline, trailing
 /// blanks): "restored" means byte for byte.
@@ -41,13 +34,6 @@ const HIDE_KATA_FROM_NEXT_CRIO: &str = "[Service]\nTemporaryFileSystem=/opt/kata
 const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
 const STATE_DIR: &str = "/var/lib/kata-live";
 const BACKUP: &str = "/var/lib/kata-live/backup/drop-in.orig";
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
-}
 
 fn outcomes(st: &Value, name: &str) -> Vec<String> {
     st["steps"]

@@ -11,7 +11,7 @@ mod support;
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::kata::{KataNode, Run};
+use support::kata::{show, KataNode, Run};
 use support::node::NodeOptions;
 use support::referee::HANDLER;
 
@@ -58,13 +58,6 @@ fn boot() -> KataNode {
     let o = k.node.exec(&["systemctl", "cat", UNIT]);
     assert!(!o.status.success(), "the node must not know {UNIT} yet");
     k
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
 }
 
 /// Starts the entrypoint as a pod's container (a fresh container: no outcome file yet).

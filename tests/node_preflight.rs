@@ -6,22 +6,7 @@
 
 mod support;
 use serde_json::Value;
-use std::sync::Mutex;
-use support::kata::{ids, KataNode, Run, DROP_IN, STATUS};
-
-/// One node at a time: each scenario boots its own, and the machine is small and shared.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
-}
+use support::kata::{ids, serial, show, KataNode, Run, DROP_IN, STATUS};
 
 fn outcomes(st: &Value, name: &str) -> Vec<String> {
     st["steps"]

@@ -4,23 +4,9 @@
 //! cause is left alone.
 
 mod support;
-use std::sync::Mutex;
 use std::time::Duration;
-use support::kata::{ids, KataNode, Run, DROP_IN};
+use support::kata::{ids, serial, show, KataNode, DROP_IN};
 use support::node::NodeOptions;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
-}
 
 /// systemd's start limit of crio.service, lowered so that one failed start by kata-live
 /// leaves no room for the rollback's (the upstream unit keeps systemd's default, 5 in 10 s,

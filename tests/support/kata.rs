@@ -40,6 +40,22 @@ pub const STATUS: &str = "/run/kata-live/status.json";
 #[allow(unused_imports)] // not every test file that includes support/ asserts on the journal
 pub use kata_live::logging::ids;
 
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Scenarios of one test file run one at a time: each boots its own node, and several at
+/// once on a small shared machine would only make kubelet's deadlines race.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A run as the operator saw it (exit code, stdout, stderr), for assertion messages.
+pub fn show(r: &Run) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+        r.code, r.stdout, r.stderr
+    )
+}
+
 pub struct KataNode {
     pub node: Node,
 }
