@@ -4,18 +4,8 @@
 
 mod support;
 use serde_json::Value;
-use support::kata::{ids, serial, show, KataNode};
+use support::kata::{ids, outcomes, serial, show, KataNode};
 use support::node::NodeOptions;
-
-fn outcomes(st: &Value, name: &str) -> Vec<String> {
-    st["steps"]
-        .as_array()
-        .expect("status.json has steps")
-        .iter()
-        .filter(|s| s["name"] == name)
-        .map(|s| s["outcome"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
 
 /// Sandboxes fake-crio still holds in namespace `ns` (its own state file, not kata-live).
 fn sandboxes_in(k: &KataNode, ns: &str) -> Vec<Value> {

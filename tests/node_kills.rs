@@ -14,7 +14,7 @@ mod support;
 use serde_json::Value;
 use std::time::Duration;
 use support::hold::OpenHold;
-use support::kata::{ids, serial, show, KataNode, Run, DROP_IN, STATUS};
+use support::kata::{ids, outcomes, serial, show, KataNode, Run, DROP_IN, STATUS};
 use support::node::NodeOptions;
 
 /// The operator's own 50-kata-remote, odd bytes on purpose (no final newline, trailing
@@ -34,16 +34,6 @@ const HIDE_KATA_FROM_NEXT_CRIO: &str = "[Service]\nTemporaryFileSystem=/opt/kata
 const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
 const STATE_DIR: &str = "/var/lib/kata-live";
 const BACKUP: &str = "/var/lib/kata-live/backup/drop-in.orig";
-
-fn outcomes(st: &Value, name: &str) -> Vec<String> {
-    st["steps"]
-        .as_array()
-        .expect("status.json has steps")
-        .iter()
-        .filter(|s| s["name"] == name)
-        .map(|s| s["outcome"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
 
 fn boot_with_foreign(extra_config: &str) -> KataNode {
     KataNode::boot_with(

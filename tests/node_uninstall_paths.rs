@@ -6,17 +6,7 @@
 
 mod support;
 use serde_json::Value;
-use support::kata::{ids, serial, show, KataNode};
-
-fn outcomes(st: &Value, name: &str) -> Vec<String> {
-    st["steps"]
-        .as_array()
-        .expect("status.json has steps")
-        .iter()
-        .filter(|s| s["name"] == name)
-        .map(|s| s["outcome"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
+use support::kata::{ids, outcomes, serial, show, KataNode};
 
 fn installed(extra_config: &str) -> KataNode {
     let k = KataNode::boot(extra_config);

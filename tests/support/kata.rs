@@ -56,6 +56,17 @@ pub fn show(r: &Run) -> String {
     )
 }
 
+/// The outcomes (`ran`, `skipped`, `failed`) of every step of status.json named `name`, in order.
+pub fn outcomes(st: &serde_json::Value, name: &str) -> Vec<String> {
+    st["steps"]
+        .as_array()
+        .expect("status.json has steps")
+        .iter()
+        .filter(|s| s["name"] == name)
+        .map(|s| s["outcome"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 pub struct KataNode {
     pub node: Node,
 }
