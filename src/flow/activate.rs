@@ -1,0 +1,259 @@
+use super::*;
+
+/// Microseconds since the epoch of a file's last change (max of mtime and ctime: a live
+/// apply may bring files with old mtimes), 0 when it does not exist.
+fn changed_us(p: &Path) -> u64 {
+    match std::fs::metadata(p) {
+        Ok(m) => {
+            let us = |s: i64, ns: i64| (s.max(0) as u64) * 1_000_000 + (ns.max(0) as u64) / 1_000;
+            us(m.mtime(), m.mtime_nsec()).max(us(m.ctime(), m.ctime_nsec()))
+        }
+        Err(_) => 0,
+    }
+}
+
+/// When the newest thing CRI-O must see changed: the drop-in directory (a write or a
+/// removal there changes its mtime), the drop-in, and the runtime's files.
+pub fn newest_artifact_us(ctx: &Ctx) -> u64 {
+    let c = &ctx.cfg.handler;
+    let mut paths = vec![
+        ctx.host.path(&c.drop_in),
+        ctx.host.path(&c.crio.runtime_path),
+    ];
+    if let Some(dir) = c.drop_in.parent() {
+        paths.push(ctx.host.path(dir));
+    }
+    if let Some(p) = &c.crio.runtime_config_path {
+        paths.push(ctx.host.path(p));
+    }
+    paths.iter().map(|p| changed_us(p)).max().unwrap_or(0)
+}
+
+/// What activation did: whether CRI-O (and so kubelet) restarted.
+#[derive(Debug, Clone, Serialize)]
+pub struct Activated {
+    pub restarted: bool,
+    pub action: Activation,
+}
+
+/// Carries out the activation decision. Reload is only ever followed by a canary on the
+/// handler itself; a failed canary falls back to a restart.
+pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<Activated, String> {
+    let c = &ctx.cfg;
+    match &act {
+        Activation::Nothing(why) => {
+            rep.begin("activate", "nothing to activate");
+            rep.end(StepOutcome::Skipped, why.clone());
+            Ok(Activated {
+                restarted: false,
+                action: act,
+            })
+        }
+        Activation::Restart(why) => {
+            restart_crio(ctx, rep, why)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Activated {
+                restarted: true,
+                action: act,
+            })
+        }
+        Activation::ReloadThenCanary(why) => {
+            rep.begin("activate", "reloading CRI-O, then a canary on the handler");
+            let deadline = Ctx::deadline(c.deadlines.restart);
+            let reloaded = ctx.systemd.reload_unit(&c.units.crio, deadline).await;
+            let canary = match reloaded {
+                Ok(_) => match ctx.cri(Ctx::deadline(c.deadlines.cri_ready)).await {
+                    Ok(cri) => cri
+                        .run_canary(&c.handler.name, Ctx::deadline(c.deadlines.canary))
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            match canary {
+                Ok(()) => {
+                    rep.end(
+                        StepOutcome::Ran,
+                        format!("{why}: reloaded; a canary sandbox ran on the handler"),
+                    );
+                    Ok(Activated {
+                        restarted: false,
+                        action: act,
+                    })
+                }
+                Err(e) => {
+                    rep.end(
+                        StepOutcome::Failed,
+                        format!("reload not proven ({e}); restarting instead"),
+                    );
+                    restart_crio(ctx, rep, "the reload could not be proven")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok(Activated {
+                        restarted: true,
+                        action: act,
+                    })
+                }
+            }
+        }
+    }
+}
+
+async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), SystemdError> {
+    let c = &ctx.cfg;
+    rep.begin("activate", &format!("restarting {}", c.units.crio));
+    let deadline = Ctx::deadline(c.deadlines.restart);
+    notify::extend_timeout(deadline + Duration::from_secs(30));
+    ctx.crio_restarts
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    // Settle: a CRI-O that starts and dies at once must not count as restarted.
+    match ctx
+        .systemd
+        .restart_unit_settled(&c.units.crio, deadline, Duration::from_secs(2))
+        .await
+    {
+        Ok(proof) => {
+            tracing::info!(
+                message_id = ids::CRIO_RESTARTED,
+                unit = %c.units.crio,
+                before_pid = proof.before.main_pid,
+                after_pid = proof.after.main_pid,
+                invocation = %proof.after.invocation_id,
+                "{} restarted: {why}",
+                c.units.crio
+            );
+            rep.evidence("crio_restart", &proof);
+            rep.end(
+                StepOutcome::Ran,
+                format!(
+                    "{why}: MainPID {} -> {}, new InvocationID {}",
+                    proof.before.main_pid, proof.after.main_pid, proof.after.invocation_id
+                ),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            rep.end(StepOutcome::Failed, e.to_string());
+            Err(e)
+        }
+    }
+}
+
+/// The rollback's restart of CRI-O. When systemd refuses it because this run's own restarts
+/// drove CRI-O into its start limit (`start request repeated too quickly`), the failed state
+/// is reset once and the restart tried again: the limit guards against a crash loop, and the
+/// rollback is what ends this one. A limit this run did not cause is left to the operator.
+pub(super) async fn restart_crio_for_rollback(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+) -> Result<(), SystemdError> {
+    let ours_before = ctx.crio_restarts.load(std::sync::atomic::Ordering::SeqCst);
+    match restart_crio(ctx, rep, "rollback").await {
+        Err(SystemdError::StartLimitHit { unit, state }) if ours_before > 0 => {
+            tracing::warn!(
+                message_id = ids::CRIO_START_LIMIT_RESET,
+                unit = %unit,
+                restarts = ours_before,
+                "{unit} hit its start limit after {ours_before} restart(s) by this run; \
+                 resetting its failed state once for the rollback (it was {state})"
+            );
+            ctx.systemd.reset_failed_unit(&unit).await?;
+            restart_crio(ctx, rep, "rollback, after resetting the start limit").await
+        }
+        other => other,
+    }
+}
+
+/// Decides the activation from the baseline and what this run changed. A dry run stops
+/// here: it prints each step, would run or skip, and why, and returns `None`.
+pub fn decide(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    base: &Baseline,
+    drop_in_changed: bool,
+    package_newly_live: bool,
+    want_listed: bool,
+) -> Option<Activation> {
+    let decision = plan::decide_activation(&plan::ActivationInputs {
+        drop_in_changed,
+        package_newly_live,
+        crio_started_us: base.crio.exec_main_start_us,
+        newest_artifact_us: newest_artifact_us(ctx),
+        handler_listed: base.view.handler_presence.as_listed(),
+        want_listed,
+        strategy: ctx.cfg.activation.strategy,
+    });
+    if !ctx.dry_run {
+        return Some(decision);
+    }
+    rep.begin("activate", "deciding");
+    rep.end(StepOutcome::Skipped, format!("dry run: would {decision:?}"));
+    let mut s = String::from("dry run plan:\n");
+    for st in &rep.status.steps {
+        s.push_str(&format!(
+            "  {:<15} {:?}: {}\n",
+            st.name, st.outcome, st.detail
+        ));
+    }
+    println!("{s}");
+    None
+}
+
+/// What a flow wants proven.
+pub struct Goal<'a> {
+    /// Install: the handler listed; uninstall: gone.
+    pub handler_listed: bool,
+    /// Pods expected to go away (uninstall --force): not counted as lost.
+    pub expendable: &'a [String],
+    /// Install: the handler table kata-live wrote, which the running CRI-O's effective
+    /// configuration must hold key for key.
+    pub definition: Option<&'a toml::Table>,
+}
+
+/// Steps shared by both flows once the drop-in is in place: activate as decided, then
+/// prove; a failure of either rolls back to the saved drop-in. The state journal records
+/// each phase before it starts, so that a killed run can be resumed.
+pub async fn activate_and_prove(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    base: &Baseline,
+    decision: Activation,
+    journal: &mut Journal,
+    journals: &JournalStore,
+    goal: Goal<'_>,
+) -> Result<Activated, FlowError> {
+    let j = journal;
+    let save = |j: &mut Journal, phase: Phase| {
+        j.phase = phase;
+        journals.save(j).map_err(|e| internal("state journal")(&e))
+    };
+    save(j, Phase::Activate)?;
+    let backup = ctx.backups().load().map_err(|e| internal("backup")(&e))?;
+    let activated = match activate(ctx, rep, decision).await {
+        Ok(a) => a,
+        Err(error) => {
+            let rollback = rollback(ctx, rep, base, backup.as_ref()).await;
+            return Err(FlowError::Activation { error, rollback });
+        }
+    };
+    save(j, Phase::Prove)?;
+    let spec = ProofSpec {
+        want_listed: goal.handler_listed,
+        baseline: base,
+        restarted: activated.restarted,
+        newest_artifact_us: newest_artifact_us(ctx),
+        expendable: goal.expendable,
+        step: "prove",
+        unknown_as_found: false,
+        definition: goal.definition,
+    };
+    if let Err(missing) = prove(ctx, rep, spec).await {
+        save(j, Phase::Rollback)?;
+        let rollback = rollback(ctx, rep, base, backup.as_ref()).await;
+        return Err(FlowError::NotProven { missing, rollback });
+    }
+    Ok(activated)
+}

@@ -1,0 +1,268 @@
+//! The steps that install and uninstall share: preflight, activation, proof and rollback.
+//! Each step observes through the modules (systemd, CRI, kubelet), asks [`crate::plan`]
+//! what the observations mean, and reports through [`Reporter`].
+
+mod activate;
+mod preflight;
+mod prove;
+mod rollback;
+
+pub use activate::{activate, activate_and_prove, decide, newest_artifact_us, Activated, Goal};
+pub use preflight::{preflight, Baseline};
+pub use prove::{effective_definition, prove, ProofSpec};
+pub use rollback::{rollback, stop_before_activation};
+
+use crate::config::Config;
+use crate::cri::{self, CriClient, HandlerPresence, PodSnapshot, RuntimeView};
+use crate::crio::{Backup, BackupStore, DropIn};
+use crate::crio_conf;
+use crate::exit::ExitCode;
+use crate::host::Host;
+use crate::kubelet::{self, Evidence};
+use crate::lock::{self, Lock};
+use crate::logging::ids;
+use crate::plan::{self, Activation};
+use crate::report::{Reporter, RunResult, StepOutcome, STATUS_PATH};
+use crate::rpm_ostree::RpmOstree;
+use crate::scriptlets::Tools;
+use crate::state::{Journal, JournalStore, Operation, Phase, STATE_DIR};
+use crate::systemd::{notify, Systemd, SystemdError, UnitState};
+use serde::Serialize;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Everything a flow works with; every path goes through `host`.
+pub struct Ctx {
+    pub host: Host,
+    pub cfg: Config,
+    pub dry_run: bool,
+    pub systemd: Systemd,
+    pub rpm_ostree: RpmOstree,
+    pub tools: Tools,
+    /// Restarts of CRI-O this run asked systemd for: a start limit that they drove CRI-O
+    /// into is cleared by the rollback, one that was there before is not.
+    pub crio_restarts: std::sync::atomic::AtomicU32,
+}
+
+/// How a flow failed. Each variant maps to one documented exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    #[error("refused, nothing was changed: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Lock(#[from] crate::lock::LockError),
+    #[error("package step failed, CRI-O configuration untouched: {0}")]
+    Package(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("CRI-O could not be activated with the change ({error}); {rollback}")]
+    Activation { error: String, rollback: Rollback },
+    #[error("the change is not proven: {missing}; {rollback}")]
+    NotProven { missing: String, rollback: Rollback },
+    /// A stop was requested (SIGTERM/SIGINT); `state` says what the node was left with.
+    #[error("stopped by {signal} {state}")]
+    Stopped { signal: &'static str, state: String },
+}
+
+/// What a rollback achieved.
+#[derive(Debug)]
+pub enum Rollback {
+    /// The previous configuration is back and proven.
+    Done,
+    /// It failed: the node is in the state described, and needs a human.
+    Failed(String),
+}
+
+impl std::fmt::Display for Rollback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rollback::Done => {
+                f.write_str("rolled back: the previous configuration is restored and proven")
+            }
+            Rollback::Failed(s) => write!(f, "ROLLBACK FAILED: {s}"),
+        }
+    }
+}
+
+impl FlowError {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            FlowError::Refused(_) => ExitCode::PreflightRefused,
+            FlowError::Lock(crate::lock::LockError::Busy { .. }) => ExitCode::LockBusy,
+            FlowError::Lock(_) | FlowError::Internal(_) => ExitCode::Internal,
+            FlowError::Package(_) => ExitCode::PackageStep,
+            FlowError::Stopped { .. } => ExitCode::Stopped,
+            FlowError::Activation {
+                rollback: Rollback::Done,
+                ..
+            } => ExitCode::Activation,
+            FlowError::NotProven {
+                rollback: Rollback::Done,
+                ..
+            } => ExitCode::RolledBack,
+            FlowError::Activation { .. } | FlowError::NotProven { .. } => ExitCode::RollbackFailed,
+        }
+    }
+
+    pub fn run_result(&self) -> RunResult {
+        match self.exit_code() {
+            ExitCode::PreflightRefused | ExitCode::LockBusy => RunResult::Refused,
+            ExitCode::Activation | ExitCode::RolledBack => RunResult::RolledBack,
+            ExitCode::RollbackFailed => RunResult::RollbackFailed,
+            ExitCode::Stopped => RunResult::Stopped,
+            _ => RunResult::Failed,
+        }
+    }
+}
+
+pub fn internal(what: &str) -> impl FnOnce(&dyn std::fmt::Display) -> FlowError + '_ {
+    move |e| FlowError::Internal(format!("{what}: {e}"))
+}
+
+impl Ctx {
+    pub fn deadline(secs: f64) -> Duration {
+        Duration::from_secs_f64(secs)
+    }
+
+    pub fn drop_in(&self) -> DropIn {
+        DropIn::new(&self.host.root, self.host.path(&self.cfg.handler.drop_in))
+    }
+
+    pub fn backups(&self) -> BackupStore {
+        BackupStore::new(&self.host.root, &self.host.path(STATE_DIR))
+    }
+
+    pub fn journals(&self) -> JournalStore {
+        JournalStore::new(&self.host.root, &self.host.path(STATE_DIR))
+    }
+
+    /// Connects to CRI-O, retrying while its socket comes back after a restart.
+    pub async fn cri(&self, deadline: Duration) -> Result<CriClient, cri::CriError> {
+        let socket = self.host.path(&self.cfg.cri.socket);
+        let call = Duration::from_secs(10).min(deadline);
+        cri::retry_until(deadline, "connect to CRI-O", || {
+            CriClient::connect(&socket, Duration::from_secs(2).min(deadline), call)
+        })
+        .await
+    }
+
+    pub async fn unit(&self, unit: &str) -> Result<UnitState, SystemdError> {
+        self.systemd.unit_state(unit).await
+    }
+}
+
+/// A safe point between steps: when a stop was requested, the run ends here, before `next`,
+/// with the node as `state` says (nothing after the last completed step was started).
+pub fn checkpoint(rep: &mut Reporter, next: &str, state: &str) -> Result<(), FlowError> {
+    match crate::stop::requested() {
+        None => Ok(()),
+        Some(signal) => {
+            rep.begin("stop", &format!("stopping before {next} ({signal})"));
+            rep.end(
+                StepOutcome::Skipped,
+                format!("not started: {next}; {state}"),
+            );
+            Err(FlowError::Stopped {
+                signal,
+                state: format!("before {next}: {state}"),
+            })
+        }
+    }
+}
+
+/// What the report says when a stop arrived while activation or the proof was under way:
+/// those were finished (they are what brings the node to a proven state).
+pub fn note_stop_during_activation(rep: &mut Reporter) -> Option<&'static str> {
+    let signal = crate::stop::requested()?;
+    rep.evidence(
+        "stop",
+        serde_json::json!({
+            "signal": signal,
+            "handled": "the activation under way was finished and proven before stopping",
+        }),
+    );
+    Some(signal)
+}
+
+/// Keeps the drop-in's pre-change content, once per operation: a run resuming an
+/// interrupted one keeps that run's backup, which holds the true pre-change state.
+pub fn save_backup_once(
+    ctx: &Ctx,
+    journal: &mut Journal,
+    drop_in: &DropIn,
+    current: &Option<Vec<u8>>,
+) -> Result<(), FlowError> {
+    if !journal.backup_saved {
+        ctx.backups()
+            .save(&Backup {
+                path: drop_in.path().into(),
+                existed: current.is_some(),
+                content: current.clone(),
+            })
+            .map_err(|e| internal("backup")(&e))?;
+        journal.backup_saved = true;
+    }
+    Ok(())
+}
+
+/// Takes the run lock, then starts reporting. A run that cannot get the lock reports to the
+/// journal and stderr only: status.json belongs to the run that holds the lock.
+pub async fn begin(ctx: &Ctx, operation: Operation) -> Result<(Lock, Reporter), ExitCode> {
+    let op = operation.to_string();
+    let started = Instant::now();
+    let lock = match lock::acquire(
+        &ctx.host.path(lock::LOCK_PATH),
+        &op,
+        Ctx::deadline(ctx.cfg.deadlines.lock),
+    )
+    .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            let e = FlowError::from(e);
+            let code = e.exit_code();
+            tracing::warn!(message_id = ids::REFUSED, operation = %op, exit_code = code.code(), "kata-live {op} refused, nothing changed: {e}");
+            eprintln!("kata-live: {op} failed: {e}");
+            eprintln!("kata-live: exit code {code}: {}", code.describe());
+            return Err(code);
+        }
+    };
+    let path = ctx.host.path(STATUS_PATH);
+    let mut rep = Reporter::start(
+        &ctx.host.root,
+        path,
+        &op,
+        &ctx.cfg.handler.name,
+        ctx.dry_run,
+    );
+    rep.begin("lock", "taking the kata-live lock");
+    rep.end(
+        StepOutcome::Ran,
+        format!("lock held after {:.1}s", started.elapsed().as_secs_f64()),
+    );
+    Ok((lock, rep))
+}
+
+/// Ends the run: status file, journal record, the operator's message on stderr.
+pub fn finish(mut rep: Reporter, result: Result<String, FlowError>) -> ExitCode {
+    match result {
+        Ok(summary) => {
+            rep.finish(RunResult::Succeeded, ExitCode::Ok, None);
+            println!("kata-live: {summary}");
+            ExitCode::Ok
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            rep.finish(e.run_result(), code, Some(e.to_string()));
+            eprintln!("kata-live: {} failed: {e}", rep.status.operation);
+            eprintln!("kata-live: exit code {code}: {}", code.describe());
+            if code == ExitCode::RollbackFailed {
+                eprintln!(
+                    "kata-live: the node needs a human before the rollout continues; `kata-live status` shows what is in place"
+                );
+            }
+            code
+        }
+    }
+}

@@ -1,0 +1,128 @@
+use super::*;
+
+/// The node as preflight found it: what the proof and the rollback compare against.
+#[derive(Debug, Clone, Serialize)]
+pub struct Baseline {
+    pub crio: UnitState,
+    pub kubelet: UnitState,
+    pub view: RuntimeView,
+    pub pods: PodSnapshot,
+    pub kubelet_evidence: Evidence,
+}
+
+/// Refuses a node that is already unhealthy, so that a rollout never makes a bad node worse.
+pub async fn preflight(ctx: &Ctx, rep: &mut Reporter) -> Result<Baseline, FlowError> {
+    rep.begin("preflight", "checking CRI-O, kubelet and pods");
+    let res = preflight_inner(ctx).await;
+    match &res {
+        Ok(b) => {
+            rep.evidence("preflight", b);
+            rep.end(
+                StepOutcome::Ran,
+                format!(
+                    "CRI-O {} ready, kubelet connected, {} ready sandboxes, handler {}",
+                    b.view.runtime_version,
+                    b.pods.ready_sandboxes().count(),
+                    presence_word(b.view.handler_presence)
+                ),
+            );
+        }
+        Err(e) => rep.end(StepOutcome::Failed, e.to_string()),
+    }
+    res
+}
+
+fn presence_word(p: HandlerPresence) -> &'static str {
+    match p {
+        HandlerPresence::Listed => "listed",
+        HandlerPresence::NotListed => "not listed",
+        HandlerPresence::Unknown => "unknown (runtime does not report handlers)",
+    }
+}
+
+async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
+    let c = &ctx.cfg;
+    let deadline = Ctx::deadline(c.deadlines.preflight);
+    let until = Instant::now() + deadline;
+    let refuse = |what: &str, e: &dyn std::fmt::Display| FlowError::Refused(format!("{what}: {e}"));
+    // A unit still starting (e.g. the restart of a run that was killed) is waited for within
+    // the preflight deadline, then judged: refusing it would only make the rollout retry.
+    let crio = settled(ctx, &c.units.crio, until)
+        .await
+        .map_err(|e| refuse(&c.units.crio, &e))?;
+    if !crio.is_running() {
+        return Err(FlowError::Refused(format!("CRI-O is not running: {crio}")));
+    }
+    let kubelet = settled(ctx, &c.units.kubelet, until)
+        .await
+        .map_err(|e| refuse(&c.units.kubelet, &e))?;
+    if !kubelet.is_running() {
+        return Err(FlowError::Refused(format!(
+            "kubelet is not running: {kubelet}"
+        )));
+    }
+    let cri = ctx
+        .cri(deadline)
+        .await
+        .map_err(|e| refuse("CRI-O's socket", &e))?;
+    let view = cri
+        .runtime_view(&c.handler.name)
+        .await
+        .map_err(|e| refuse("CRI Status", &e))?;
+    if !(view.ready && view.network_ready) {
+        return Err(FlowError::Refused(format!(
+            "CRI-O is not ready: {}",
+            view.problems().join("; ")
+        )));
+    }
+    let inputs = kubelet::ProofInputs::from_config(c, &ctx.host, crio.main_pid, None);
+    let kubelet_evidence = kubelet::observe(&inputs, &kubelet, Duration::ZERO).await;
+    if let kubelet::Verdict::Missing(_) = kubelet::verdict(&kubelet_evidence) {
+        return Err(FlowError::Refused(format!(
+            "kubelet is not healthy and connected to CRI-O: {}",
+            kubelet::describe_missing(&kubelet_evidence)
+        )));
+    }
+    // With each sandbox's handler: the uninstall guard needs it.
+    let pods = cri
+        .pod_snapshot_with_handlers()
+        .await
+        .map_err(|e| refuse("listing pods", &e))?;
+    Ok(Baseline {
+        crio,
+        kubelet,
+        view,
+        pods,
+        kubelet_evidence,
+    })
+}
+
+/// The unit's state once it is no longer transitional (or at `until`), saying so when that
+/// took a wait.
+async fn settled(ctx: &Ctx, unit: &str, until: Instant) -> Result<UnitState, SystemdError> {
+    let snap = ctx.systemd.snapshot(unit).await?;
+    let first = snap.state;
+    if !crate::systemd::jobs::is_transitional(&first) && snap.pending_job == 0 {
+        return Ok(first);
+    }
+    let t0 = Instant::now();
+    tracing::info!(
+        unit = %unit,
+        "{unit} is {}/{}{}; waiting up to {:.0} s for it to settle before judging it",
+        first.active_state,
+        first.sub_state,
+        if snap.pending_job != 0 { " with a job queued" } else { "" },
+        until.saturating_duration_since(t0).as_secs_f64()
+    );
+    let now = ctx.systemd.wait_settled(unit, until).await?;
+    tracing::info!(
+        unit = %unit,
+        "{unit} was {}/{}; waited {:.1} s for it to settle: now {}/{}",
+        first.active_state,
+        first.sub_state,
+        t0.elapsed().as_secs_f64(),
+        now.active_state,
+        now.sub_state
+    );
+    Ok(now)
+}

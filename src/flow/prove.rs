@@ -1,0 +1,187 @@
+use super::*;
+
+/// What the proof checks besides the handler.
+pub struct ProofSpec<'a> {
+    pub want_listed: bool,
+    pub baseline: &'a Baseline,
+    /// kubelet restarted with CRI-O: a new InvocationID is required.
+    pub restarted: bool,
+    pub newest_artifact_us: u64,
+    /// Pods expected to go away (uninstall --force): not counted as lost.
+    pub expendable: &'a [String],
+    pub step: &'a str,
+    /// Rollback to a node whose runtime reported no handlers at preflight: an unknown
+    /// handler presence is the state it was found in.
+    pub unknown_as_found: bool,
+    /// See [`Goal::definition`].
+    pub definition: Option<&'a toml::Table>,
+}
+
+/// Proves the state on the running node. Returns the evidence or what is missing.
+pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result<(), String> {
+    let c = &ctx.cfg;
+    rep.begin(
+        spec.step,
+        "proving through the CRI socket and kubelet's connection",
+    );
+    let started = Instant::now();
+    let mut inputs = plan::ProofInputs {
+        want_listed: spec.want_listed,
+        unknown_as_found: spec.unknown_as_found,
+        ..Default::default()
+    };
+    let crio = match ctx.unit(&c.units.crio).await {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = format!("cannot read {}: {e}", c.units.crio);
+            rep.end(StepOutcome::Failed, msg.clone());
+            return Err(msg);
+        }
+    };
+    inputs.crio_newer_than_artifacts =
+        crio.is_running() && crio.exec_main_start_us > spec.newest_artifact_us;
+
+    // CRI: ready, and the handler listed (or gone), polled while CRI-O settles.
+    let want = if spec.want_listed {
+        HandlerPresence::Listed
+    } else {
+        HandlerPresence::NotListed
+    };
+    let cri_deadline = Ctx::deadline(c.deadlines.cri_ready);
+    let cri = ctx.cri(cri_deadline).await.map_err(|e| e.to_string());
+    let view = match &cri {
+        Ok(cri) => {
+            let wanted = |v: &RuntimeView| {
+                v.ready
+                    && v.network_ready
+                    && (v.handler_presence == want
+                        || (spec.unknown_as_found
+                            && v.handler_presence == HandlerPresence::Unknown))
+            };
+            loop {
+                let v = cri
+                    .runtime_view(&c.handler.name)
+                    .await
+                    .map_err(|e| e.to_string());
+                // A runtime that does not report handlers will not start to: no use waiting.
+                let settled = matches!(&v, Ok(v) if wanted(v)
+                    || (v.ready && v.handler_presence == HandlerPresence::Unknown));
+                if settled || started.elapsed() >= cri_deadline {
+                    break v;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Err(e) => Err(e.clone()),
+    };
+    match &view {
+        Ok(v) => {
+            inputs.handler_listed = v.handler_presence.as_listed();
+            inputs.runtime_ready = v.ready;
+            inputs.network_ready = v.network_ready;
+            rep.evidence("runtime", v);
+        }
+        Err(e) => {
+            inputs.cri_error = Some(e.clone());
+            rep.evidence("runtime", serde_json::json!({ "error": e }));
+        }
+    }
+
+    // The definition CRI-O took: a later drop-in declaring the handler replaces ours whole,
+    // and CRI-O then lists the handler with the foreign definition.
+    if let (Some(wrote), Ok(_)) = (spec.definition, &view) {
+        let socket = ctx.host.path(&c.cri.socket);
+        let (evidence, problem) = effective_definition(&socket, &c.handler.name, wrote).await;
+        rep.evidence("effective_definition", &evidence);
+        inputs.definition_problem = problem;
+    }
+
+    // kubelet: back, stable, and connected to this CRI-O. When its unit requires CRI-O's
+    // (OpenShift: Requires=crio.service) a CRI-O restart restarts it too, so a new
+    // InvocationID is demanded; otherwise the connection to the new CRI-O is the proof.
+    let restarts_with_crio = match ctx.systemd.snapshot(&c.units.kubelet).await {
+        Ok(s) => s.restarts_with.iter().any(|u| u == &c.units.crio),
+        Err(_) => true,
+    };
+    rep.evidence("kubelet_restarts_with_crio", restarts_with_crio);
+    let before = (spec.restarted && restarts_with_crio).then_some(&spec.baseline.kubelet);
+    let kin = kubelet::ProofInputs::from_config(c, &ctx.host, crio.main_pid, before);
+    let read = || async { ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string()) };
+    match kubelet::prove_reconnected(kin, read, Ctx::deadline(c.deadlines.kubelet)).await {
+        Ok(ev) => rep.evidence("kubelet", &ev),
+        Err(e) => {
+            let kubelet::KubeletError::NotReconnected {
+                evidence, missing, ..
+            } = &e;
+            rep.evidence("kubelet", evidence);
+            inputs.kubelet_missing = Some(missing.clone());
+        }
+    }
+
+    // Pods: nothing that ran before is lost. Listed after kubelet settled, so that pods
+    // kubelet restarted show as restarts, not losses.
+    match &cri {
+        Ok(cri) => {
+            match cri.pod_snapshot().await {
+                Ok(after) => {
+                    let diff = cri::diff_pods(&spec.baseline.pods, &after);
+                    inputs.pods_lost = diff
+                        .lost
+                        .iter()
+                        .chain(diff.stopped.iter())
+                        .map(|p| format!("{}/{}", p.pod.namespace, p.pod.name))
+                        .filter(|p| !spec.expendable.contains(p))
+                        .collect();
+                    rep.evidence("pods", &diff);
+                }
+                Err(e) => inputs.pods_lost = vec![format!("(cannot list pods: {e})")],
+            }
+            if c.cri.canary {
+                let r = cri.run_canary("", Ctx::deadline(c.deadlines.canary)).await;
+                if let Ok(report) = &r {
+                    rep.evidence("canary", report);
+                }
+                inputs.canary = Some(r.map(|_| ()).map_err(|e| e.to_string()));
+            }
+        }
+        Err(e) => {
+            inputs.pods_lost = vec![format!("(CRI-O unreachable, pods cannot be checked: {e})")]
+        }
+    }
+
+    let v = plan::verdict(&inputs);
+    rep.evidence("verdict", &v);
+    if v.proven {
+        rep.end(StepOutcome::Ran, "proven".to_string());
+        Ok(())
+    } else {
+        let missing = v.missing.join("; ");
+        rep.end(StepOutcome::Failed, missing.clone());
+        Err(missing)
+    }
+}
+
+/// Reads the running CRI-O's effective configuration (`GET /config`) and compares the
+/// handler's table with `wrote`: the evidence, and what is wrong (`None`: ours).
+pub async fn effective_definition(
+    socket: &Path,
+    handler: &str,
+    wrote: &toml::Table,
+) -> (serde_json::Value, Option<String>) {
+    let got = crio_conf::get_config(socket, Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|text| crio_conf::compare_effective(&text, handler, wrote));
+    match got {
+        Ok(d) => {
+            let problem = d.problem(handler);
+            (serde_json::json!(d), problem)
+        }
+        Err(e) => (
+            serde_json::json!({ "error": e }),
+            Some(format!(
+                "the running CRI-O's effective configuration could not be read to check the handler's definition: {e}"
+            )),
+        ),
+    }
+}

@@ -1,0 +1,195 @@
+use super::activate::restart_crio_for_rollback;
+use super::*;
+
+/// Puts the previous drop-in back, restarts CRI-O and proves the node is as preflight
+/// found it. On success the backup and the journal are cleared.
+pub async fn rollback(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+    backup: Option<&Backup>,
+) -> Rollback {
+    let c = &ctx.cfg;
+    rep.begin("rollback", "restoring the previous drop-in");
+    let drop_in = ctx.drop_in();
+    let previous = backup.and_then(|b| b.content.as_deref());
+    let restored = match backup {
+        Some(_) => drop_in.restore(previous),
+        // No backup means nothing was changed on disk.
+        None => Ok(crate::crio::Outcome::Unchanged),
+    };
+    if let Err(e) = restored {
+        let msg = format!(
+            "the previous drop-in could not be restored ({e}); {} holds the new content; \
+             the saved original is under {}/backup/",
+            drop_in.path().display(),
+            ctx.host.path(STATE_DIR).display()
+        );
+        rep.end(StepOutcome::Failed, msg.clone());
+        return Rollback::Failed(msg);
+    }
+    rep.end(StepOutcome::Ran, "previous drop-in restored".to_string());
+    if let Err(e) = restart_crio_for_rollback(ctx, rep).await {
+        return Rollback::Failed(format!(
+            "the previous drop-in is restored but {} did not restart cleanly: {e}. \
+             Check `systemctl status {}` and `journalctl -u {}`",
+            c.units.crio, c.units.crio, c.units.crio
+        ));
+    }
+    if let Err(e) = restart_kubelet_if_down(ctx, rep, baseline).await {
+        return Rollback::Failed(format!(
+            "the previous drop-in is restored and {} restarted, but {} could not be started \
+             again: {e}. Check `systemctl status {}` and `journalctl -u {}`",
+            c.units.crio, c.units.kubelet, c.units.kubelet, c.units.kubelet
+        ));
+    }
+    let want_listed = baseline.view.handler_presence == HandlerPresence::Listed;
+    let spec = ProofSpec {
+        want_listed,
+        baseline,
+        restarted: true,
+        newest_artifact_us: newest_artifact_us(ctx),
+        expendable: &[],
+        step: "prove-rollback",
+        unknown_as_found: baseline.view.handler_presence == HandlerPresence::Unknown,
+        definition: None,
+    };
+    match prove(ctx, rep, spec).await {
+        Ok(()) => {
+            if let Err(e) = ctx.backups().clear() {
+                tracing::warn!("rolled back, but the backup could not be removed: {e}");
+            }
+            if let Err(e) = ctx.journals().clear() {
+                tracing::warn!("rolled back, but the state journal could not be removed: {e}");
+            }
+            Rollback::Done
+        }
+        Err(missing) => Rollback::Failed(format!(
+            "the previous drop-in is restored and CRI-O restarted, but the node is not proven back to its preflight state: {missing}. \
+             Do not move on to another node; check `journalctl -u {} -u {}`",
+            c.units.crio, c.units.kubelet
+        )),
+    }
+}
+
+/// The drop-in was changed but CRI-O not activated yet, and a stop was requested: the
+/// running CRI-O never read the change, so putting the previous content back undoes it. If
+/// CRI-O started again meanwhile (it may have read the change), the full rollback runs.
+pub async fn stop_before_activation(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+    signal: &'static str,
+) -> FlowError {
+    let backup = match ctx.backups().load() {
+        Ok(b) => b,
+        Err(e) => {
+            return FlowError::NotProven {
+                missing: format!("a stop ({signal}) came before CRI-O was activated"),
+                rollback: Rollback::Failed(format!("the drop-in backup cannot be read: {e}")),
+            }
+        }
+    };
+    let same_crio = matches!(
+        ctx.unit(&ctx.cfg.units.crio).await,
+        Ok(now) if now.invocation_id == baseline.crio.invocation_id && now.is_running()
+    );
+    if !same_crio {
+        return match rollback(ctx, rep, baseline, backup.as_ref()).await {
+            Rollback::Done => FlowError::Stopped {
+                signal,
+                state: "before CRI-O was activated; CRI-O had restarted meanwhile, so the \
+                        previous drop-in was restored and the node proven back"
+                    .into(),
+            },
+            failed => FlowError::NotProven {
+                missing: format!("a stop ({signal}) came before CRI-O was activated"),
+                rollback: failed,
+            },
+        };
+    }
+    rep.begin("stop", &format!("undoing the drop-in change ({signal})"));
+    let drop_in = ctx.drop_in();
+    let restored = match &backup {
+        Some(b) => drop_in.restore(b.content.as_deref()),
+        None => Ok(crate::crio::Outcome::Unchanged),
+    };
+    if let Err(e) = restored {
+        let msg = format!(
+            "the previous drop-in could not be restored ({e}); {} holds the new content, which \
+             the running CRI-O has not read; the saved original is under {}/backup/",
+            drop_in.path().display(),
+            ctx.host.path(STATE_DIR).display()
+        );
+        rep.end(StepOutcome::Failed, msg.clone());
+        return FlowError::NotProven {
+            missing: format!("a stop ({signal}) came before CRI-O was activated"),
+            rollback: Rollback::Failed(msg),
+        };
+    }
+    for (what, r) in [
+        ("backup", ctx.backups().clear().map_err(|e| e.to_string())),
+        (
+            "state journal",
+            ctx.journals().clear().map_err(|e| e.to_string()),
+        ),
+    ] {
+        if let Err(e) = r {
+            tracing::warn!("stopped, but the {what} could not be removed: {e}");
+        }
+    }
+    rep.end(
+        StepOutcome::Ran,
+        "previous drop-in restored; the running CRI-O never read the change",
+    );
+    FlowError::Stopped {
+        signal,
+        state: "before CRI-O was activated: the previous drop-in is back and the running \
+                CRI-O (unchanged since preflight) never read the change"
+            .into(),
+    }
+}
+
+/// A CRI-O that failed to start took kubelet down with it (`Requires=crio.service`: its
+/// restart job ends `dependency`, the unit inactive, and `Restart=` does not apply). The
+/// rollback's restart of CRI-O only restarts a kubelet that is running, so a kubelet that
+/// preflight found running is started again here.
+async fn restart_kubelet_if_down(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+) -> Result<(), String> {
+    let c = &ctx.cfg;
+    if !baseline.kubelet.is_running() {
+        return Ok(());
+    }
+    let now = ctx
+        .unit(&c.units.kubelet)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Running, or being (re)started with CRI-O: the proof waits for it.
+    if now.is_running() || now.active_state == "activating" {
+        return Ok(());
+    }
+    rep.begin(
+        "start-kubelet",
+        &format!("starting {} (it went down with CRI-O)", c.units.kubelet),
+    );
+    match ctx
+        .systemd
+        .start_unit(&c.units.kubelet, Ctx::deadline(c.deadlines.kubelet))
+        .await
+    {
+        Ok(after) => {
+            rep.end(
+                StepOutcome::Ran,
+                format!("{} was {now}; started: {after}", c.units.kubelet),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            rep.end(StepOutcome::Failed, e.to_string());
+            Err(e.to_string())
+        }
+    }
+}
