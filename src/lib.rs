@@ -25,6 +25,7 @@ pub mod rpm_ostree;
 pub mod scriptlets;
 pub mod state;
 pub mod status;
+pub mod steps;
 pub mod stop;
 pub mod systemd;
 pub mod uninstall;

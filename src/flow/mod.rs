@@ -6,8 +6,9 @@ mod activate;
 mod preflight;
 mod prove;
 mod rollback;
+pub mod step;
 
-pub use activate::{activate, activate_and_prove, decide, newest_artifact_us, Activated, Goal};
+pub use activate::{activate, newest_artifact_us, Activated};
 pub use preflight::{preflight, Baseline};
 pub use prove::{effective_definition, prove, ProofSpec};
 pub use rollback::{rollback, stop_before_activation};
@@ -149,25 +150,6 @@ impl Ctx {
 
     pub async fn unit(&self, unit: &str) -> Result<UnitState, SystemdError> {
         self.systemd.unit_state(unit).await
-    }
-}
-
-/// A safe point between steps: when a stop was requested, the run ends here, before `next`,
-/// with the node as `state` says (nothing after the last completed step was started).
-pub fn checkpoint(rep: &mut Reporter, next: &str, state: &str) -> Result<(), FlowError> {
-    match crate::stop::requested() {
-        None => Ok(()),
-        Some(signal) => {
-            rep.begin("stop", &format!("stopping before {next} ({signal})"));
-            rep.end(
-                StepOutcome::Skipped,
-                format!("not started: {next}; {state}"),
-            );
-            Err(FlowError::Stopped {
-                signal,
-                state: format!("before {next}: {state}"),
-            })
-        }
     }
 }
 

@@ -11,25 +11,16 @@ pub struct Baseline {
 }
 
 /// Refuses a node that is already unhealthy, so that a rollout never makes a bad node worse.
-pub async fn preflight(ctx: &Ctx, rep: &mut Reporter) -> Result<Baseline, FlowError> {
-    rep.begin("preflight", "checking CRI-O, kubelet and pods");
-    let res = preflight_inner(ctx).await;
-    match &res {
-        Ok(b) => {
-            rep.evidence("preflight", b);
-            rep.end(
-                StepOutcome::Ran,
-                format!(
-                    "CRI-O {} ready, kubelet connected, {} ready sandboxes, handler {}",
-                    b.view.runtime_version,
-                    b.pods.ready_sandboxes().count(),
-                    presence_word(b.view.handler_presence)
-                ),
-            );
-        }
-        Err(e) => rep.end(StepOutcome::Failed, e.to_string()),
-    }
-    res
+/// Returns the baseline and a line that sums it up.
+pub async fn preflight(ctx: &Ctx) -> Result<(Baseline, String), FlowError> {
+    let b = preflight_inner(ctx).await?;
+    let words = format!(
+        "CRI-O {} ready, kubelet connected, {} ready sandboxes, handler {}",
+        b.view.runtime_version,
+        b.pods.ready_sandboxes().count(),
+        presence_word(b.view.handler_presence)
+    );
+    Ok((b, words))
 }
 
 fn presence_word(p: HandlerPresence) -> &'static str {

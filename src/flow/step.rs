@@ -1,0 +1,331 @@
+//! A flow is a list of [`Step`]s run by [`run`]: each step can *plan* (what a dry run
+//! prints), *apply*, and be undone by the rollback. The runner does what is the same for
+//! every step, once: the stop checkpoint before it, the state journal's phase, the report
+//! (`[k/N]` progress line, status.json, journal record, `STATUS=`), and, when a step fails
+//! after the runtime's configuration was changed, the rollback.
+
+use super::*;
+use futures_util::future::LocalBoxFuture;
+
+/// What a step did (or, in a dry run, would do).
+pub struct Done {
+    pub outcome: StepOutcome,
+    pub detail: String,
+}
+
+impl Done {
+    pub fn ran(detail: impl Into<String>) -> Self {
+        Done {
+            outcome: StepOutcome::Ran,
+            detail: detail.into(),
+        }
+    }
+    pub fn skipped(detail: impl Into<String>) -> Self {
+        Done {
+            outcome: StepOutcome::Skipped,
+            detail: detail.into(),
+        }
+    }
+    /// `Ran` when the step changed something, `Skipped` when there was nothing to do.
+    pub fn ran_if(changed: bool, detail: impl Into<String>) -> Self {
+        Done {
+            outcome: StepOutcome::ran_if(changed),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// How a step failed.
+pub enum Failure {
+    /// The run ends here; nothing this run changed needs undoing (or the error says how
+    /// the node was left).
+    End(FlowError),
+    /// The runtime could not be activated with the change: roll back (exit 12).
+    Activation(String),
+    /// The change is not proven on the running node: roll back (exit 13).
+    NotProven(String),
+}
+
+impl From<FlowError> for Failure {
+    fn from(e: FlowError) -> Self {
+        Failure::End(e)
+    }
+}
+
+impl Failure {
+    fn detail(&self) -> String {
+        match self {
+            Failure::End(e) => e.to_string(),
+            Failure::Activation(s) | Failure::NotProven(s) => s.clone(),
+        }
+    }
+}
+
+pub type StepResult<'a> = LocalBoxFuture<'a, Result<Done, Failure>>;
+
+/// One step of a flow. Steps share what they learn through [`Run`].
+pub trait Step {
+    /// Its name in status.json, the state journal and the progress line.
+    fn name(&self) -> &'static str;
+    /// What it is doing, in words (progress line, `systemctl status`).
+    fn doing(&self) -> String;
+    /// The state journal's phase recorded when the step starts (`None`: unchanged).
+    fn phase(&self) -> Option<Phase> {
+        None
+    }
+    /// Whether a stop request is honoured before this step. The proof is not: it finishes
+    /// the activation that brings the node to a proven state.
+    fn stoppable(&self) -> bool {
+        true
+    }
+    /// What the node is left with once this step has run, for a stop before the next
+    /// (`None`: as before this step).
+    fn leaves(&self) -> Option<&'static str> {
+        None
+    }
+    /// Whether applying it changes what the runtime reads: a stop before the activation
+    /// then undoes it, and a failure after it rolls back.
+    fn changes_runtime_config(&self) -> bool {
+        false
+    }
+    /// Reports its own progress through the [`Reporter`] (activation and proof, whose
+    /// attempts and evidence are reported as they happen); the runner then does not.
+    fn reports_itself(&self) -> bool {
+        false
+    }
+    /// Keeps what its undo will need (the drop-in's backup) before the state journal
+    /// records that the step began. Not called in a dry run.
+    fn prepare(&mut self, _ctx: &Ctx, _run: &mut Run) -> Result<(), FlowError> {
+        Ok(())
+    }
+    /// The dry run: observe, decide, change nothing. Read-only steps plan by applying.
+    fn plan<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        self.apply(ctx, run, rep)
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a>;
+}
+
+/// What the steps of one run share.
+pub struct Run {
+    pub operation: Operation,
+    pub journal: Journal,
+    /// The journal of a run that was killed, when this one resumes it.
+    pub interrupted: Option<Journal>,
+    pub journals: JournalStore,
+    /// Set by the preflight step.
+    pub base: Option<Baseline>,
+    /// Set by the drop-in step.
+    pub drop_in_changed: bool,
+    /// The drop-in's backup as it was before activation (loaded by the activation step).
+    pub backup: Option<Backup>,
+    /// Set by the activation step.
+    pub activated: Option<Activated>,
+    /// Install: the handler table kata-live wrote (the effective definition must match).
+    pub wrote: Option<toml::Table>,
+    /// Uninstall --force: pods expected to go away.
+    pub expendable: Vec<String>,
+    /// Words for the final line, added by the steps that have something to say.
+    pub summary: Vec<String>,
+}
+
+impl Run {
+    pub fn baseline(&self) -> Result<&Baseline, FlowError> {
+        self.base
+            .as_ref()
+            .ok_or_else(|| FlowError::Internal("a step ran before the preflight".into()))
+    }
+
+    pub fn save_journal(&self) -> Result<(), FlowError> {
+        self.journals
+            .save(&self.journal)
+            .map_err(|e| internal("state journal")(&e))
+    }
+}
+
+/// Runs `steps` under the lock, in order, and ends the run (status, journal record, exit).
+pub async fn run(ctx: &Ctx, operation: Operation, mut steps: Vec<Box<dyn Step + '_>>) -> ExitCode {
+    let (_lock, mut rep) = match begin(ctx, operation).await {
+        Ok(held) => held,
+        Err(code) => return code,
+    };
+    let result = run_steps(ctx, operation, &mut steps, &mut rep).await;
+    finish(rep, result)
+}
+
+async fn run_steps(
+    ctx: &Ctx,
+    operation: Operation,
+    steps: &mut [Box<dyn Step + '_>],
+    rep: &mut Reporter,
+) -> Result<String, FlowError> {
+    let journals = ctx.journals();
+    let (journal, interrupted) = Journal::resume(
+        journals.load().map_err(|e| internal("state journal")(&e))?,
+        operation,
+    );
+    if let Some(p) = &interrupted {
+        tracing::warn!(
+            phase = %p.phase,
+            pid = p.pid,
+            "resuming after an interrupted {} (pid {}, phase {})",
+            p.operation,
+            p.pid,
+            p.phase
+        );
+    }
+    let mut run = Run {
+        operation,
+        journal,
+        interrupted,
+        journals,
+        base: None,
+        drop_in_changed: false,
+        backup: None,
+        activated: None,
+        wrote: None,
+        expendable: Vec::new(),
+        summary: Vec::new(),
+    };
+    let mut left: &'static str = "nothing was changed";
+    let mut config_changed = false;
+    for step in steps.iter_mut() {
+        if step.stoppable() {
+            if let Some(signal) = crate::stop::requested() {
+                return Err(stop_before(
+                    ctx,
+                    rep,
+                    &run,
+                    step.as_ref(),
+                    signal,
+                    left,
+                    config_changed,
+                )
+                .await);
+            }
+        }
+        if let (Some(phase), false) = (step.phase(), ctx.dry_run) {
+            step.prepare(ctx, &mut run)?;
+            run.journal.phase = phase;
+            run.save_journal()?;
+        }
+        let self_reported = step.reports_itself();
+        if !self_reported {
+            rep.begin(step.name(), &step.doing());
+        }
+        let done = if ctx.dry_run {
+            step.plan(ctx, &mut run, rep).await
+        } else {
+            step.apply(ctx, &mut run, rep).await
+        };
+        match done {
+            Ok(d) => {
+                if !self_reported {
+                    rep.end(d.outcome, d.detail);
+                }
+            }
+            Err(f) => {
+                if !self_reported {
+                    rep.end(StepOutcome::Failed, f.detail());
+                }
+                return Err(match f {
+                    Failure::End(e) => e,
+                    Failure::Activation(error) => {
+                        let rollback = roll_back(ctx, rep, &mut run).await;
+                        FlowError::Activation { error, rollback }
+                    }
+                    Failure::NotProven(missing) => {
+                        let rollback = roll_back(ctx, rep, &mut run).await;
+                        FlowError::NotProven { missing, rollback }
+                    }
+                });
+            }
+        }
+        config_changed |= step.changes_runtime_config();
+        if let Some(l) = step.leaves() {
+            left = l;
+        }
+    }
+    if ctx.dry_run {
+        print_dry_run_plan(rep);
+        return Ok("dry run: nothing was changed".into());
+    }
+    run.journals
+        .clear()
+        .map_err(|e| internal("state journal")(&e))?;
+    if let Some(signal) = note_stop_during_activation(rep) {
+        run.summary.push(format!(
+            "{signal} came during the activation, which was finished"
+        ));
+    }
+    Ok(run.summary.join("; "))
+}
+
+/// Undoes what the run changed and proves the node back to its preflight state.
+async fn roll_back(ctx: &Ctx, rep: &mut Reporter, run: &mut Run) -> Rollback {
+    run.journal.phase = Phase::Rollback;
+    if let Err(e) = run.save_journal() {
+        tracing::warn!("the state journal could not record the rollback: {e}");
+    }
+    match &run.base {
+        Some(base) => rollback(ctx, rep, base, run.backup.as_ref()).await,
+        None => Rollback::Failed("no preflight baseline to roll back to".into()),
+    }
+}
+
+/// A stop was requested before `next`: the run ends there. A change of the runtime's
+/// configuration that was not activated yet is undone first.
+async fn stop_before(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    run: &Run,
+    next: &dyn Step,
+    signal: &'static str,
+    left: &str,
+    config_changed: bool,
+) -> FlowError {
+    if config_changed && run.activated.is_none() {
+        if let Some(base) = &run.base {
+            return stop_before_activation(ctx, rep, base, signal).await;
+        }
+    }
+    if run.activated.is_some() {
+        note_stop_during_activation(rep);
+    }
+    let what = next.doing();
+    rep.begin(
+        "stop",
+        &format!("stopping before {} ({signal})", next.name()),
+    );
+    rep.end(StepOutcome::Skipped, format!("not started: {what}; {left}"));
+    FlowError::Stopped {
+        signal,
+        state: format!("before {what}: {left}"),
+    }
+}
+
+fn print_dry_run_plan(rep: &Reporter) {
+    let mut s = String::from("dry run plan:\n");
+    for st in &rep.status.steps {
+        s.push_str(&format!(
+            "  {:<15} {:<8} {}\n",
+            st.name,
+            match st.outcome {
+                StepOutcome::Ran => "look",
+                StepOutcome::Skipped => "would",
+                StepOutcome::Failed => "failed",
+            },
+            st.detail
+        ));
+    }
+    println!("{s}");
+}

@@ -1,0 +1,175 @@
+//! Activation and proof: CRI-O restarted only when the running one has not seen the
+//! change, then the change proven on the running node. Both report their attempts and
+//! evidence as they go (a reload that falls back to a restart is two attempts).
+
+use super::*;
+use crate::plan::{self, Activation};
+use crate::state::Phase;
+
+/// Decides, then carries out, the activation: nothing, a restart, or (opt-in) a reload
+/// proven by a canary on the handler.
+pub struct Activate {
+    /// Install: the handler must end listed; uninstall: gone.
+    pub want_listed: bool,
+}
+
+impl Activate {
+    fn decide(&self, ctx: &Ctx, run: &Run) -> Result<Activation, FlowError> {
+        let base = run.baseline()?;
+        Ok(plan::decide_activation(&plan::ActivationInputs {
+            drop_in_changed: run.drop_in_changed,
+            package_newly_live: run.journal.package_newly_live,
+            crio_started_us: base.crio.exec_main_start_us,
+            newest_artifact_us: crate::flow::newest_artifact_us(ctx),
+            handler_listed: base.view.handler_presence.as_listed(),
+            want_listed: self.want_listed,
+            strategy: ctx.cfg.activation.strategy,
+        }))
+    }
+}
+
+pub fn activation_words(a: &Activation) -> String {
+    match a {
+        Activation::Nothing(why) => format!("activate nothing ({why})"),
+        Activation::Restart(why) => format!("restart CRI-O ({why})"),
+        Activation::ReloadThenCanary(why) => {
+            format!("reload CRI-O, then run a canary on the handler ({why})")
+        }
+    }
+}
+
+impl Step for Activate {
+    fn name(&self) -> &'static str {
+        "activate"
+    }
+    fn doing(&self) -> String {
+        "activating the change in the running CRI-O".into()
+    }
+    fn phase(&self) -> Option<Phase> {
+        Some(Phase::Activate)
+    }
+    fn reports_itself(&self) -> bool {
+        true
+    }
+    /// The backup is loaded before anything is activated: a rollback must be possible.
+    fn prepare(&mut self, ctx: &Ctx, run: &mut Run) -> Result<(), FlowError> {
+        run.backup = ctx.backups().load().map_err(|e| internal("backup")(&e))?;
+        Ok(())
+    }
+    fn plan<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let decision = self.decide(ctx, run)?;
+            rep.begin(self.name(), "deciding");
+            let d = Done::skipped(format!("dry run: would {}", activation_words(&decision)));
+            rep.end(d.outcome, d.detail.clone());
+            Ok(d)
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let decision = self.decide(ctx, run)?;
+            let activated = crate::flow::activate(ctx, rep, decision)
+                .await
+                .map_err(Failure::Activation)?;
+            let words = if activated.restarted {
+                "CRI-O restarted"
+            } else {
+                "no restart was needed"
+            };
+            run.activated = Some(activated);
+            Ok(Done::ran(words))
+        })
+    }
+}
+
+/// Proves the change on the running node: the handler served (or gone) by a CRI-O newer
+/// than the change, with the definition kata-live wrote, kubelet reconnected, no pod lost.
+/// Once proven, the backup is no longer needed.
+pub struct Prove {
+    pub want_listed: bool,
+}
+
+impl Step for Prove {
+    fn name(&self) -> &'static str {
+        "prove"
+    }
+    fn doing(&self) -> String {
+        "proving through the CRI socket and kubelet's connection".into()
+    }
+    fn phase(&self) -> Option<Phase> {
+        Some(Phase::Prove)
+    }
+    fn stoppable(&self) -> bool {
+        false
+    }
+    fn reports_itself(&self) -> bool {
+        true
+    }
+    fn leaves(&self) -> Option<&'static str> {
+        Some(if self.want_listed {
+            "the handler is installed and proven served"
+        } else {
+            "the handler is removed and proven gone; the package is still installed: \
+             re-run `kata-live uninstall` to remove it"
+        })
+    }
+    fn plan<'a>(
+        &'a mut self,
+        _ctx: &'a Ctx,
+        _run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            rep.begin(self.name(), &self.doing());
+            let d = Done::skipped("dry run: would prove the change on the running node");
+            rep.end(d.outcome, d.detail.clone());
+            Ok(d)
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let restarted = run.activated.as_ref().is_some_and(|a| a.restarted);
+            let spec = crate::flow::ProofSpec {
+                want_listed: self.want_listed,
+                baseline: run.baseline()?,
+                restarted,
+                newest_artifact_us: crate::flow::newest_artifact_us(ctx),
+                expendable: &run.expendable,
+                step: "prove",
+                unknown_as_found: false,
+                definition: run.wrote.as_ref().filter(|_| self.want_listed),
+            };
+            crate::flow::prove(ctx, rep, spec)
+                .await
+                .map_err(Failure::NotProven)?;
+            ctx.backups().clear().map_err(|e| internal("backup")(&e))?;
+            let h = &ctx.cfg.handler.name;
+            let restart = if restarted {
+                "CRI-O restarted"
+            } else {
+                "no restart was needed"
+            };
+            run.summary.push(if self.want_listed {
+                format!("handler {h} is served by the running CRI-O and kubelet is reconnected ({restart})")
+            } else {
+                format!("handler {h} removed and proven gone")
+            });
+            Ok(Done::ran("proven"))
+        })
+    }
+}

@@ -1,0 +1,175 @@
+//! The CRI-O drop-in that declares the handler: written (install) or removed (uninstall),
+//! its previous content kept first for the rollback.
+
+use super::*;
+use crate::crio::{self, DropInState};
+use crate::state::Phase;
+
+/// Reads the drop-in and keeps its content as the backup, once per operation (a run
+/// resuming an interrupted one keeps that run's backup: it holds the true pre-change state).
+fn keep_backup(ctx: &Ctx, run: &mut Run) -> Result<Option<Vec<u8>>, FlowError> {
+    let drop_in = ctx.drop_in();
+    let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
+    run.journal.adopt_backup(
+        run.interrupted.as_ref(),
+        crio::written_by_kata_live(current.as_deref()),
+    );
+    crate::flow::save_backup_once(ctx, &mut run.journal, &drop_in, &current)?;
+    Ok(current)
+}
+
+fn state_words(s: DropInState) -> &'static str {
+    match s {
+        DropInState::Absent => "absent",
+        DropInState::Ours => "kata-live's, as configured",
+        DropInState::Differs => "kata-live's, but it differs from the configuration",
+        DropInState::Foreign => "not written by kata-live",
+    }
+}
+
+fn outcome_words(o: crio::Outcome) -> &'static str {
+    match o {
+        crio::Outcome::Unchanged => "unchanged",
+        crio::Outcome::Created => "created",
+        crio::Outcome::Updated => "updated",
+        crio::Outcome::Removed => "removed",
+    }
+}
+
+pub struct WriteDropIn;
+
+impl WriteDropIn {
+    fn desired(ctx: &Ctx) -> Result<String, FlowError> {
+        crio::render(&ctx.cfg.handler).map_err(|e| internal("drop-in")(&e))
+    }
+}
+
+impl Step for WriteDropIn {
+    fn name(&self) -> &'static str {
+        "drop-in"
+    }
+    fn doing(&self) -> String {
+        "writing the CRI-O drop-in".into()
+    }
+    fn phase(&self) -> Option<Phase> {
+        Some(Phase::DropIn)
+    }
+    fn changes_runtime_config(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, ctx: &Ctx, run: &mut Run) -> Result<(), FlowError> {
+        keep_backup(ctx, run).map(|_| ())
+    }
+    fn plan<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let desired = Self::desired(ctx)?;
+            let drop_in = ctx.drop_in();
+            let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
+            let state = crio::classify(current.as_deref(), &desired);
+            run.drop_in_changed = state != DropInState::Ours;
+            run.wrote = crate::crio_conf::written_table(&desired, &ctx.cfg.handler.name);
+            Ok(Done::skipped(format!(
+                "dry run: the drop-in is {}; would {}write {}",
+                state_words(state),
+                if run.drop_in_changed { "" } else { "not " },
+                drop_in.path().display()
+            )))
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let desired = Self::desired(ctx)?;
+            let drop_in = ctx.drop_in();
+            let change = drop_in
+                .write(&desired)
+                .map_err(|e| internal("drop-in")(&e))?;
+            run.drop_in_changed = change.outcome.changed();
+            run.wrote = crate::crio_conf::written_table(&desired, &ctx.cfg.handler.name);
+            Ok(Done::ran_if(
+                run.drop_in_changed,
+                format!(
+                    "{} {}",
+                    outcome_words(change.outcome),
+                    drop_in.path().display()
+                ),
+            ))
+        })
+    }
+}
+
+pub struct RemoveDropIn;
+
+impl Step for RemoveDropIn {
+    fn name(&self) -> &'static str {
+        "drop-in"
+    }
+    fn doing(&self) -> String {
+        "removing the CRI-O drop-in".into()
+    }
+    fn phase(&self) -> Option<Phase> {
+        Some(Phase::DropIn)
+    }
+    fn changes_runtime_config(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, ctx: &Ctx, run: &mut Run) -> Result<(), FlowError> {
+        let current = keep_backup(ctx, run)?;
+        if let Some(bytes) = &current {
+            if crio::classify(Some(bytes), "") == DropInState::Foreign {
+                tracing::warn!(path = %ctx.drop_in().path().display(), "the drop-in was not written by kata-live; it is removed all the same (a backup is kept until the proof)");
+            }
+        }
+        Ok(())
+    }
+    fn plan<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let drop_in = ctx.drop_in();
+            let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
+            run.drop_in_changed = current.is_some();
+            Ok(Done::skipped(format!(
+                "dry run: would remove {} ({})",
+                drop_in.path().display(),
+                if current.is_some() {
+                    "present"
+                } else {
+                    "absent"
+                }
+            )))
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let drop_in = ctx.drop_in();
+            let change = drop_in.remove().map_err(|e| internal("drop-in")(&e))?;
+            run.drop_in_changed = change.outcome.changed();
+            Ok(Done::ran_if(
+                run.drop_in_changed,
+                format!(
+                    "{} {}",
+                    outcome_words(change.outcome),
+                    drop_in.path().display()
+                ),
+            ))
+        })
+    }
+}

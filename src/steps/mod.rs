@@ -1,0 +1,17 @@
+//! The steps install and uninstall are made of (see [`crate::flow::step`]). Each is a
+//! small type: what it observes and decides is in [`crate::plan`] and the modules of the
+//! things it touches; what it shares with later steps goes into [`Run`].
+
+mod activate;
+mod drop_in;
+mod package;
+mod preflight;
+
+pub use activate::{Activate, Prove};
+pub use drop_in::{RemoveDropIn, WriteDropIn};
+pub use package::{InstallPackage, PostInstall, RemovePackage, Visibility};
+pub use preflight::{CrioFiles, PodsOnHandler, Preflight};
+
+pub(crate) use crate::flow::step::{Done, Failure, Run, Step, StepResult};
+pub(crate) use crate::flow::{internal, Ctx, FlowError};
+pub(crate) use crate::report::Reporter;

@@ -1,0 +1,339 @@
+//! The package: installed live with what its scriptlets would have done and its files
+//! visible to CRI-O (install), or removed once CRI-O no longer refers to it (uninstall).
+
+use super::*;
+use crate::rpm_ostree::{InstallPlan, PackageOutcome, RpmOstreeError};
+use crate::scriptlets;
+use crate::state::{Journal, Phase};
+use crate::visibility;
+
+const UNTOUCHED: &str = "the package step is done; CRI-O's configuration untouched";
+
+/// `rpm-ostree install --apply-live` (or nothing when the package is live already).
+pub struct InstallPackage;
+
+impl InstallPackage {
+    /// The interrupted run's restart (or a later one) already showed CRI-O the package:
+    /// carrying its "newly live" flag would restart CRI-O a second time for nothing.
+    fn forget_what_crio_saw(run: &mut Run) -> Result<(), FlowError> {
+        let invocation = run.baseline()?.crio.invocation_id.clone();
+        if let Some(p) = &run.interrupted {
+            if run.journal.package_newly_live && Journal::package_seen_by(p, &invocation) {
+                tracing::info!(
+                    "CRI-O restarted since the interrupted run activated the change; the package is not new to it"
+                );
+                run.journal.package_newly_live = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Step for InstallPackage {
+    fn name(&self) -> &'static str {
+        "package"
+    }
+    fn doing(&self) -> String {
+        "installing the package live with rpm-ostree".into()
+    }
+    fn phase(&self) -> Option<Phase> {
+        Some(Phase::Package)
+    }
+    fn leaves(&self) -> Option<&'static str> {
+        Some(UNTOUCHED)
+    }
+    fn plan<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            Self::forget_what_crio_saw(run)?;
+            let c = &ctx.cfg;
+            if c.package.skip {
+                return Ok(Done::skipped("dry run: package.skip is set"));
+            }
+            let status = ctx
+                .rpm_ostree
+                .status(Ctx::deadline(c.deadlines.package))
+                .await;
+            let detail = match status {
+                Err(e) => format!("dry run: cannot read rpm-ostree status: {e}"),
+                Ok(status) => match crate::rpm_ostree::plan_install(&status, &c.package, &[]) {
+                    Ok(InstallPlan::AlreadyLive) => "dry run: the package is live already".into(),
+                    Ok(plan) => {
+                        run.journal.package_newly_live = true;
+                        format!("dry run: would carry out {}", plan_words(&plan))
+                    }
+                    Err(e) => format!("dry run: would fail: {e}"),
+                },
+            };
+            println!("package: {}", detail.trim_start_matches("dry run: "));
+            Ok(Done::skipped(detail))
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            Self::forget_what_crio_saw(run)?;
+            let c = &ctx.cfg;
+            let local = match &c.package.local_rpm_dir {
+                Some(d) => crate::rpm_ostree::list_local_rpms(&ctx.host.path(d))
+                    .map_err(|e| FlowError::Package(e.to_string()))?,
+                None => Vec::new(),
+            };
+            let out = ctx
+                .rpm_ostree
+                .install(&c.package, &local, Ctx::deadline(c.deadlines.package))
+                .await;
+            let pkg = match out {
+                Ok(o) => o,
+                Err(RpmOstreeError::Interrupted { signal, .. }) => {
+                    return Err(FlowError::Stopped {
+                        signal,
+                        state: "during the package step: the rpm-ostree client was interrupted \
+                                (its transaction cancelled); CRI-O's configuration untouched"
+                            .into(),
+                    }
+                    .into())
+                }
+                Err(e) => return Err(FlowError::Package(e.to_string()).into()),
+            };
+            run.journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
+            Ok(Done::ran_if(
+                pkg == PackageOutcome::NewlyLive,
+                package_words(pkg),
+            ))
+        })
+    }
+}
+
+fn package_words(p: PackageOutcome) -> &'static str {
+    match p {
+        PackageOutcome::Skipped => "skipped (package.skip is set)",
+        PackageOutcome::AlreadyLive => "the package is live already",
+        PackageOutcome::NewlyLive => "the package is now live in the running /usr",
+    }
+}
+
+fn plan_words(p: &InstallPlan) -> String {
+    let cmd = |argv: &[String]| argv.join(" ");
+    match p {
+        InstallPlan::Skip => "nothing (package.skip is set)".into(),
+        InstallPlan::AlreadyLive => "nothing (the package is live already)".into(),
+        InstallPlan::RequestAgain { argv, .. } => {
+            format!(
+                "`{}` (request the packages again for the next boot)",
+                cmd(argv)
+            )
+        }
+        InstallPlan::ApplyPendingLive { argv, .. } => {
+            format!("`{}` (apply the pending deployment live)", cmd(argv))
+        }
+        InstallPlan::InstallLive { argv, .. } => {
+            format!("`{}` (layer and apply live)", cmd(argv))
+        }
+    }
+}
+
+/// What the package's scriptlets would have done (they do not run on a live apply).
+pub struct PostInstall;
+
+impl Step for PostInstall {
+    fn name(&self) -> &'static str {
+        "post-install"
+    }
+    fn doing(&self) -> String {
+        "doing the package scriptlets' work".into()
+    }
+    fn plan<'a>(
+        &'a mut self,
+        _ctx: &'a Ctx,
+        _run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            Ok(Done::skipped(
+                "dry run: SELinux modules/booleans, tmpfiles and units would be ensured",
+            ))
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        _run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let c = &ctx.cfg;
+            let deadline = Ctx::deadline(c.deadlines.post_install);
+            let report =
+                scriptlets::run_scriptlets(&c.post_install, &ctx.host, &ctx.tools, deadline)
+                    .await
+                    .map_err(|e| FlowError::Package(e.to_string()))?;
+            for unit in &c.post_install.units {
+                ctx.systemd
+                    .start_unit(unit, deadline)
+                    .await
+                    .map_err(|e| FlowError::Package(format!("post-install unit {unit}: {e}")))?;
+            }
+            rep.evidence("post_install", &report);
+            let changed = report
+                .steps
+                .iter()
+                .filter(|s| s.outcome == scriptlets::StepOutcome::Ran)
+                .count();
+            Ok(Done::ran(format!(
+                "{} steps ({changed} changed the host)",
+                report.steps.len()
+            )))
+        })
+    }
+}
+
+/// Waits until the runtime's files are visible to CRI-O (in its mount namespace) and
+/// usable: CRI-O only stats them, so a directory or a binary without an x bit gives a
+/// listed handler on which every sandbox fails.
+pub struct Visibility;
+
+impl Step for Visibility {
+    fn name(&self) -> &'static str {
+        "visibility"
+    }
+    fn doing(&self) -> String {
+        "waiting until the runtime files are visible to CRI-O".into()
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let c = &ctx.cfg;
+            let crio_pid = run.baseline()?.crio.main_pid;
+            let mut files = vec![c.handler.crio.runtime_path.as_path()];
+            files.extend(c.handler.crio.runtime_config_path.as_deref());
+            // A dry run looks once: it must not wait for files no package step brought.
+            let deadline = if ctx.dry_run {
+                std::time::Duration::ZERO
+            } else {
+                Ctx::deadline(c.deadlines.visibility)
+            };
+            let seen = crate::stop::unless_stopped(visibility::wait_visible(
+                &ctx.host,
+                &files,
+                Some(crio_pid),
+                deadline,
+            ))
+            .await
+            .map_err(|signal| FlowError::Stopped {
+                signal,
+                state: format!("during the visibility wait: {UNTOUCHED}"),
+            })?;
+            let seen = seen.and_then(|()| {
+                visibility::check_usable(
+                    &ctx.host,
+                    &c.handler.crio.runtime_path,
+                    &files[1..],
+                    Some(crio_pid),
+                )
+            });
+            match seen {
+                Ok(()) => Ok(Done::ran(
+                    "runtime files visible to us and in CRI-O's mount namespace",
+                )),
+                Err(e) if ctx.dry_run => {
+                    Ok(Done::skipped(format!("dry run: not visible yet ({e})")))
+                }
+                // Nothing of CRI-O's configuration was touched: the node is as it was.
+                Err(e) => Err(FlowError::Package(e.to_string()).into()),
+            }
+        })
+    }
+}
+
+/// Uninstall: removes the package as configured (live, staged for the next boot, or
+/// kept), only once CRI-O no longer refers to it.
+pub struct RemovePackage;
+
+impl Step for RemovePackage {
+    fn name(&self) -> &'static str {
+        "package"
+    }
+    fn doing(&self) -> String {
+        "removing the package as configured".into()
+    }
+    fn phase(&self) -> Option<Phase> {
+        Some(Phase::RemovePackage)
+    }
+    fn plan<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        _run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            Ok(Done::skipped(format!(
+                "dry run: would remove the package as configured (package.uninstall = {})",
+                serde_json::to_value(ctx.cfg.package.uninstall)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            )))
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let c = &ctx.cfg;
+            let removal = ctx
+                .rpm_ostree
+                .remove(&c.package, Ctx::deadline(c.deadlines.package))
+                .await;
+            let removal = match removal {
+                Ok(r) => r,
+                Err(RpmOstreeError::Interrupted { signal, .. }) => {
+                    return Err(FlowError::Stopped {
+                        signal,
+                        state: "during the package removal: the handler is removed and proven gone; \
+                                the rpm-ostree client was interrupted (its transaction cancelled): \
+                                re-run `kata-live uninstall` to finish"
+                            .into(),
+                    }
+                    .into())
+                }
+                // The handler is gone and proven; only the package lingers. Re-running converges.
+                Err(e) => {
+                    return Err(FlowError::Package(format!(
+                        "the handler is removed and proven gone, but removing the package failed: {e}; re-run `kata-live uninstall`"
+                    ))
+                    .into())
+                }
+            };
+            rep.evidence("package", removal);
+            let words = removal_words(removal);
+            run.summary.push(format!("package: {words}"));
+            Ok(Done::ran(words))
+        })
+    }
+}
+
+fn removal_words(r: crate::rpm_ostree::RemovalOutcome) -> &'static str {
+    use crate::rpm_ostree::RemovalOutcome::*;
+    match r {
+        RemovedLive => "removed from the running /usr and from the next boot",
+        StagedForNextBoot => "still in the running /usr, gone at the next boot",
+        Kept => "kept, as configured",
+        NotInstalled => "was not installed",
+    }
+}
