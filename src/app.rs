@@ -94,6 +94,7 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         systemd,
         tools: Tools::default(),
         crio_restarts: Default::default(),
+        json: cli.global.json,
     };
     match &cli.command {
         Command::Install(a) => {
@@ -173,7 +174,7 @@ fn print_config(loaded: &Loaded, json: bool) {
             "fragments": loaded.fragments,
             "provenance": loaded.provenance,
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        crate::report::print_json(crate::report::Kind::Config, v);
     } else {
         print!("{}", loaded.render_annotated());
     }

@@ -6,6 +6,7 @@
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer};
 
 /// MESSAGE_IDs, one per event kind. Never change one: operators filter on them, and the
@@ -50,10 +51,26 @@ const JOURNAL_ONLY_FIELDS: [&str; 7] = [
 
 pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
-/// `-q` gives -1, each `-v` adds one.
+/// The tracing target of the steps' journal records. Their MESSAGE is the progress line,
+/// which [`progress`] prints on stderr itself, so the stderr layer leaves this target out.
+pub const PROGRESS_TARGET: &str = "kata_live::progress";
+
+/// Whether progress lines go to stderr: a log layer writes there and the level shows INFO.
+static PROGRESS_ON_STDERR: AtomicBool = AtomicBool::new(false);
+
+/// Prints one progress line on stderr, as it is (no level, no fields), unless stderr is the
+/// journal (which gets the structured record) or the run is quiet.
+pub fn progress(line: &str) {
+    if PROGRESS_ON_STDERR.load(Ordering::Relaxed) {
+        eprintln!("{line}");
+    }
+}
+
+/// `-q` gives -1, each `-v` adds one; -2 (`status`, `verify` without `-v`) only errors.
 pub fn level_for(verbosity: i8) -> &'static str {
     match verbosity {
-        i8::MIN..=-1 => "warn",
+        i8::MIN..=-2 => "error",
+        -1 => "warn",
         0 => "info",
         1 => "debug",
         _ => "trace",
@@ -105,6 +122,12 @@ pub fn init(verbosity: i8) {
         if to_journal && stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref()) {
             None
         } else {
+            PROGRESS_ON_STDERR.store(verbosity >= 0, Ordering::Relaxed);
+            // Progress lines are printed by `progress`, without the level prefix.
+            let no_progress = match format!("{PROGRESS_TARGET}=off").parse() {
+                Ok(d) => filter().add_directive(d),
+                Err(_) => filter(),
+            };
             Some(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
@@ -112,7 +135,7 @@ pub fn init(verbosity: i8) {
                     .with_target(false)
                     .without_time()
                     .fmt_fields(fields)
-                    .with_filter(filter()),
+                    .with_filter(no_progress),
             )
         };
     // A second init (tests) is harmless: keep the first subscriber.

@@ -39,6 +39,20 @@ pub enum Phase {
     Rollback,
 }
 
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Preflight => "preflight",
+            Phase::Package => "package",
+            Phase::DropIn => "drop-in",
+            Phase::Activate => "activation",
+            Phase::Prove => "proof",
+            Phase::RemovePackage => "package removal",
+            Phase::Rollback => "rollback",
+        })
+    }
+}
+
 /// CRI-O's identity as systemd reports it: a restart changes both.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnitIdentity {

@@ -190,15 +190,8 @@ pub fn decide(
         return Some(decision);
     }
     rep.begin("activate", "deciding");
-    rep.end(StepOutcome::Skipped, format!("dry run: would {decision:?}"));
-    let mut s = String::from("dry run plan:\n");
-    for st in &rep.status.steps {
-        s.push_str(&format!(
-            "  {:<15} {:?}: {}\n",
-            st.name, st.outcome, st.detail
-        ));
-    }
-    println!("{s}");
+    rep.end(StepOutcome::Skipped, format!("dry run: would {decision}"));
+    println!("{}", crate::report::render_plan(&rep.status.steps));
     None
 }
 

@@ -99,9 +99,10 @@ pub enum RpmOstreeError {
     )]
     Timeout { command: String, deadline: Duration },
     #[error(
-        "after `{command}` the package(s) {packages:?} are not where they should be (state \
-         {state:?}, live now and in the next boot on install, neither on removal) according \
-         to `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal"
+        "after `{command}` the package(s) {} are not where they should be (state: \
+         {state}; wanted: live now and in the next boot on install, neither on removal) according \
+         to `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal",
+        .packages.join(", ")
     )]
     NotApplied {
         command: String,
@@ -137,6 +138,35 @@ pub enum InstallPlan {
     },
 }
 
+impl std::fmt::Display for InstallPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |n: &[String]| n.join(", ");
+        match self {
+            InstallPlan::Skip => {
+                f.write_str("nothing (package.skip: the artifacts are on the node)")
+            }
+            InstallPlan::AlreadyLive => {
+                f.write_str("nothing (the package is live and in the next boot)")
+            }
+            InstallPlan::RequestAgain { argv, names: n } => write!(
+                f,
+                "request {} again for the next boot (`{}`), the running /usr unchanged",
+                names(n),
+                argv.join(" ")
+            ),
+            InstallPlan::ApplyPendingLive { argv, names: n } => write!(
+                f,
+                "apply the pending deployment live for {} (`{}`)",
+                names(n),
+                argv.join(" ")
+            ),
+            InstallPlan::InstallLive { argv, names: n } => {
+                write!(f, "install {} live (`{}`)", names(n), argv.join(" "))
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PackageOutcome {
@@ -144,6 +174,26 @@ pub enum PackageOutcome {
     AlreadyLive,
     /// New files in the running `/usr`: CRI-O must be restarted to use them.
     NewlyLive,
+}
+
+impl std::fmt::Display for PackageOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PackageOutcome::Skipped => "package step skipped",
+            PackageOutcome::AlreadyLive => "package already live",
+            PackageOutcome::NewlyLive => "package newly live in the running /usr",
+        })
+    }
+}
+
+impl std::fmt::Display for PackageState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PackageState::Live => "live",
+            PackageState::Pending => "pending (next boot or apply-live)",
+            PackageState::Absent => "absent",
+        })
+    }
 }
 
 /// What to do on uninstall.
@@ -180,6 +230,19 @@ pub enum RemovalOutcome {
     /// Left layered, as configured.
     Kept,
     NotInstalled,
+}
+
+impl std::fmt::Display for RemovalOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RemovalOutcome::RemovedLive => "removed live (gone now and from the next boot)",
+            RemovalOutcome::StagedForNextBoot => {
+                "removal staged (still in the running /usr, gone at the next boot)"
+            }
+            RemovalOutcome::Kept => "kept layered, as configured",
+            RemovalOutcome::NotInstalled => "not installed",
+        })
+    }
 }
 
 fn check_live_state(status: &Status) -> Result<(), RpmOstreeError> {
