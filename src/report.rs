@@ -284,6 +284,10 @@ pub fn render_plan(steps: &[Step]) -> String {
 pub fn render_outcome(operation: &str, result: RunResult, code: ExitCode, message: &str) -> String {
     let mut s = match result {
         RunResult::Succeeded => return format!("kata-live: {operation} succeeded: {message}\n"),
+        // A refusal's error already says "refused, nothing was changed".
+        RunResult::Refused if message.starts_with("refused") => {
+            format!("kata-live: {operation} {message}\n")
+        }
         _ => format!("kata-live: {operation} {result}: {message}\n"),
     };
     s.push_str(&format!(
@@ -497,6 +501,44 @@ mod tests {
         assert_eq!(s.steps[0].name, "drop-in");
         assert_eq!(s.evidence["handler"]["listed"], true);
         assert!(s.finished.is_some());
+    }
+
+    #[test]
+    fn steps_are_numbered_then_the_rollback_apart() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("status.json");
+        let mut r = Reporter::start(d.path(), p, "install", "kata-remote", true);
+        r.begin("lock", "taking the lock");
+        assert_eq!(r.numbering().label(), "[1]", "no total yet");
+        r.end(StepOutcome::Ran, "");
+        r.set_total(4);
+        r.begin("preflight", "checking");
+        assert_eq!(r.numbering().label(), "[2/4]");
+        assert_eq!(r.numbering().words(), "step 2 of 4");
+        r.end(StepOutcome::Failed, "no");
+        r.begin_rollback(2);
+        r.begin("rollback", "restoring");
+        assert_eq!(r.numbering().label(), "[rollback 1/2]");
+        r.end(StepOutcome::Ran, "");
+        r.begin("activate", "restarting");
+        assert_eq!(r.numbering().label(), "[rollback 2/2]");
+    }
+
+    #[test]
+    fn words_not_debug() {
+        assert_eq!(RunResult::RolledBack.to_string(), "failed and rolled back");
+        assert_eq!(StepOutcome::Skipped.to_string(), "skipped");
+        let line = render_progress(
+            "[5/8]",
+            "restarting crio.service",
+            StepOutcome::Ran,
+            Duration::from_millis(1_840),
+            "MainPID 40 → 58",
+        );
+        assert_eq!(
+            line,
+            "[5/8] restarting crio.service … done in 1.8 s (MainPID 40 → 58)"
+        );
     }
 
     #[test]

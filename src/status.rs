@@ -394,7 +394,7 @@ pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
                 );
             }
         }
-        Err(e) => row(rows, "kubelet", format!("unreadable: {e}")),
+        Err(e) => row(rows, "state", format!("unreadable: {e}")),
     }
 
     let rows = sum.section("Last run");

@@ -220,6 +220,45 @@ pub enum RemovePlan {
     },
 }
 
+impl std::fmt::Display for RemovePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cmd = |a: &Option<Vec<String>>| a.as_ref().map(|a| format!(" `{}`", a.join(" ")));
+        match self {
+            RemovePlan::Keep => f.write_str("keep the package layered (package.uninstall = keep)"),
+            RemovePlan::NotInstalled => f.write_str("nothing (the package is not installed)"),
+            RemovePlan::Stage {
+                argv,
+                instead_of_live,
+            } => {
+                write!(f, "stage the removal for the next boot")?;
+                match cmd(argv) {
+                    Some(c) => write!(f, " ({})", c.trim_start())?,
+                    None => write!(f, " (the pending deployment already lacks it)")?,
+                }
+                if let Some(why) = instead_of_live {
+                    write!(f, ", instead of live: {why}")?;
+                }
+                Ok(())
+            }
+            RemovePlan::Live {
+                uninstall_argv,
+                apply_argv,
+                names,
+            } => {
+                write!(f, "remove {} live", names.join(", "))?;
+                let steps: Vec<String> = [cmd(uninstall_argv), cmd(apply_argv)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                if !steps.is_empty() {
+                    write!(f, " ({})", steps.join(", then").trim_start())?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RemovalOutcome {
@@ -611,7 +650,7 @@ impl RpmOstree {
         let until = Instant::now() + deadline;
         let status = self.status_until(until).await?;
         let plan = plan_install(&status, pkg, local_rpms)?;
-        tracing::info!(?plan, "package plan");
+        tracing::info!(plan = %plan, "package plan: {plan}");
         self.apply(&plan, until.saturating_duration_since(Instant::now()))
             .await
     }
@@ -629,7 +668,7 @@ impl RpmOstree {
         let until = Instant::now() + deadline;
         let status = self.status_until(until).await?;
         let plan = plan_remove(&status, pkg)?;
-        tracing::info!(?plan, "package removal plan");
+        tracing::info!(plan = %plan, "package removal plan: {plan}");
         match plan {
             RemovePlan::Keep => Ok(RemovalOutcome::Kept),
             RemovePlan::NotInstalled => Ok(RemovalOutcome::NotInstalled),
