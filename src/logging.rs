@@ -51,8 +51,8 @@ const JOURNAL_ONLY_FIELDS: [&str; 7] = [
 
 pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
-/// The tracing target of the steps' journal records. Their MESSAGE is the progress line,
-/// which [`progress`] prints on stderr itself, so the stderr layer leaves this target out.
+/// The tracing target of the journal records whose human line the reporter prints itself
+/// (each step's progress line, a run's start and end): the stderr layer leaves it out.
 pub const PROGRESS_TARGET: &str = "kata_live::progress";
 
 /// Whether progress lines go to stderr: a log layer writes there and the level shows INFO.
@@ -93,10 +93,11 @@ pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
 
 /// Installs the global subscriber. `KATA_LIVE_LOG` (EnvFilter syntax) overrides the level.
 pub fn init(verbosity: i8) {
-    let filter = || {
+    let filter_at = |v: i8| {
         EnvFilter::try_from_env("KATA_LIVE_LOG")
-            .unwrap_or_else(|_| EnvFilter::new(format!("kata_live={}", level_for(verbosity))))
+            .unwrap_or_else(|_| EnvFilter::new(format!("kata_live={}", level_for(v))))
     };
+    let filter = || filter_at(verbosity.max(0));
     let journald = if Path::new(JOURNAL_SOCKET).exists() {
         tracing_journald::layer().ok().map(|l| {
             l.with_syslog_identifier("kata-live".into())
@@ -124,9 +125,16 @@ pub fn init(verbosity: i8) {
         } else {
             PROGRESS_ON_STDERR.store(verbosity >= 0, Ordering::Relaxed);
             // Progress lines are printed by `progress`, without the level prefix.
+            // Without -v, stderr shows the progress lines, warnings and errors; the INFO
+            // records (rpm-ostree's output, each wait) stay in the journal.
+            let stderr_filter = filter_at(if verbosity <= 0 {
+                verbosity.min(-1)
+            } else {
+                verbosity
+            });
             let no_progress = match format!("{PROGRESS_TARGET}=off").parse() {
-                Ok(d) => filter().add_directive(d),
-                Err(_) => filter(),
+                Ok(d) => stderr_filter.add_directive(d),
+                Err(_) => stderr_filter,
             };
             Some(
                 tracing_subscriber::fmt::layer()

@@ -348,6 +348,7 @@ impl Reporter {
         };
         if !dry_run {
             tracing::info!(
+                target: crate::logging::PROGRESS_TARGET,
                 message_id = ids::STARTED,
                 operation,
                 handler,
@@ -452,22 +453,22 @@ impl Reporter {
         if !self.dry_run {
             match result {
                 RunResult::Succeeded => {
-                    tracing::info!(message_id = ids::SUCCEEDED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} succeeded: proven on the running node")
+                    tracing::info!(target: crate::logging::PROGRESS_TARGET, message_id = ids::SUCCEEDED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} succeeded: proven on the running node")
                 }
                 RunResult::Refused => {
-                    tracing::warn!(message_id = ids::REFUSED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} refused, nothing changed: {err}")
+                    tracing::warn!(target: crate::logging::PROGRESS_TARGET, message_id = ids::REFUSED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} refused, nothing changed: {err}")
                 }
                 RunResult::RolledBack => {
-                    tracing::error!(message_id = ids::ROLLED_BACK, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and was rolled back: {err}")
+                    tracing::error!(target: crate::logging::PROGRESS_TARGET, message_id = ids::ROLLED_BACK, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and was rolled back: {err}")
                 }
                 RunResult::RollbackFailed => {
-                    tracing::error!(message_id = ids::ROLLBACK_FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and so did its rollback: {err}")
+                    tracing::error!(target: crate::logging::PROGRESS_TARGET, message_id = ids::ROLLBACK_FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and so did its rollback: {err}")
                 }
                 RunResult::Stopped => {
-                    tracing::warn!(message_id = ids::STOPPED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} stopped on request: {err}")
+                    tracing::warn!(target: crate::logging::PROGRESS_TARGET, message_id = ids::STOPPED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} stopped on request: {err}")
                 }
                 RunResult::Failed | RunResult::Running => {
-                    tracing::error!(message_id = ids::FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed: {err}")
+                    tracing::error!(target: crate::logging::PROGRESS_TARGET, message_id = ids::FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed: {err}")
                 }
             }
             crate::systemd::notify::status(&format!("{op} {result} (exit code {code_n})"));

@@ -224,7 +224,7 @@ pub async fn begin(ctx: &Ctx, operation: Operation) -> Result<(Lock, Reporter), 
         Err(e) => {
             let e = FlowError::from(e);
             let code = e.exit_code();
-            tracing::warn!(message_id = ids::REFUSED, operation = %op, exit_code = code.code(), "kata-live {op} refused, nothing changed: {e}");
+            tracing::warn!(target: crate::logging::PROGRESS_TARGET, message_id = ids::REFUSED, operation = %op, exit_code = code.code(), "kata-live {op} refused, nothing changed: {e}");
             eprint!(
                 "{}",
                 crate::report::render_outcome(&op, RunResult::Refused, code, &e.to_string())

@@ -1,0 +1,51 @@
+//! What the operator reads on a booted node, from the real binary: the output of an install
+//! and of `status` afterwards, snapshotted with times, pids and ids masked. Complements the
+//! constructed snapshots of tests/operator_output.rs (same renderers, real inputs).
+
+mod support;
+use support::kata::KataNode;
+
+fn settings() -> insta::Settings {
+    let mut s = insta::Settings::clone_current();
+    for (re, with) in [
+        (r"\d+ -> \d+", "[pid] -> [pid]"),
+        (r"(MainPID|pid|PID) \d+", "$1 [pid]"),
+        (r"\d+\.\d ?s\b", "[secs] s"),
+        (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[time]"),
+        (r"\b[0-9a-f]{32}\b", "[id]"),
+        (r"socket:\[\d+\]", "socket:[inode]"),
+    ] {
+        s.add_filter(re, with);
+    }
+    s
+}
+
+#[test]
+fn install_and_status_output_on_a_booted_node() {
+    let k = KataNode::boot("");
+    let run = k.install();
+    assert_eq!(
+        run.code, 0,
+        "install failed:\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    // stderr carries the progress lines only (no log levels, no Debug), stdout the verdict.
+    for line in run.stderr.lines() {
+        assert!(
+            line.starts_with('['),
+            "not a progress line: {line}\n{}",
+            run.stderr
+        );
+    }
+    let status = k.kata(&["status"]);
+    assert_eq!(status.code, 0, "status failed:\n{}", status.stderr);
+    // status prints its summary and no log lines without -v.
+    assert_eq!(status.stderr, "", "status logged on stderr");
+    settings().bind(|| {
+        insta::assert_snapshot!(
+            "install",
+            format!("--- stderr\n{}--- stdout\n{}", run.stderr, run.stdout)
+        );
+        insta::assert_snapshot!("status", status.stdout);
+    });
+}
