@@ -94,8 +94,9 @@ pub enum RpmOstreeError {
         output: String,
     },
     #[error(
-        "`{command}` did not finish within {deadline:?} and was killed; rpm-ostreed may \
-         still run the transaction: check `rpm-ostree status`, cancel with `rpm-ostree cancel`"
+        "`{command}` did not finish within {:.1} s and was killed; rpm-ostreed may \
+         still run the transaction: check `rpm-ostree status`, cancel with `rpm-ostree cancel`",
+        .deadline.as_secs_f64()
     )]
     Timeout { command: String, deadline: Duration },
     #[error(
