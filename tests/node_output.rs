@@ -41,6 +41,27 @@ fn install_and_status_output_on_a_booted_node() {
     assert_eq!(status.code, 0, "status failed:\n{}", status.stderr);
     // status prints its summary and no log lines without -v.
     assert_eq!(status.stderr, "", "status logged on stderr");
+    // --json: one document per command, each with schema and kind at the top.
+    let again = k.kata(&["install", "--no-detach", "--json"]);
+    assert_eq!(again.code, 0, "re-run failed:\n{}", again.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&again.stdout)
+        .unwrap_or_else(|e| panic!("install --json ({e}): {}", again.stdout));
+    assert_eq!(doc["schema"], 1, "{doc:#}");
+    assert_eq!(doc["kind"], "install", "{doc:#}");
+    assert_eq!(doc["result"], "succeeded", "{doc:#}");
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    assert!(
+        again.stderr.contains("succeeded"),
+        "the verdict goes to stderr: {}",
+        again.stderr
+    );
+    for (cmd, kind) in [("status", "status"), ("config", "config")] {
+        let r = k.kata(&[cmd, "--json"]);
+        let doc: serde_json::Value = serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("{cmd} --json ({e}): {}", r.stdout));
+        assert_eq!(doc["schema"], 1, "{doc:#}");
+        assert_eq!(doc["kind"], kind, "{doc:#}");
+    }
     settings().bind(|| {
         insta::assert_snapshot!(
             "install",
