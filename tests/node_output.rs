@@ -4,6 +4,7 @@
 
 mod support;
 use support::kata::KataNode;
+use support::node::NodeOptions;
 
 fn settings() -> insta::Settings {
     let mut s = insta::Settings::clone_current();
@@ -69,4 +70,36 @@ fn install_and_status_output_on_a_booted_node() {
         );
         insta::assert_snapshot!("status", status.stdout);
     });
+}
+
+#[test]
+fn refusal_output_on_a_booted_node() {
+    // A later drop-in that declares the handler would replace kata-live's table: refused.
+    let k = KataNode::boot_with(
+        NodeOptions::default().file(
+            "/etc/crio/crio.conf.d/99-shadow",
+            "[crio.runtime.runtimes.kata-remote]\nruntime_path = \"/usr/bin/true\"\n",
+            0o644,
+        ),
+        "",
+    );
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.stdout, "", "a refusal says so on stderr");
+    settings().bind(|| insta::assert_snapshot!("refusal", run.stderr));
+}
+
+#[test]
+fn rollback_output_on_a_booted_node() {
+    // The restarted CRI-O cannot see the runtime's files, so it ignores the handler: the
+    // proof fails and the run rolls back.
+    let k = KataNode::boot("[deadlines]\ncri_ready = 5.0\n");
+    k.unit_drop_in(
+        "crio.service",
+        "hide-kata",
+        "[Service]\nTemporaryFileSystem=/opt/kata:ro\n",
+    );
+    let run = k.install();
+    assert_eq!(run.code, 13, "{}\n{}", run.stdout, run.stderr);
+    settings().bind(|| insta::assert_snapshot!("rollback", run.stderr));
 }
