@@ -94,6 +94,7 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         systemd,
         tools: Tools::default(),
         crio_restarts: Default::default(),
+        json: cli.global.json,
     };
     match &cli.command {
         Command::Install(a) => {
@@ -139,7 +140,9 @@ async fn hand_off(ctx: &Ctx, sub: &str, no_detach: bool) -> Result<Option<ExitCo
             let unit = handoff::handoff_unit_name(sub);
             eprintln!("kata-live: {why}; handing the run to the host's systemd as {unit}");
             let exe = std::env::current_exe().map_err(AppError::Runtime)?;
-            let args: Vec<String> = std::env::args().skip(1).collect();
+            // The unit's run writes status.json; with --json this process prints it at the
+            // end (the unit's own stdout goes to its journal, which is followed here).
+            let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--json").collect();
             let argv = handoff::handoff_argv(&exe, &args);
             // Follow the run's journal so the operator sees the same progress lines here.
             let journalctl = ["journalctl".to_string()];
@@ -154,6 +157,14 @@ async fn hand_off(ctx: &Ctx, sub: &str, no_detach: bool) -> Result<Option<ExitCo
             )
             .await?;
             eprintln!("kata-live: {unit} finished with exit code {status}; `journalctl -u {unit}` has its log");
+            if ctx.json {
+                match crate::report::read_status(&ctx.host.path(crate::report::STATUS_PATH)) {
+                    Some(run) => {
+                        crate::report::print_json(crate::report::Kind::for_operation(sub), run)
+                    }
+                    None => eprintln!("kata-live: no status file to print as JSON"),
+                }
+            }
             Ok(Some(exit_from_status(status)))
         }
     }
@@ -173,7 +184,7 @@ fn print_config(loaded: &Loaded, json: bool) {
             "fragments": loaded.fragments,
             "provenance": loaded.provenance,
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        crate::report::print_json(crate::report::Kind::Config, v);
     } else {
         print!("{}", loaded.render_annotated());
     }

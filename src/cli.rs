@@ -53,7 +53,13 @@ pub struct Global {
     /// Print the plan from the observed state and change nothing.
     #[arg(long, global = true)]
     pub dry_run: bool,
-    /// Machine-readable output (status, verify, config).
+    /// Machine-readable output on stdout: one JSON document for status, verify, config, and
+    /// at the end of install/uninstall. Every document is an object with "schema" (1, the
+    /// version, raised only on incompatible changes), "kind" ("status", "verify", "config",
+    /// "install" or "uninstall") and the payload's fields: status: the observation; verify:
+    /// "observation" and "verdict"; config: "config", "fragments", "provenance";
+    /// install/uninstall: the /run/kata-live/status.json document (operation, result,
+    /// exit_code, steps, evidence, error).
     #[arg(long, global = true)]
     pub json: bool,
     /// More detail (-v debug, -vv trace).
@@ -62,6 +68,17 @@ pub struct Global {
     /// Only warnings and errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+}
+
+impl Cli {
+    /// The log level's verbosity: `status` and `verify` print their summary and no log
+    /// lines (errors aside) unless `-v`.
+    pub fn log_verbosity(&self) -> i8 {
+        match self.command {
+            Command::Status | Command::Verify if self.global.verbose == 0 => -2,
+            _ => self.global.verbosity(),
+        }
+    }
 }
 
 impl Global {

@@ -83,6 +83,17 @@ pub enum DropInState {
     Foreign,
 }
 
+impl std::fmt::Display for DropInState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DropInState::Absent => "absent",
+            DropInState::Ours => "kata-live's, up to date",
+            DropInState::Differs => "kata-live's, but differs from what the configuration renders",
+            DropInState::Foreign => "foreign (not written by kata-live)",
+        })
+    }
+}
+
 pub fn classify(current: Option<&[u8]>, desired: &str) -> DropInState {
     match current {
         None => DropInState::Absent,
@@ -106,6 +117,17 @@ pub enum Outcome {
     Created,
     Updated,
     Removed,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outcome::Unchanged => "unchanged",
+            Outcome::Created => "created",
+            Outcome::Updated => "updated",
+            Outcome::Removed => "removed",
+        })
+    }
 }
 
 impl Outcome {

@@ -37,7 +37,7 @@ pub enum CrioConfError {
     Parse { path: PathBuf, message: String },
     #[error("GET /config on {socket}: {reason}")]
     Get { socket: PathBuf, reason: String },
-    #[error("GET /config on {socket}: no answer within {timeout:?}")]
+    #[error("GET /config on {socket}: no answer within {:.1} s", .timeout.as_secs_f64())]
     Timeout { socket: PathBuf, timeout: Duration },
 }
 

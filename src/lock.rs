@@ -14,7 +14,7 @@ pub const LOCK_PATH: &str = "/run/kata-live/lock";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("another kata-live run holds {path} ({holder}) and did not finish within {waited:?}; wait for it (journalctl -t kata-live -f) and retry")]
+    #[error("another kata-live run holds {path} ({holder}) and did not finish within {:.1} s; wait for it (journalctl -t kata-live -f) and retry", .waited.as_secs_f64())]
     Busy {
         path: PathBuf,
         holder: String,

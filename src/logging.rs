@@ -6,6 +6,7 @@
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer};
 
 /// MESSAGE_IDs, one per event kind. Never change one: operators filter on them, and the
@@ -50,10 +51,26 @@ const JOURNAL_ONLY_FIELDS: [&str; 7] = [
 
 pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
-/// `-q` gives -1, each `-v` adds one.
+/// The tracing target of the journal records whose human line the reporter prints itself
+/// (each step's progress line, a run's start and end): the stderr layer leaves it out.
+pub const PROGRESS_TARGET: &str = "kata_live::progress";
+
+/// Whether progress lines go to stderr: a log layer writes there and the level shows INFO.
+static PROGRESS_ON_STDERR: AtomicBool = AtomicBool::new(false);
+
+/// Prints one progress line on stderr, as it is (no level, no fields), unless stderr is the
+/// journal (which gets the structured record) or the run is quiet.
+pub fn progress(line: &str) {
+    if PROGRESS_ON_STDERR.load(Ordering::Relaxed) {
+        eprintln!("{line}");
+    }
+}
+
+/// `-q` gives -1, each `-v` adds one; -2 (`status`, `verify` without `-v`) only errors.
 pub fn level_for(verbosity: i8) -> &'static str {
     match verbosity {
-        i8::MIN..=-1 => "warn",
+        i8::MIN..=-2 => "error",
+        -1 => "warn",
         0 => "info",
         1 => "debug",
         _ => "trace",
@@ -76,10 +93,11 @@ pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
 
 /// Installs the global subscriber. `KATA_LIVE_LOG` (EnvFilter syntax) overrides the level.
 pub fn init(verbosity: i8) {
-    let filter = || {
+    let filter_at = |v: i8| {
         EnvFilter::try_from_env("KATA_LIVE_LOG")
-            .unwrap_or_else(|_| EnvFilter::new(format!("kata_live={}", level_for(verbosity))))
+            .unwrap_or_else(|_| EnvFilter::new(format!("kata_live={}", level_for(v))))
     };
+    let filter = || filter_at(verbosity.max(0));
     let journald = if Path::new(JOURNAL_SOCKET).exists() {
         tracing_journald::layer().ok().map(|l| {
             l.with_syslog_identifier("kata-live".into())
@@ -105,6 +123,19 @@ pub fn init(verbosity: i8) {
         if to_journal && stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref()) {
             None
         } else {
+            PROGRESS_ON_STDERR.store(verbosity >= 0, Ordering::Relaxed);
+            // Progress lines are printed by `progress`, without the level prefix.
+            // Without -v, stderr shows the progress lines, warnings and errors; the INFO
+            // records (rpm-ostree's output, each wait) stay in the journal.
+            let stderr_filter = filter_at(if verbosity <= 0 {
+                verbosity.min(-1)
+            } else {
+                verbosity
+            });
+            let no_progress = match format!("{PROGRESS_TARGET}=off").parse() {
+                Ok(d) => stderr_filter.add_directive(d),
+                Err(_) => stderr_filter,
+            };
             Some(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
@@ -112,7 +143,7 @@ pub fn init(verbosity: i8) {
                     .with_target(false)
                     .without_time()
                     .fmt_fields(fields)
-                    .with_filter(filter()),
+                    .with_filter(no_progress),
             )
         };
     // A second init (tests) is harmless: keep the first subscriber.

@@ -3,6 +3,6 @@ use kata_live::{app, cli::Cli, logging};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.global.verbosity());
+    logging::init(cli.log_verbosity());
     app::run(cli).into()
 }

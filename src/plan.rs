@@ -40,6 +40,18 @@ pub enum Activation {
     ReloadThenCanary(String),
 }
 
+impl std::fmt::Display for Activation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Activation::Nothing(why) => write!(f, "activate nothing: {why}"),
+            Activation::Restart(why) => write!(f, "restart CRI-O: {why}"),
+            Activation::ReloadThenCanary(why) => {
+                write!(f, "reload CRI-O, then run a canary on the handler: {why}")
+            }
+        }
+    }
+}
+
 pub fn decide_activation(i: &ActivationInputs) -> Activation {
     let act = |why: String| match (i.strategy, i.want_listed) {
         // A reload cannot be proven for removal (the RunPodSandbox table keeps the handler).

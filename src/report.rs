@@ -1,6 +1,13 @@
-//! Reporting a run: `/run/kata-live/status.json` (schema below), one progress line per step
-//! on stderr with its duration, journal records with MESSAGE_IDs, and `STATUS=` for
-//! `systemctl status`.
+//! Reporting a run: `/run/kata-live/status.json` (schema below), one numbered progress line
+//! per step on stderr (`[5/8] restarting crio.service … done in 1.8 s (…)`), the same line as
+//! the MESSAGE of a journal record with a MESSAGE_ID, and `STATUS=` for `systemctl status`.
+//! The lines are rendered by pure functions ([`render_progress`], [`render_outcome`]) so that
+//! tests can snapshot them.
+//!
+//! `--json` output (status, verify, config, and the end of install/uninstall) is one schema,
+//! [`OUTPUT_SCHEMA`]: a top-level object `{ "schema": 1, "kind": "status" | "verify" |
+//! "config" | "install" | "uninstall", ...payload }` (see [`json_document`] and README
+//! "Machine-readable output"). For install/uninstall the payload is the status.json document.
 //!
 //! status.json, schema 1:
 //! ```json
@@ -22,6 +29,69 @@ use std::time::{Duration, Instant, SystemTime};
 
 pub const STATUS_PATH: &str = "/run/kata-live/status.json";
 
+/// The version of every `--json` document (and of status.json, which install/uninstall print).
+pub const OUTPUT_SCHEMA: u32 = 1;
+
+/// What a `--json` document describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Status,
+    Verify,
+    Config,
+    Install,
+    Uninstall,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Status => "status",
+            Kind::Verify => "verify",
+            Kind::Config => "config",
+            Kind::Install => "install",
+            Kind::Uninstall => "uninstall",
+        }
+    }
+
+    pub fn for_operation(op: &str) -> Self {
+        if op == "uninstall" {
+            Kind::Uninstall
+        } else {
+            Kind::Install
+        }
+    }
+}
+
+/// The `--json` document: `schema` and `kind` at the top, then the payload's own fields
+/// (an object; anything else goes under `"value"`).
+pub fn json_document(kind: Kind, payload: impl Serialize) -> serde_json::Value {
+    let mut map = match serde_json::to_value(payload) {
+        Ok(serde_json::Value::Object(m)) => m,
+        Ok(other) => {
+            let mut m = serde_json::Map::new();
+            m.insert("value".into(), other);
+            m
+        }
+        Err(e) => {
+            let mut m = serde_json::Map::new();
+            m.insert(
+                "error".into(),
+                format!("cannot render the document: {e}").into(),
+            );
+            m
+        }
+    };
+    map.insert("schema".into(), OUTPUT_SCHEMA.into());
+    map.insert("kind".into(), kind.as_str().into());
+    serde_json::Value::Object(map)
+}
+
+/// Prints a `--json` document on stdout.
+pub fn print_json(kind: Kind, payload: impl Serialize) {
+    let doc = json_document(kind, payload);
+    println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunResult {
@@ -41,6 +111,30 @@ pub enum StepOutcome {
     Ran,
     Skipped,
     Failed,
+}
+
+impl std::fmt::Display for RunResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RunResult::Running => "running",
+            RunResult::Succeeded => "succeeded",
+            RunResult::Refused => "refused, nothing changed",
+            RunResult::Failed => "failed",
+            RunResult::RolledBack => "failed and rolled back",
+            RunResult::RollbackFailed => "failed, and so did its rollback",
+            RunResult::Stopped => "stopped on request",
+        })
+    }
+}
+
+impl std::fmt::Display for StepOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StepOutcome::Ran => "done",
+            StepOutcome::Skipped => "skipped",
+            StepOutcome::Failed => "FAILED",
+        })
+    }
 }
 
 impl StepOutcome {
@@ -95,6 +189,127 @@ pub struct Reporter {
     pub status: RunStatus,
     step_started: Instant,
     dry_run: bool,
+    numbering: Numbering,
+    /// `--json`: [`crate::flow::finish`] prints the status document on stdout.
+    pub json_output: bool,
+    /// What the current step does, in words (its progress line's text).
+    what: String,
+}
+
+/// How steps are numbered: `[k/N]` once the flow told its number of steps, `[k]` before,
+/// `[rollback k/N]` after a failure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Numbering {
+    pub k: usize,
+    pub total: Option<usize>,
+    pub rollback: bool,
+}
+
+impl Numbering {
+    /// The label of the current step: `[5/8]`, `[3]`, `[rollback 1/3]`.
+    pub fn label(&self) -> String {
+        let prefix = if self.rollback { "rollback " } else { "" };
+        match self.total {
+            Some(n) => format!("[{prefix}{}/{n}]", self.k),
+            None => format!("[{prefix}{}]", self.k),
+        }
+    }
+
+    /// The same in words, for `systemctl status`.
+    pub fn words(&self) -> String {
+        let prefix = if self.rollback {
+            "rollback step"
+        } else {
+            "step"
+        };
+        match self.total {
+            Some(n) => format!("{prefix} {} of {n}", self.k),
+            None => format!("{prefix} {}", self.k),
+        }
+    }
+}
+
+/// Seconds with one decimal and a unit: `1.8 s`.
+pub fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// One step's progress line (pure): `[5/8] restarting crio.service … done in 1.8 s (detail)`.
+pub fn render_progress(
+    label: &str,
+    what: &str,
+    outcome: StepOutcome,
+    took: Duration,
+    detail: &str,
+) -> String {
+    let mut line = format!("{label} {what} … ");
+    match outcome {
+        StepOutcome::Ran => {
+            line.push_str(&format!("done in {}", secs(took)));
+            if !detail.is_empty() {
+                line.push_str(&format!(" ({detail})"));
+            }
+        }
+        StepOutcome::Skipped => {
+            line.push_str("skipped");
+            if !detail.is_empty() {
+                line.push_str(&format!(" ({detail})"));
+            }
+        }
+        StepOutcome::Failed => {
+            line.push_str(&format!("FAILED after {}", secs(took)));
+            if !detail.is_empty() {
+                line.push_str(&format!(": {detail}"));
+            }
+        }
+    }
+    line
+}
+
+/// A dry run's plan (pure): each step, aligned, with what it would do.
+pub fn render_plan(steps: &[Step]) -> String {
+    let width = steps.iter().map(|s| s.name.len()).max().unwrap_or(0);
+    let mut s = String::from("dry run plan:\n");
+    for st in steps {
+        s.push_str(&format!(
+            "  {:<width$}  {}: {}\n",
+            st.name, st.outcome, st.detail
+        ));
+    }
+    s
+}
+
+/// The operator's closing lines of a run (pure): the verdict, the exit code and what to do
+/// next. `message` is the success summary or the error.
+pub fn render_outcome(operation: &str, result: RunResult, code: ExitCode, message: &str) -> String {
+    let mut s = match result {
+        RunResult::Succeeded => return format!("kata-live: {operation} succeeded: {message}\n"),
+        // A refusal's error already says "refused, nothing was changed".
+        RunResult::Refused if message.starts_with("refused") => {
+            format!("kata-live: {operation} {message}\n")
+        }
+        _ => format!("kata-live: {operation} {result}: {message}\n"),
+    };
+    s.push_str(&format!(
+        "kata-live: exit code {code}: {}\n",
+        code.describe()
+    ));
+    let next = match result {
+        RunResult::Succeeded | RunResult::Running => None,
+        RunResult::Refused => Some("nothing was changed; fix what is named above, then run it again"),
+        RunResult::RolledBack => Some(
+            "the node is back in its previous configuration, proven; fix what is named above, then run it again",
+        ),
+        RunResult::RollbackFailed => Some(
+            "the node needs a human before the rollout continues; `kata-live status` shows what is in place",
+        ),
+        RunResult::Stopped => Some("the run stopped at a safe point; run it again to finish"),
+        RunResult::Failed => Some("`kata-live status` shows what is in place; `journalctl -t kata-live` has the details"),
+    };
+    if let Some(next) = next {
+        s.push_str(&format!("kata-live: next: {next}\n"));
+    }
+    s
 }
 
 impl Reporter {
@@ -127,9 +342,13 @@ impl Reporter {
             },
             step_started: Instant::now(),
             dry_run,
+            numbering: Numbering::default(),
+            json_output: false,
+            what: String::new(),
         };
         if !dry_run {
             tracing::info!(
+                target: crate::logging::PROGRESS_TARGET,
                 message_id = ids::STARTED,
                 operation,
                 handler,
@@ -154,11 +373,52 @@ impl Reporter {
         }
     }
 
-    /// Marks the beginning of a step (for `systemctl status` and the phase field).
+    /// The number of steps of the flow: from here on steps are numbered `[k/N]`.
+    pub fn set_total(&mut self, total: usize) {
+        self.numbering.total = Some(total);
+    }
+
+    /// After a failure: the next steps are the rollback's, numbered `[rollback k/N]`.
+    pub fn begin_rollback(&mut self, total: usize) {
+        self.numbering = Numbering {
+            k: 0,
+            total: Some(total),
+            rollback: true,
+        };
+    }
+
+    /// A step the flow did not count on (the rollback starting kubelet again).
+    pub fn add_step(&mut self) {
+        if let Some(n) = &mut self.numbering.total {
+            *n += 1;
+        }
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    pub fn numbering(&self) -> &Numbering {
+        &self.numbering
+    }
+
+    /// Marks the beginning of the next step (numbered; for `systemctl status` and the phase).
+    /// A step begun again under the same name (a reload that falls back to a restart, a
+    /// restart retried after its start limit was reset) is another attempt of the same
+    /// step: it keeps the step's number.
     pub fn begin(&mut self, name: &str, what: &str) {
+        let again = self.status.phase == name && self.numbering.k > 0;
         self.status.phase = name.into();
         self.step_started = Instant::now();
-        crate::systemd::notify::status(&format!("{name}: {what}"));
+        if !again {
+            self.numbering.k += 1;
+        }
+        self.what = what.into();
+        crate::systemd::notify::status(&format!(
+            "{} {}: {what}",
+            self.status.operation,
+            self.numbering.words()
+        ));
         self.persist();
     }
 
@@ -167,16 +427,15 @@ impl Reporter {
         let detail = detail.into();
         let took = self.step_started.elapsed();
         let name = self.status.phase.clone();
-        let word = match outcome {
-            StepOutcome::Ran => "done",
-            StepOutcome::Skipped => "skipped",
-            StepOutcome::Failed => "FAILED",
-        };
-        let secs = format!("{:.1}s", took.as_secs_f64());
+        let word = outcome.to_string();
+        let duration = secs(took);
+        let line = render_progress(&self.numbering.label(), &self.what, outcome, took, &detail);
+        crate::logging::progress(&line);
+        // The journal record: the same line as MESSAGE, the step's facts as fields.
         if outcome == StepOutcome::Failed {
-            tracing::warn!(message_id = ids::STEP, step = %name, outcome = word, duration = %secs, "{name}: {word} in {secs}: {detail}");
+            tracing::warn!(target: crate::logging::PROGRESS_TARGET, message_id = ids::STEP, step = %name, outcome = %word, duration = %duration, "{line}");
         } else {
-            tracing::info!(message_id = ids::STEP, step = %name, outcome = word, duration = %secs, "{name}: {word} in {secs}: {detail}");
+            tracing::info!(target: crate::logging::PROGRESS_TARGET, message_id = ids::STEP, step = %name, outcome = %word, duration = %duration, "{line}");
         }
         self.status.steps.push(Step {
             name,
@@ -207,25 +466,25 @@ impl Reporter {
         if !self.dry_run {
             match result {
                 RunResult::Succeeded => {
-                    tracing::info!(message_id = ids::SUCCEEDED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} succeeded: proven on the running node")
+                    tracing::info!(target: crate::logging::PROGRESS_TARGET, message_id = ids::SUCCEEDED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} succeeded: proven on the running node")
                 }
                 RunResult::Refused => {
-                    tracing::warn!(message_id = ids::REFUSED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} refused, nothing changed: {err}")
+                    tracing::warn!(target: crate::logging::PROGRESS_TARGET, message_id = ids::REFUSED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} refused, nothing changed: {err}")
                 }
                 RunResult::RolledBack => {
-                    tracing::error!(message_id = ids::ROLLED_BACK, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and was rolled back: {err}")
+                    tracing::error!(target: crate::logging::PROGRESS_TARGET, message_id = ids::ROLLED_BACK, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and was rolled back: {err}")
                 }
                 RunResult::RollbackFailed => {
-                    tracing::error!(message_id = ids::ROLLBACK_FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and so did its rollback: {err}")
+                    tracing::error!(target: crate::logging::PROGRESS_TARGET, message_id = ids::ROLLBACK_FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed and so did its rollback: {err}")
                 }
                 RunResult::Stopped => {
-                    tracing::warn!(message_id = ids::STOPPED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} stopped on request: {err}")
+                    tracing::warn!(target: crate::logging::PROGRESS_TARGET, message_id = ids::STOPPED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} stopped on request: {err}")
                 }
                 RunResult::Failed | RunResult::Running => {
-                    tracing::error!(message_id = ids::FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed: {err}")
+                    tracing::error!(target: crate::logging::PROGRESS_TARGET, message_id = ids::FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed: {err}")
                 }
             }
-            crate::systemd::notify::status(&format!("{op}: {result:?} (exit {code_n})"));
+            crate::systemd::notify::status(&format!("{op} {result} (exit code {code_n})"));
         }
         self.persist();
     }
@@ -256,6 +515,44 @@ mod tests {
         assert_eq!(s.steps[0].name, "drop-in");
         assert_eq!(s.evidence["handler"]["listed"], true);
         assert!(s.finished.is_some());
+    }
+
+    #[test]
+    fn steps_are_numbered_then_the_rollback_apart() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("status.json");
+        let mut r = Reporter::start(d.path(), p, "install", "kata-remote", true);
+        r.begin("lock", "taking the lock");
+        assert_eq!(r.numbering().label(), "[1]", "no total yet");
+        r.end(StepOutcome::Ran, "");
+        r.set_total(4);
+        r.begin("preflight", "checking");
+        assert_eq!(r.numbering().label(), "[2/4]");
+        assert_eq!(r.numbering().words(), "step 2 of 4");
+        r.end(StepOutcome::Failed, "no");
+        r.begin_rollback(2);
+        r.begin("rollback", "restoring");
+        assert_eq!(r.numbering().label(), "[rollback 1/2]");
+        r.end(StepOutcome::Ran, "");
+        r.begin("activate", "restarting");
+        assert_eq!(r.numbering().label(), "[rollback 2/2]");
+    }
+
+    #[test]
+    fn words_not_debug() {
+        assert_eq!(RunResult::RolledBack.to_string(), "failed and rolled back");
+        assert_eq!(StepOutcome::Skipped.to_string(), "skipped");
+        let line = render_progress(
+            "[5/8]",
+            "restarting crio.service",
+            StepOutcome::Ran,
+            Duration::from_millis(1_840),
+            "MainPID 40 → 58",
+        );
+        assert_eq!(
+            line,
+            "[5/8] restarting crio.service … done in 1.8 s (MainPID 40 → 58)"
+        );
     }
 
     #[test]

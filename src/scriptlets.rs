@@ -52,7 +52,8 @@ pub enum ScriptletError {
         output: String,
     },
     #[error(
-        "`{command}` did not finish before the post-install deadline ({deadline:?}); it was killed"
+        "`{command}` did not finish before the post-install deadline ({:.1} s); it was killed",
+        .deadline.as_secs_f64()
     )]
     Timeout { command: String, deadline: Duration },
     #[error("SELinux module file {path} (module {module}) does not exist: is the package live?")]

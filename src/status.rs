@@ -76,7 +76,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
                     // After a later deployment replaced the one applied live, the status no
                     // longer lists what the running /usr holds: say so rather than guess.
                     let running = if s.live_tree_known() {
-                        format!("{:?}", s.package_state(n)).to_lowercase()
+                        s.package_state(n).to_string()
                     } else {
                         "running /usr changed live by a deployment no longer listed".into()
                     };
@@ -93,7 +93,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         }
     };
     let drop_in = match crate::app::drop_in_state(ctx) {
-        Ok(s) => format!("{s:?}").to_lowercase(),
+        Ok(s) => s.to_string(),
         Err(e) => format!("unreadable ({e})"),
     };
     let crio = ctx.unit(&c.units.crio).await.map_err(|e| e.to_string());
@@ -191,95 +191,270 @@ pub fn judge(o: &Observation) -> plan::Verdict {
     })
 }
 
-fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
-    let mut s = String::new();
-    s.push_str(&format!("handler:   {}\n", o.handler));
-    s.push_str(&format!("package:   {}\n", o.package));
-    s.push_str(&format!("drop-in:   {} ({})\n", o.drop_in, o.drop_in_path));
-    match o.crio.as_result() {
-        Ok(u) => s.push_str(&format!(
-            "crio:      {} (started {} the drop-in and runtime files)\n",
-            u.summary(),
-            if o.crio_newer_than_artifacts {
-                "after"
-            } else {
-                "BEFORE"
+/// A grouped summary: sections of (key, value) rows, keys aligned across all sections.
+#[derive(Default)]
+struct Summary {
+    sections: Vec<(&'static str, Vec<(String, String)>)>,
+}
+
+impl Summary {
+    fn section(&mut self, title: &'static str) -> &mut Vec<(String, String)> {
+        let i = self.sections.len();
+        self.sections.push((title, Vec::new()));
+        &mut self.sections[i].1
+    }
+
+    fn render(&self) -> String {
+        let width = self
+            .sections
+            .iter()
+            .flat_map(|(_, rows)| rows.iter().map(|(k, _)| k.chars().count()))
+            .max()
+            .unwrap_or(0);
+        let mut s = String::new();
+        for (i, (title, rows)) in self.sections.iter().enumerate() {
+            if i > 0 {
+                s.push('\n');
             }
-        )),
-        Err(e) => s.push_str(&format!("crio:      unreadable: {e}\n")),
+            s.push_str(title);
+            s.push('\n');
+            for (k, v) in rows {
+                // Continuation lines of a value start under its first line.
+                let v = v.replace('\n', &format!("\n  {:width$}  ", ""));
+                s.push_str(&format!("  {k:<width$}  {v}\n"));
+            }
+        }
+        s
+    }
+}
+
+fn row(rows: &mut Vec<(String, String)>, k: &str, v: impl Into<String>) {
+    rows.push((k.to_string(), v.into()));
+}
+
+fn condition_text(v: &RuntimeView, kind: &str) -> String {
+    let found: Vec<String> = v
+        .conditions
+        .iter()
+        .filter(|c| c.kind == kind)
+        .map(|c| {
+            let mut t = format!("{} is {}", c.kind, c.status);
+            for extra in [&c.reason, &c.message] {
+                if !extra.is_empty() {
+                    t.push_str(&format!(", {extra}"));
+                }
+            }
+            t
+        })
+        .collect();
+    if found.is_empty() {
+        format!("{kind} not reported")
+    } else {
+        found.join("; ")
+    }
+}
+
+fn handler_name(h: &str) -> &str {
+    if h.is_empty() {
+        "(default)"
+    } else {
+        h
+    }
+}
+
+/// The human rendering of `status` (no verdict) and `verify` (with it). Pure.
+pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
+    let mut sum = Summary::default();
+    let rows = sum.section("Node");
+    row(rows, "handler", &o.handler);
+    row(rows, "package", &o.package);
+    row(
+        rows,
+        "drop-in",
+        format!("{} ({})", o.drop_in, o.drop_in_path),
+    );
+
+    let rows = sum.section("CRI-O");
+    match o.crio.as_result() {
+        Ok(u) => {
+            row(
+                rows,
+                "unit",
+                format!(
+                    "{} {}/{}, MainPID {}, {} restart(s)",
+                    u.name, u.active_state, u.sub_state, u.main_pid, u.n_restarts
+                ),
+            );
+            row(
+                rows,
+                "started",
+                if o.crio_newer_than_artifacts {
+                    "after the drop-in and the runtime files changed"
+                } else {
+                    "BEFORE the drop-in or the runtime files changed: it has not loaded them"
+                },
+            );
+        }
+        Err(e) => row(rows, "unit", format!("unreadable: {e}")),
     }
     match o.runtime.as_result() {
-        Ok(v) => s.push_str(&v.render_human()),
-        Err(e) => s.push_str(&format!("runtime:   unreachable: {e}\n")),
+        Ok(v) => {
+            let yes_no = |b: bool| if b { "yes" } else { "NO" };
+            row(
+                rows,
+                "runtime",
+                format!(
+                    "{} {} (CRI {}) on {}",
+                    v.runtime_name,
+                    v.runtime_version,
+                    v.runtime_api_version,
+                    v.socket.display()
+                ),
+            );
+            row(
+                rows,
+                "runtime ready",
+                format!(
+                    "{} ({})",
+                    yes_no(v.ready),
+                    condition_text(v, "RuntimeReady")
+                ),
+            );
+            row(
+                rows,
+                "network ready",
+                format!(
+                    "{} ({})",
+                    yes_no(v.network_ready),
+                    condition_text(v, "NetworkReady")
+                ),
+            );
+            let presence = match v.handler_presence {
+                crate::cri::HandlerPresence::Listed => "listed",
+                crate::cri::HandlerPresence::NotListed => "NOT listed",
+                crate::cri::HandlerPresence::Unknown => {
+                    "UNKNOWN (the runtime reports no handlers: CRI API older than Kubernetes 1.30)"
+                }
+            };
+            let listed: Vec<&str> = v.handlers_listed.iter().map(|h| handler_name(h)).collect();
+            row(
+                rows,
+                "handler",
+                format!(
+                    "{} {presence} (handlers: {})",
+                    handler_name(&v.handler),
+                    if listed.is_empty() {
+                        "none reported".to_string()
+                    } else {
+                        listed.join(", ")
+                    }
+                ),
+            );
+        }
+        Err(e) => row(rows, "runtime", format!("unreachable: {e}")),
     }
-    if !s.ends_with('\n') {
-        s.push('\n');
-    }
-    s.push_str(&format!(
-        "definition: {}\n",
+    row(
+        rows,
+        "definition",
         o.definition_problem
             .as_deref()
-            .unwrap_or("the running CRI-O's effective table is the one kata-live writes")
-    ));
+            .unwrap_or("the running CRI-O's effective table is the one kata-live writes"),
+    );
     match o.pods_on_handler.as_result() {
-        Ok(p) => s.push_str(&format!("pods:      on the handler: {}\n", p.describe())),
-        Err(e) => s.push_str(&format!("pods:      unknown: {e}\n")),
-    }
-    match o.kubelet.as_result() {
-        Ok(e) => {
-            for (label, c) in e.pieces() {
-                s.push_str(&format!(
-                    "kubelet {label}: {} {}\n",
-                    if c.ok { "ok" } else { "MISSING" },
-                    c.detail
-                ));
-            }
-        }
-        Err(e) => s.push_str(&format!("kubelet:   unreadable: {e}\n")),
+        Ok(p) => row(rows, "pods on handler", p.describe()),
+        Err(e) => row(rows, "pods on handler", format!("unknown: {e}")),
     }
     if let Some(c) = &o.canary {
-        s.push_str(&format!(
-            "canary:    {}\n",
+        row(
+            rows,
+            "canary",
             match c.as_result() {
-                Ok(_) => "ok".to_string(),
-                Err(e) => format!("FAILED {e}"),
-            }
-        ));
+                Ok(_) => "ok: a sandbox ran on the default handler".to_string(),
+                Err(e) => format!("FAILED: {e}"),
+            },
+        );
     }
+
+    let rows = sum.section("kubelet");
+    match o.kubelet.as_result() {
+        Ok(e) => {
+            let mut pieces = vec![
+                ("unit", &e.unit),
+                ("healthz", &e.healthz),
+                ("connection", &e.connection),
+            ];
+            if let Some(r) = &e.relists {
+                pieces.push(("relists", r));
+            }
+            for (label, c) in pieces {
+                row(
+                    rows,
+                    label,
+                    format!("{}: {}", if c.ok { "ok" } else { "MISSING" }, c.detail),
+                );
+            }
+        }
+        Err(e) => row(rows, "state", format!("unreadable: {e}")),
+    }
+
+    let rows = sum.section("Last run");
     match &o.last_run {
-        Some(r) => s.push_str(&format!(
-            "last run:  {} {:?} (exit {}) started {}, phase {}{}\n",
-            r.operation,
-            r.result,
-            r.exit_code
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "-".into()),
-            r.started,
-            r.phase,
-            r.error
-                .as_ref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default()
-        )),
-        None => s.push_str("last run:  none recorded\n"),
+        Some(r) => {
+            let code = r
+                .exit_code
+                .map(|c| format!(" (exit code {c})"))
+                .unwrap_or_default();
+            row(
+                rows,
+                "result",
+                format!("{} {}{code}", r.operation, r.result),
+            );
+            row(rows, "started", &r.started);
+            match &r.finished {
+                Some(f) => row(rows, "finished", f),
+                None => row(rows, "finished", format!("not yet (pid {})", r.pid)),
+            }
+            let count =
+                |o: crate::report::StepOutcome| r.steps.iter().filter(|s| s.outcome == o).count();
+            row(
+                rows,
+                "steps",
+                format!(
+                    "{} done, {} skipped, {} failed; last: {}",
+                    count(crate::report::StepOutcome::Ran),
+                    count(crate::report::StepOutcome::Skipped),
+                    count(crate::report::StepOutcome::Failed),
+                    r.phase
+                ),
+            );
+            if let Some(e) = &r.error {
+                row(rows, "error", e);
+            }
+        }
+        None => row(rows, "result", "none recorded"),
     }
     if let Some(v) = verdict {
+        let rows = sum.section("Verdict");
         if v.proven {
-            s.push_str("verdict:   PROVEN: the running CRI-O serves the handler and kubelet is connected to it\n");
+            row(
+                rows,
+                "verdict",
+                "PROVEN: the running CRI-O serves the handler and kubelet is connected to it",
+            );
         } else {
-            s.push_str("verdict:   NOT PROVEN\n");
+            row(rows, "verdict", "NOT PROVEN");
             for m in &v.missing {
-                s.push_str(&format!("  - {m}\n"));
+                row(rows, "missing", m);
             }
         }
     }
-    s
+    sum.render()
 }
 
 pub async fn status(ctx: &Ctx, json: bool) -> ExitCode {
     let o = observe(ctx, false).await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&o).unwrap_or_default());
+        crate::report::print_json(crate::report::Kind::Status, &o);
     } else {
         print!("{}", render(&o, None));
     }
@@ -291,7 +466,7 @@ pub async fn verify(ctx: &Ctx, json: bool) -> ExitCode {
     let v = judge(&o);
     if json {
         let out = serde_json::json!({ "observation": o, "verdict": v });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        crate::report::print_json(crate::report::Kind::Verify, out);
     } else {
         print!("{}", render(&o, Some(&v)));
     }

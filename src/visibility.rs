@@ -62,8 +62,8 @@ fn list(missing: &[Missing]) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum VisibilityError {
     #[error(
-        "runtime files still missing after {deadline:?}: {}. Check that the package is live \
-         (`rpm-ostree status`) and ships these paths", list(.missing)
+        "runtime files still missing after {:.1} s: {}. Check that the package is live \
+         (`rpm-ostree status`) and ships these paths", .deadline.as_secs_f64(), list(.missing)
     )]
     NotVisible {
         missing: Vec<Missing>,

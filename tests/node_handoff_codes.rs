@@ -98,7 +98,7 @@ fn handoff_starter_exits_with_the_units_exit_code() {
     );
     assert_handed_off(&run, 0);
     assert!(
-        run.stderr.contains("prove"),
+        run.stderr.contains("proving through the CRI socket"),
         "progress lines: {}",
         show(&run)
     );

@@ -31,8 +31,9 @@ pub enum CriError {
     },
 
     #[error(
-        "CRI {call} on {socket} got no answer within {deadline:?}: the runtime is hung or \
-         overloaded (check its journal; raise the deadline if the node is just slow)"
+        "CRI {call} on {socket} got no answer within {:.1} s: the runtime is hung or \
+         overloaded (check its journal; raise the deadline if the node is just slow)",
+        .deadline.as_secs_f64()
     )]
     Deadline {
         socket: PathBuf,
@@ -71,7 +72,8 @@ pub enum CriError {
     },
 
     #[error(
-        "{what} did not succeed within {deadline:?} ({attempts} attempts); last error: {last}"
+        "{what} did not succeed within {:.1} s ({attempts} attempts); last error: {last}",
+        .deadline.as_secs_f64()
     )]
     RetryDeadline {
         what: String,
@@ -81,7 +83,7 @@ pub enum CriError {
     },
 
     /// `what` names the runtime (callers pass e.g. "Version on /run/crio/crio.sock").
-    #[error("{what} did not succeed within {deadline:?}: the first attempt never finished")]
+    #[error("{what} did not succeed within {:.1} s: the first attempt never finished", .deadline.as_secs_f64())]
     RetryDeadlineNoAttempt { what: String, deadline: Duration },
 
     #[error(
@@ -97,8 +99,9 @@ pub enum CriError {
     },
 
     #[error(
-        "canary sandbox on handler {handler:?} via {socket} did not finish within {deadline:?} \
-         (stuck at {stage}); cleanup: {cleanup}"
+        "canary sandbox on handler {handler:?} via {socket} did not finish within {:.1} s \
+         (stuck at {stage}); cleanup: {cleanup}",
+        .deadline.as_secs_f64()
     )]
     CanaryDeadline {
         socket: PathBuf,

@@ -44,6 +44,8 @@ pub struct Ctx {
     /// Restarts of CRI-O this run asked systemd for: a start limit that they drove CRI-O
     /// into is cleared by the rollback, one that was there before is not.
     pub crio_restarts: std::sync::atomic::AtomicU32,
+    /// `--json`: the run's final document on stdout (see [`crate::report::json_document`]).
+    pub json: bool,
 }
 
 /// How a flow failed. Each variant maps to one documented exit code.
@@ -190,7 +192,12 @@ pub fn save_backup_once(
 
 /// Takes the run lock, then starts reporting. A run that cannot get the lock reports to the
 /// journal and stderr only: status.json belongs to the run that holds the lock.
-pub async fn begin(ctx: &Ctx, operation: Operation) -> Result<(Lock, Reporter), ExitCode> {
+/// `total`: the number of steps of the flow, the lock included.
+pub async fn begin(
+    ctx: &Ctx,
+    operation: Operation,
+    total: usize,
+) -> Result<(Lock, Reporter), ExitCode> {
     let op = operation.to_string();
     let started = Instant::now();
     let lock = match lock::acquire(
@@ -204,9 +211,11 @@ pub async fn begin(ctx: &Ctx, operation: Operation) -> Result<(Lock, Reporter), 
         Err(e) => {
             let e = FlowError::from(e);
             let code = e.exit_code();
-            tracing::warn!(message_id = ids::REFUSED, operation = %op, exit_code = code.code(), "kata-live {op} refused, nothing changed: {e}");
-            eprintln!("kata-live: {op} failed: {e}");
-            eprintln!("kata-live: exit code {code}: {}", code.describe());
+            tracing::warn!(target: crate::logging::PROGRESS_TARGET, message_id = ids::REFUSED, operation = %op, exit_code = code.code(), "kata-live {op} refused, nothing changed: {e}");
+            eprint!(
+                "{}",
+                crate::report::render_outcome(&op, RunResult::Refused, code, &e.to_string())
+            );
             return Err(code);
         }
     };
@@ -218,33 +227,47 @@ pub async fn begin(ctx: &Ctx, operation: Operation) -> Result<(Lock, Reporter), 
         &ctx.cfg.handler.name,
         ctx.dry_run,
     );
+    rep.json_output = ctx.json;
+    rep.set_total(total);
     rep.begin("lock", "taking the kata-live lock");
     rep.end(
         StepOutcome::Ran,
-        format!("lock held after {:.1}s", started.elapsed().as_secs_f64()),
+        format!("held after {}", crate::report::secs(started.elapsed())),
     );
     Ok((lock, rep))
 }
 
-/// Ends the run: status file, journal record, the operator's message on stderr.
+/// Ends the run: status file, journal record, the operator's closing lines (stdout on
+/// success, stderr on failure) and, with `--json`, the run's document on stdout.
 pub fn finish(mut rep: Reporter, result: Result<String, FlowError>) -> ExitCode {
-    match result {
+    let op = rep.status.operation.clone();
+    let (code, text) = match result {
         Ok(summary) => {
             rep.finish(RunResult::Succeeded, ExitCode::Ok, None);
-            println!("kata-live: {summary}");
-            ExitCode::Ok
+            let text = if rep.dry_run() {
+                format!("kata-live: {op} {summary}\n")
+            } else {
+                crate::report::render_outcome(&op, RunResult::Succeeded, ExitCode::Ok, &summary)
+            };
+            (ExitCode::Ok, text)
         }
         Err(e) => {
             let code = e.exit_code();
-            rep.finish(e.run_result(), code, Some(e.to_string()));
-            eprintln!("kata-live: {} failed: {e}", rep.status.operation);
-            eprintln!("kata-live: exit code {code}: {}", code.describe());
-            if code == ExitCode::RollbackFailed {
-                eprintln!(
-                    "kata-live: the node needs a human before the rollout continues; `kata-live status` shows what is in place"
-                );
-            }
-            code
+            let result = e.run_result();
+            rep.finish(result, code, Some(e.to_string()));
+            (
+                code,
+                crate::report::render_outcome(&op, result, code, &e.to_string()),
+            )
         }
+    };
+    if rep.json_output {
+        eprint!("{text}");
+        crate::report::print_json(crate::report::Kind::for_operation(&op), &rep.status);
+    } else if code == ExitCode::Ok {
+        print!("{text}");
+    } else {
+        eprint!("{text}");
     }
+    code
 }

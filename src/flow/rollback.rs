@@ -10,6 +10,8 @@ pub async fn rollback(
     backup: Option<&Backup>,
 ) -> Rollback {
     let c = &ctx.cfg;
+    // Restore, restart CRI-O, prove back (and start kubelet again if it went down).
+    rep.begin_rollback(3);
     rep.begin("rollback", "restoring the previous drop-in");
     let drop_in = ctx.drop_in();
     let previous = backup.and_then(|b| b.content.as_deref());
@@ -171,6 +173,7 @@ async fn restart_kubelet_if_down(
     if now.is_running() || now.active_state == "activating" {
         return Ok(());
     }
+    rep.add_step();
     rep.begin(
         "start-kubelet",
         &format!("starting {} (it went down with CRI-O)", c.units.kubelet),

@@ -154,7 +154,7 @@ impl Run {
 
 /// Runs `steps` under the lock, in order, and ends the run (status, journal record, exit).
 pub async fn run(ctx: &Ctx, operation: Operation, mut steps: Vec<Box<dyn Step + '_>>) -> ExitCode {
-    let (_lock, mut rep) = match begin(ctx, operation).await {
+    let (_lock, mut rep) = match begin(ctx, operation, steps.len() + 1).await {
         Ok(held) => held,
         Err(code) => return code,
     };
@@ -256,7 +256,7 @@ async fn run_steps(
         }
     }
     if ctx.dry_run {
-        print_dry_run_plan(rep);
+        println!("{}", crate::report::render_plan(&rep.status.steps));
         return Ok("dry run: nothing was changed".into());
     }
     run.journals
@@ -311,21 +311,4 @@ async fn stop_before(
         signal,
         state: format!("before {what}: {left}"),
     }
-}
-
-fn print_dry_run_plan(rep: &Reporter) {
-    let mut s = String::from("dry run plan:\n");
-    for st in &rep.status.steps {
-        s.push_str(&format!(
-            "  {:<15} {:<8} {}\n",
-            st.name,
-            match st.outcome {
-                StepOutcome::Ran => "look",
-                StepOutcome::Skipped => "would",
-                StepOutcome::Failed => "failed",
-            },
-            st.detail
-        ));
-    }
-    println!("{s}");
 }

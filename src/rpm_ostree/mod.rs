@@ -94,14 +94,16 @@ pub enum RpmOstreeError {
         output: String,
     },
     #[error(
-        "`{command}` did not finish within {deadline:?} and was killed; rpm-ostreed may \
-         still run the transaction: check `rpm-ostree status`, cancel with `rpm-ostree cancel`"
+        "`{command}` did not finish within {:.1} s and was killed; rpm-ostreed may \
+         still run the transaction: check `rpm-ostree status`, cancel with `rpm-ostree cancel`",
+        .deadline.as_secs_f64()
     )]
     Timeout { command: String, deadline: Duration },
     #[error(
-        "after `{command}` the package(s) {packages:?} are not where they should be (state \
-         {state:?}, live now and in the next boot on install, neither on removal) according \
-         to `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal"
+        "after `{command}` the package(s) {} are not where they should be (state: \
+         {state}; wanted: live now and in the next boot on install, neither on removal) according \
+         to `rpm-ostree status`; check `rpm-ostree status` and the rpm-ostreed journal",
+        .packages.join(", ")
     )]
     NotApplied {
         command: String,
@@ -137,6 +139,35 @@ pub enum InstallPlan {
     },
 }
 
+impl std::fmt::Display for InstallPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |n: &[String]| n.join(", ");
+        match self {
+            InstallPlan::Skip => {
+                f.write_str("nothing (package.skip: the artifacts are on the node)")
+            }
+            InstallPlan::AlreadyLive => {
+                f.write_str("nothing (the package is live and in the next boot)")
+            }
+            InstallPlan::RequestAgain { argv, names: n } => write!(
+                f,
+                "request {} again for the next boot (`{}`), the running /usr unchanged",
+                names(n),
+                argv.join(" ")
+            ),
+            InstallPlan::ApplyPendingLive { argv, names: n } => write!(
+                f,
+                "apply the pending deployment live for {} (`{}`)",
+                names(n),
+                argv.join(" ")
+            ),
+            InstallPlan::InstallLive { argv, names: n } => {
+                write!(f, "install {} live (`{}`)", names(n), argv.join(" "))
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PackageOutcome {
@@ -144,6 +175,26 @@ pub enum PackageOutcome {
     AlreadyLive,
     /// New files in the running `/usr`: CRI-O must be restarted to use them.
     NewlyLive,
+}
+
+impl std::fmt::Display for PackageOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PackageOutcome::Skipped => "package step skipped",
+            PackageOutcome::AlreadyLive => "package already live",
+            PackageOutcome::NewlyLive => "package newly live in the running /usr",
+        })
+    }
+}
+
+impl std::fmt::Display for PackageState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PackageState::Live => "live",
+            PackageState::Pending => "pending (next boot or apply-live)",
+            PackageState::Absent => "absent",
+        })
+    }
 }
 
 /// What to do on uninstall.
@@ -170,6 +221,45 @@ pub enum RemovePlan {
     },
 }
 
+impl std::fmt::Display for RemovePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cmd = |a: &Option<Vec<String>>| a.as_ref().map(|a| format!(" `{}`", a.join(" ")));
+        match self {
+            RemovePlan::Keep => f.write_str("keep the package layered (package.uninstall = keep)"),
+            RemovePlan::NotInstalled => f.write_str("nothing (the package is not installed)"),
+            RemovePlan::Stage {
+                argv,
+                instead_of_live,
+            } => {
+                write!(f, "stage the removal for the next boot")?;
+                match cmd(argv) {
+                    Some(c) => write!(f, " ({})", c.trim_start())?,
+                    None => write!(f, " (the pending deployment already lacks it)")?,
+                }
+                if let Some(why) = instead_of_live {
+                    write!(f, ", instead of live: {why}")?;
+                }
+                Ok(())
+            }
+            RemovePlan::Live {
+                uninstall_argv,
+                apply_argv,
+                names,
+            } => {
+                write!(f, "remove {} live", names.join(", "))?;
+                let steps: Vec<String> = [cmd(uninstall_argv), cmd(apply_argv)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                if !steps.is_empty() {
+                    write!(f, " ({})", steps.join(", then").trim_start())?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RemovalOutcome {
@@ -180,6 +270,19 @@ pub enum RemovalOutcome {
     /// Left layered, as configured.
     Kept,
     NotInstalled,
+}
+
+impl std::fmt::Display for RemovalOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RemovalOutcome::RemovedLive => "removed live (gone now and from the next boot)",
+            RemovalOutcome::StagedForNextBoot => {
+                "removal staged (still in the running /usr, gone at the next boot)"
+            }
+            RemovalOutcome::Kept => "kept layered, as configured",
+            RemovalOutcome::NotInstalled => "not installed",
+        })
+    }
 }
 
 fn check_live_state(status: &Status) -> Result<(), RpmOstreeError> {
@@ -548,7 +651,7 @@ impl RpmOstree {
         let until = Instant::now() + deadline;
         let status = self.status_until(until).await?;
         let plan = plan_install(&status, pkg, local_rpms)?;
-        tracing::info!(?plan, "package plan");
+        tracing::info!(plan = %plan, "package plan: {plan}");
         self.apply(&plan, until.saturating_duration_since(Instant::now()))
             .await
     }
@@ -566,7 +669,7 @@ impl RpmOstree {
         let until = Instant::now() + deadline;
         let status = self.status_until(until).await?;
         let plan = plan_remove(&status, pkg)?;
-        tracing::info!(?plan, "package removal plan");
+        tracing::info!(plan = %plan, "package removal plan: {plan}");
         match plan {
             RemovePlan::Keep => Ok(RemovalOutcome::Kept),
             RemovePlan::NotInstalled => Ok(RemovalOutcome::NotInstalled),

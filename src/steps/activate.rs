@@ -28,16 +28,6 @@ impl Activate {
     }
 }
 
-pub fn activation_words(a: &Activation) -> String {
-    match a {
-        Activation::Nothing(why) => format!("activate nothing ({why})"),
-        Activation::Restart(why) => format!("restart CRI-O ({why})"),
-        Activation::ReloadThenCanary(why) => {
-            format!("reload CRI-O, then run a canary on the handler ({why})")
-        }
-    }
-}
-
 impl Step for Activate {
     fn name(&self) -> &'static str {
         "activate"
@@ -65,7 +55,7 @@ impl Step for Activate {
         Box::pin(async move {
             let decision = self.decide(ctx, run)?;
             rep.begin(self.name(), "deciding");
-            let d = Done::skipped(format!("dry run: would {}", activation_words(&decision)));
+            let d = Done::skipped(format!("dry run: would {}", decision));
             rep.end(d.outcome, d.detail.clone());
             Ok(d)
         })

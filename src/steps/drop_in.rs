@@ -18,24 +18,6 @@ fn keep_backup(ctx: &Ctx, run: &mut Run) -> Result<Option<Vec<u8>>, FlowError> {
     Ok(current)
 }
 
-fn state_words(s: DropInState) -> &'static str {
-    match s {
-        DropInState::Absent => "absent",
-        DropInState::Ours => "kata-live's, as configured",
-        DropInState::Differs => "kata-live's, but it differs from the configuration",
-        DropInState::Foreign => "not written by kata-live",
-    }
-}
-
-fn outcome_words(o: crio::Outcome) -> &'static str {
-    match o {
-        crio::Outcome::Unchanged => "unchanged",
-        crio::Outcome::Created => "created",
-        crio::Outcome::Updated => "updated",
-        crio::Outcome::Removed => "removed",
-    }
-}
-
 pub struct WriteDropIn;
 
 impl WriteDropIn {
@@ -75,7 +57,7 @@ impl Step for WriteDropIn {
             run.wrote = crate::crio_conf::written_table(&desired, &ctx.cfg.handler.name);
             Ok(Done::skipped(format!(
                 "dry run: the drop-in is {}; would {}write {}",
-                state_words(state),
+                state,
                 if run.drop_in_changed { "" } else { "not " },
                 drop_in.path().display()
             )))
@@ -97,11 +79,7 @@ impl Step for WriteDropIn {
             run.wrote = crate::crio_conf::written_table(&desired, &ctx.cfg.handler.name);
             Ok(Done::ran_if(
                 run.drop_in_changed,
-                format!(
-                    "{} {}",
-                    outcome_words(change.outcome),
-                    drop_in.path().display()
-                ),
+                format!("{} {}", change.outcome, drop_in.path().display()),
             ))
         })
     }
@@ -164,11 +142,7 @@ impl Step for RemoveDropIn {
             run.drop_in_changed = change.outcome.changed();
             Ok(Done::ran_if(
                 run.drop_in_changed,
-                format!(
-                    "{} {}",
-                    outcome_words(change.outcome),
-                    drop_in.path().display()
-                ),
+                format!("{} {}", change.outcome, drop_in.path().display()),
             ))
         })
     }

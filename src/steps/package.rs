@@ -64,7 +64,7 @@ impl Step for InstallPackage {
                     Ok(InstallPlan::AlreadyLive) => "dry run: the package is live already".into(),
                     Ok(plan) => {
                         run.journal.package_newly_live = true;
-                        format!("dry run: would carry out {}", plan_words(&plan))
+                        format!("dry run: would carry out {}", plan)
                     }
                     Err(e) => format!("dry run: would fail: {e}"),
                 },
@@ -107,37 +107,9 @@ impl Step for InstallPackage {
             run.journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
             Ok(Done::ran_if(
                 pkg == PackageOutcome::NewlyLive,
-                package_words(pkg),
+                pkg.to_string(),
             ))
         })
-    }
-}
-
-fn package_words(p: PackageOutcome) -> &'static str {
-    match p {
-        PackageOutcome::Skipped => "skipped (package.skip is set)",
-        PackageOutcome::AlreadyLive => "the package is live already",
-        PackageOutcome::NewlyLive => "the package is now live in the running /usr",
-    }
-}
-
-fn plan_words(p: &InstallPlan) -> String {
-    let cmd = |argv: &[String]| argv.join(" ");
-    match p {
-        InstallPlan::Skip => "nothing (package.skip is set)".into(),
-        InstallPlan::AlreadyLive => "nothing (the package is live already)".into(),
-        InstallPlan::RequestAgain { argv, .. } => {
-            format!(
-                "`{}` (request the packages again for the next boot)",
-                cmd(argv)
-            )
-        }
-        InstallPlan::ApplyPendingLive { argv, .. } => {
-            format!("`{}` (apply the pending deployment live)", cmd(argv))
-        }
-        InstallPlan::InstallLive { argv, .. } => {
-            format!("`{}` (layer and apply live)", cmd(argv))
-        }
     }
 }
 
@@ -321,19 +293,9 @@ impl Step for RemovePackage {
                 }
             };
             rep.evidence("package", removal);
-            let words = removal_words(removal);
+            let words = removal.to_string();
             run.summary.push(format!("package: {words}"));
             Ok(Done::ran(words))
         })
-    }
-}
-
-fn removal_words(r: crate::rpm_ostree::RemovalOutcome) -> &'static str {
-    use crate::rpm_ostree::RemovalOutcome::*;
-    match r {
-        RemovedLive => "removed from the running /usr and from the next boot",
-        StagedForNextBoot => "still in the running /usr, gone at the next boot",
-        Kept => "kept, as configured",
-        NotInstalled => "was not installed",
     }
 }

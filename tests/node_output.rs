@@ -1,0 +1,105 @@
+//! What the operator reads on a booted node, from the real binary: the output of an install
+//! and of `status` afterwards, snapshotted with times, pids and ids masked. Complements the
+//! constructed snapshots of tests/operator_output.rs (same renderers, real inputs).
+
+mod support;
+use support::kata::KataNode;
+use support::node::NodeOptions;
+
+fn settings() -> insta::Settings {
+    let mut s = insta::Settings::clone_current();
+    for (re, with) in [
+        (r"\d+ -> \d+", "[pid] -> [pid]"),
+        (r"(MainPID|pid|PID) \d+", "$1 [pid]"),
+        (r"\d+\.\d ?s\b", "[secs] s"),
+        (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[time]"),
+        (r"\b[0-9a-f]{32}\b", "[id]"),
+        (r"socket:\[\d+\]", "socket:[inode]"),
+    ] {
+        s.add_filter(re, with);
+    }
+    s
+}
+
+#[test]
+fn install_and_status_output_on_a_booted_node() {
+    let k = KataNode::boot("");
+    let run = k.install();
+    assert_eq!(
+        run.code, 0,
+        "install failed:\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    // stderr carries the progress lines only (no log levels, no Debug), stdout the verdict.
+    for line in run.stderr.lines() {
+        assert!(
+            line.starts_with('['),
+            "not a progress line: {line}\n{}",
+            run.stderr
+        );
+    }
+    let status = k.kata(&["status"]);
+    assert_eq!(status.code, 0, "status failed:\n{}", status.stderr);
+    // status prints its summary and no log lines without -v.
+    assert_eq!(status.stderr, "", "status logged on stderr");
+    // --json: one document per command, each with schema and kind at the top.
+    let again = k.kata(&["install", "--no-detach", "--json"]);
+    assert_eq!(again.code, 0, "re-run failed:\n{}", again.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&again.stdout)
+        .unwrap_or_else(|e| panic!("install --json ({e}): {}", again.stdout));
+    assert_eq!(doc["schema"], 1, "{doc:#}");
+    assert_eq!(doc["kind"], "install", "{doc:#}");
+    assert_eq!(doc["result"], "succeeded", "{doc:#}");
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    assert!(
+        again.stderr.contains("succeeded"),
+        "the verdict goes to stderr: {}",
+        again.stderr
+    );
+    for (cmd, kind) in [("status", "status"), ("config", "config")] {
+        let r = k.kata(&[cmd, "--json"]);
+        let doc: serde_json::Value = serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("{cmd} --json ({e}): {}", r.stdout));
+        assert_eq!(doc["schema"], 1, "{doc:#}");
+        assert_eq!(doc["kind"], kind, "{doc:#}");
+    }
+    settings().bind(|| {
+        insta::assert_snapshot!(
+            "install",
+            format!("--- stderr\n{}--- stdout\n{}", run.stderr, run.stdout)
+        );
+        insta::assert_snapshot!("status", status.stdout);
+    });
+}
+
+#[test]
+fn refusal_output_on_a_booted_node() {
+    // A later drop-in that declares the handler would replace kata-live's table: refused.
+    let k = KataNode::boot_with(
+        NodeOptions::default().file(
+            "/etc/crio/crio.conf.d/99-shadow",
+            "[crio.runtime.runtimes.kata-remote]\nruntime_path = \"/usr/bin/true\"\n",
+            0o644,
+        ),
+        "",
+    );
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.stdout, "", "a refusal says so on stderr");
+    settings().bind(|| insta::assert_snapshot!("refusal", run.stderr));
+}
+
+#[test]
+fn rollback_output_on_a_booted_node() {
+    // The restarted CRI-O cannot see the runtime's files, so it ignores the handler: the
+    // proof fails and the run rolls back.
+    let k = KataNode::boot("[deadlines]\ncri_ready = 5.0\n");
+    k.unit_drop_in(
+        "crio.service",
+        "hide-kata",
+        "[Service]\nTemporaryFileSystem=/opt/kata:ro\n",
+    );
+    let run = k.install();
+    assert_eq!(run.code, 13, "{}\n{}", run.stdout, run.stderr);
+    settings().bind(|| insta::assert_snapshot!("rollback", run.stderr));
+}
