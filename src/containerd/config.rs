@@ -191,6 +191,58 @@ pub fn render(handler: &ContainerdHandler, version: ConfigVersion) -> Result<Str
     Ok(format!("{HEADER}\n{body}"))
 }
 
+/// containerd 1.7 ([`ImportMerge::ReplacesPluginSection`]): a drop-in's CRI section replaces
+/// the main file's whole, so the drop-in must carry the main file's CRI section with our
+/// handler added. Measured on 1.7.24: a handler-only drop-in leaves the CRI plugin unable to
+/// load (`no corresponding runtime configured in containerd.runtimes for containerd
+/// default_runtime_name = "runc"`; every CRI call then answers Unimplemented). The copy
+/// shadows later edits of the main file's CRI section until kata-live renders it again.
+pub fn render_whole_section(
+    main_text: &str,
+    handler: &ContainerdHandler,
+) -> Result<String, ConfigError> {
+    let v = ConfigVersion::V2;
+    let main: toml::Table = toml::from_str(main_text).map_err(|e| ConfigError::Parse {
+        what: "file".into(),
+        message: e.message().to_string(),
+    })?;
+    let mut section = main
+        .get("plugins")
+        .and_then(|p| p.get(v.cri_runtime_plugin()))
+        .and_then(|c| c.as_table())
+        .cloned()
+        .unwrap_or_default();
+    let runtimes = section
+        .entry("containerd")
+        .or_insert_with(|| toml::Table::new().into())
+        .as_table_mut()
+        .and_then(|c| {
+            c.entry("runtimes")
+                .or_insert_with(|| toml::Table::new().into())
+                .as_table_mut()
+        })
+        .ok_or_else(|| ConfigError::Render {
+            handler: handler.name.clone(),
+            message: "the main file's containerd.runtimes is not a table".into(),
+        })?;
+    runtimes.insert(handler.name.clone(), handler.table().into());
+    let doc = toml::Table::from_iter([(
+        "plugins".to_string(),
+        toml::Value::Table(toml::Table::from_iter([(
+            v.cri_runtime_plugin().to_string(),
+            toml::Value::Table(section),
+        )])),
+    )]);
+    let body = toml::to_string(&doc).map_err(|e| ConfigError::Render {
+        handler: handler.name.clone(),
+        message: e.to_string(),
+    })?;
+    Ok(format!(
+        "{HEADER}# containerd 1.7 replaces a plugin section whole: this is the main file's\n# [plugins.\"{}\"] section with the handler added.\n\n{body}",
+        v.cri_runtime_plugin()
+    ))
+}
+
 /// The handler's table in a containerd TOML document (a drop-in, a main file or a
 /// `config dump`), under the CRI plugin of `version`.
 pub fn handler_table(doc: &toml::Table, version: ConfigVersion, name: &str) -> Option<toml::Table> {

@@ -81,7 +81,7 @@ pub fn json_key(toml_key: &str) -> &str {
         "runtime_root" => "runtimeRoot",
         "runtime_engine" => "runtimeEngine",
         "sandbox_mode" => "sandboxMode",
-        "io_type" => "io_type",
+        "cgroup_writable" => "cgroupWritable",
         other => other,
     }
 }
@@ -113,10 +113,11 @@ fn is_zero(v: &Json) -> bool {
     }
 }
 
-/// Values containerd itself fills into a runtime nobody set them for (measured on 2.1.9:
-/// `sandboxer = "podsandbox"`).
+/// Values containerd itself fills into a runtime nobody set them for (measured: 2.1.9
+/// `sandboxer = "podsandbox"`, 1.7.24 `sandboxMode = "podsandbox"`, in `info["config"]`;
+/// `config dump` prints the unfilled "").
 fn containerd_fills(json_key: &str, v: &Json) -> bool {
-    json_key == "sandboxer" && v == "podsandbox"
+    matches!(json_key, "sandboxer" | "sandboxMode") && v == "podsandbox"
 }
 
 /// Pure: compares a runtime object (JSON, from either view) with the table kata-live wrote.
@@ -212,4 +213,224 @@ pub fn compare_dump(
         return Err("the handler is not a table".into());
     };
     Ok(compare_runtime(&rt, wrote, str::to_string))
+}
+
+#[cfg(test)]
+mod tests {
+    //! On what the real containerd printed (tests/fixtures/containerd, see its README).
+    use super::*;
+    use crate::containerd::config::{self, ContainerdHandler};
+    use crate::containerd::imports::{ensure_import, remove_import, Edit};
+    use std::path::Path;
+
+    const V21_DEFAULT: &str =
+        include_str!("../../tests/fixtures/containerd/v2.1/config-default.toml");
+    const V21_DROP_IN: &str =
+        include_str!("../../tests/fixtures/containerd/v2.1/50-kata-remote.toml");
+    const V21_DUMP: &str = include_str!("../../tests/fixtures/containerd/v2.1/dump.toml");
+    const V21_MERGE: &str = include_str!("../../tests/fixtures/containerd/v2.1/merge-dump.toml");
+    const V21_STATUS: &str =
+        include_str!("../../tests/fixtures/containerd/v2.1/status-info-config.json");
+    const V17_DEFAULT: &str =
+        include_str!("../../tests/fixtures/containerd/v1.7/config-default.toml");
+    const V17_MAIN: &str = include_str!("../../tests/fixtures/containerd/v1.7/main.toml");
+    const V17_DROP_IN: &str =
+        include_str!("../../tests/fixtures/containerd/v1.7/50-kata-remote.toml");
+    const V17_REPLACED: &str =
+        include_str!("../../tests/fixtures/containerd/v1.7/replace-dump.toml");
+    const V17_DUMP: &str = include_str!("../../tests/fixtures/containerd/v1.7/dump.toml");
+    const V17_STATUS: &str =
+        include_str!("../../tests/fixtures/containerd/v1.7/status-info-config.json");
+
+    /// The handler tests/containerd_config.rs rendered for the fixtures.
+    fn handler() -> ContainerdHandler {
+        ContainerdHandler {
+            runtime_path: Some("/opt/kata/bin/containerd-shim-kata-v2".into()),
+            snapshotter: Some("overlayfs".into()),
+            ..ContainerdHandler::default()
+        }
+    }
+
+    fn ours(v: ConfigVersion) -> toml::Table {
+        handler().table_for(v)
+    }
+
+    impl ContainerdHandler {
+        fn table_for(&self, v: ConfigVersion) -> toml::Table {
+            config::written_table(&config::render(self, v).unwrap(), v, &self.name).unwrap()
+        }
+    }
+
+    fn json_runtime<'a>(status: &'a Json, name: &str) -> &'a Json {
+        &status["containerd"]["runtimes"][name]
+    }
+
+    #[test]
+    fn the_fixture_drop_in_is_what_kata_live_renders() {
+        assert_eq!(
+            config::render(&handler(), ConfigVersion::V3).unwrap(),
+            V21_DROP_IN
+        );
+        // 1.7's form: the main file's CRI section (before the edit) plus ours.
+        let main = remove_import(V17_MAIN, "/TMP/conf.d/*.toml")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            config::render_whole_section(&main, &handler()).unwrap(),
+            V17_DROP_IN
+        );
+    }
+
+    #[test]
+    fn real_dump_and_status_hold_our_runtime() {
+        let v = ConfigVersion::V3;
+        let clean = Definition::Ours { foreign: vec![] };
+        assert_eq!(
+            compare_dump(V21_DUMP, "kata-remote", &ours(v)).unwrap(),
+            clean
+        );
+        assert_eq!(
+            compare_effective(V21_STATUS, "kata-remote", &ours(v)).unwrap(),
+            clean
+        );
+        // 1.7 fills sandboxMode = "podsandbox": a default, not a foreign key.
+        let v = ConfigVersion::V2;
+        assert_eq!(
+            compare_dump(V17_DUMP, "kata-remote", &ours(v)).unwrap(),
+            clean
+        );
+        assert_eq!(
+            compare_effective(V17_STATUS, "kata-remote", &ours(v)).unwrap(),
+            clean
+        );
+        // Another handler in the same answer is not ours.
+        assert_eq!(
+            compare_effective(V21_STATUS, "kata-other", &ours(v)).unwrap(),
+            Definition::Absent
+        );
+        assert!(compare_effective("{", "kata-remote", &ours(v)).is_err());
+    }
+
+    #[test]
+    fn a_changed_key_is_a_mismatch() {
+        let mut status: Json = serde_json::from_str(V21_STATUS).unwrap();
+        let rt = status["containerd"]["runtimes"]["kata-remote"]
+            .as_object_mut()
+            .unwrap();
+        rt.insert("runtimeType".into(), "io.containerd.kata.v2".into());
+        rt["options"]
+            .as_object_mut()
+            .unwrap()
+            .insert("ConfigPath".into(), "/elsewhere.toml".into());
+        let d = compare_effective(&status.to_string(), "kata-remote", &ours(ConfigVersion::V3))
+            .unwrap();
+        let Definition::Differs { keys } = &d else {
+            panic!("{d:?}")
+        };
+        let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(names, ["options.ConfigPath", "runtime_type"]);
+        let msg = d.problem("kata-remote", ConfigVersion::V3).unwrap();
+        assert!(
+            msg.contains("runtime_type is \"io.containerd.kata.v2\" (kata-live wrote \"io.containerd.kata-remote.v2\")"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.kata-remote]"
+            ),
+            "{msg}"
+        );
+
+        // A key someone else set in our table (2.x merges it in) is foreign, not a mismatch.
+        let mut status: Json = serde_json::from_str(V21_STATUS).unwrap();
+        status["containerd"]["runtimes"]["kata-remote"]["cniConfDir"] = "/etc/other".into();
+        status["containerd"]["runtimes"]["kata-remote"]["options"]["Debug"] = true.into();
+        assert_eq!(
+            compare_effective(&status.to_string(), "kata-remote", &ours(ConfigVersion::V3))
+                .unwrap(),
+            Definition::Ours {
+                foreign: vec!["cniConfDir".into(), "options.Debug".into()]
+            }
+        );
+        assert_eq!(
+            Definition::Absent
+                .problem("kata-remote", ConfigVersion::V2)
+                .map(|m| m.contains("io.containerd.grpc.v1.cri")),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn the_json_names_are_containerds() {
+        // Every TOML key kata-live writes has the JSON name the real Status uses.
+        for (status, v) in [
+            (V21_STATUS, ConfigVersion::V3),
+            (V17_STATUS, ConfigVersion::V2),
+        ] {
+            let status: Json = serde_json::from_str(status).unwrap();
+            let rt = json_runtime(&status, "kata-remote");
+            for k in ours(v).keys() {
+                assert!(
+                    rt.get(json_key(k)).is_some(),
+                    "{k} -> {} missing in {rt}",
+                    json_key(k)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn merge_rules_as_the_real_dumps_show() {
+        // 2.1: the drop-in's `SystemdCgroup = false` overrides one key; the main file's
+        // BinaryName and runtime_type of the same table stay (key by key).
+        let doc: toml::Table = toml::from_str(V21_MERGE).unwrap();
+        let runc = config::handler_table(&doc, ConfigVersion::V3, "runc").unwrap();
+        assert_eq!(runc["options"]["SystemdCgroup"].as_bool(), Some(false));
+        assert_eq!(
+            runc["options"]["BinaryName"].as_str(),
+            Some("/usr/bin/runc")
+        );
+        assert_eq!(runc["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
+        // 1.7: a handler-only drop-in replaced the main file's whole CRI section.
+        let doc: toml::Table = toml::from_str(V17_REPLACED).unwrap();
+        let cri = &doc["plugins"]["io.containerd.grpc.v1.cri"];
+        assert_eq!(
+            cri["sandbox_image"].as_str(),
+            Some("registry.k8s.io/pause:3.8")
+        );
+        assert!(V17_MAIN.contains("sandbox_image = \"registry.example/pause:9\""));
+        assert!(config::handler_table(&doc, ConfigVersion::V2, "runc")
+            .is_none_or(|r| r.get("options").and_then(|o| o.get("BinaryName")).is_none()));
+        // ... and the whole-section drop-in keeps them.
+        let doc: toml::Table = toml::from_str(V17_DUMP).unwrap();
+        let cri = &doc["plugins"]["io.containerd.grpc.v1.cri"];
+        assert_eq!(
+            cri["sandbox_image"].as_str(),
+            Some("registry.example/pause:9")
+        );
+    }
+
+    #[test]
+    fn the_generated_defaults_take_the_import_edit() {
+        // `containerd config default` has `imports = []`: one element goes in, and out.
+        for (text, v) in [
+            (V21_DEFAULT, ConfigVersion::V3),
+            (V17_DEFAULT, ConfigVersion::V2),
+        ] {
+            assert_eq!(config::main_version(text).unwrap(), v);
+            let glob = "/etc/containerd/conf.d/*.toml";
+            let Edit::Changed { text: ed } = ensure_import(
+                text,
+                Path::new("/etc/containerd/config.toml"),
+                glob,
+                Path::new("/etc/containerd/conf.d/50-kata-remote.toml"),
+            )
+            .unwrap() else {
+                panic!("already covered?")
+            };
+            assert!(ed.contains(&format!("imports = [\"{glob}\"]\n")), "{ed}");
+            assert_eq!(ed.len(), text.len() + glob.len() + 2);
+            assert_eq!(remove_import(&ed, glob).unwrap().as_deref(), Some(text));
+        }
+    }
 }
