@@ -302,6 +302,54 @@ async fn containerd_2_reads_our_dropin_through_imports_and_serves_it() {
     assert!(runtime(&doc, plugin, "other").is_none(), "{merged}");
     std::fs::remove_file(tmp.join("conf.d/60-merge.toml")).unwrap();
 
+    // Which plugin name and `version` a drop-in may use (2.1.9): only the root's plugin
+    // name keeps both the root's runtimes and ours; `version` in the drop-in changes nothing
+    // here. The wrong name loses ours (v3 root) or, worse, the root's own (v2 root).
+    let m = tmp.join("matrix");
+    std::fs::create_dir_all(m.join("d")).unwrap();
+    let (n2, n3) = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime");
+    for (root_v, root_p, drop_v, drop_p, want_ours, want_root) in [
+        (2, n2, None, n2, true, true),
+        (2, n2, Some(2), n2, true, true),
+        (2, n2, Some(3), n3, true, false),
+        (2, n2, None, n3, true, false),
+        (3, n3, None, n3, true, true),
+        (3, n3, Some(3), n3, true, true),
+        (3, n3, Some(2), n2, false, true),
+        (3, n3, None, n2, false, true),
+    ] {
+        std::fs::write(
+            m.join("main.toml"),
+            format!("version = {root_v}\nimports = [\"{}/d/*.toml\"]\n[plugins.\"{root_p}\".containerd.runtimes.mine]\n  runtime_type = \"io.containerd.runc.v2\"\n", m.display()),
+        )
+        .unwrap();
+        let version = drop_v
+            .map(|v| format!("version = {v}\n"))
+            .unwrap_or_default();
+        std::fs::write(
+            m.join("d/50.toml"),
+            format!("{version}[plugins.\"{drop_p}\".containerd.runtimes.kata-remote]\n  runtime_type = \"io.containerd.kata-remote.v2\"\n"),
+        )
+        .unwrap();
+        let dump = containerd(
+            &bin,
+            &[
+                "--config",
+                m.join("main.toml").to_str().unwrap(),
+                "config",
+                "dump",
+            ],
+        );
+        let doc: toml::Table = toml::from_str(&dump).unwrap();
+        let case = format!("root v{root_v}, drop-in {version:?}{drop_p}");
+        assert_eq!(
+            runtime(&doc, n3, "kata-remote").is_some(),
+            want_ours,
+            "{case}"
+        );
+        assert_eq!(runtime(&doc, n3, "mine").is_some(), want_root, "{case}");
+    }
+
     // The running daemon serves it, and its effective runtime table is ours.
     let daemon = Daemon::start(&bin, &main, tmp.join("containerd.log"));
     let client = daemon.client(&tmp.join("c.sock")).await;

@@ -39,19 +39,37 @@
 //!   `map[string]toml.Tree` [1.7 `services/server/config/config.go`]. Measured on 1.7.24: a
 //!   drop-in holding only `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-remote]`
 //!   wipes the main file's `sandbox_image`, `default_runtime_name` and every runtime of the
-//!   CRI plugin (fixture `v1.7/replace-dump.toml`). So on 1.7 a handler drop-in is only safe
-//!   if it carries the whole CRI section: [`config::import_merge`] says which rule applies.
+//!   CRI plugin (fixture `v1.7/replace-dump.toml`), and the daemon then fails to load its CRI
+//!   plugin (`no corresponding runtime configured in containerd.runtimes for containerd
+//!   default_runtime_name = "runc"`: every CRI call answers Unimplemented). So on 1.7 a
+//!   handler drop-in is only safe if it carries the whole CRI section.
 //! - **`version`.** The root file's `version` decides the plugin names: 2 =
 //!   `io.containerd.grpc.v1.cri` (1.7's CRI plugin; `containerd.runtimes.NAME` under it),
-//!   3 = `io.containerd.cri.v1.runtime` (2.x; same `containerd.runtimes.NAME` path) [2.x
-//!   `config.go` version history; `plugins/cri/runtime/plugin.go` `migrateConfig` moves the
-//!   v2 runtime section to the v3 plugin]. 1.7 refuses `version = 3` ("unsupported config
-//!   version `3`", measured). 2.x migrates a version-2 root after merging; an imported file
-//!   need not carry `version` and should not: on 2.1.9 a drop-in's `version` overrides the
-//!   merged one (mergo, non-zero wins), so a `version = 2` drop-in on a v3 root makes the
-//!   handler vanish (measured) and a `version = 3` drop-in on a v2 root stops the root's v2
-//!   sections from being migrated (NODE-FACTS). Rule kept here: the drop-in has no `version`
-//!   key and uses the plugin name of the root file's version.
+//!   3 = `io.containerd.cri.v1.runtime` (2.x; the same `containerd.runtimes.NAME` below it)
+//!   [2.x `config.go` version history; `plugins/cri/runtime/plugin.go` `migrateConfig` moves
+//!   a v2 runtime section to the v3 plugin]. 1.7 refuses `version = 3` ("unsupported config
+//!   version `3`", measured). An imported file need not carry `version`. Measured on 2.1.9
+//!   (`config dump`, asserted by tests/containerd_config.rs), a drop-in declaring our handler
+//!   next to a root declaring its own runtime:
+//!
+//!   | root | drop-in names (its `version`: none, 2 or 3) | ours | the root's |
+//!   | --- | --- | --- | --- |
+//!   | v2 | v2 (none or 2) | kept | kept |
+//!   | v2 | v3 (none or 3) | kept | **lost** |
+//!   | v3 | v3 (none or 3) | kept | kept |
+//!   | v3 | v2 (none or 2) | **lost** | kept |
+//!
+//!   So a version-2 file imported by a 2.x daemon works only under a version-2 root, and
+//!   the wrong plugin name silently loses a table. Rule kept here: the drop-in has no
+//!   `version` key and uses the plugin name of the root file's version ([`config::render`]).
+//!   (NODE-FACTS also records a `version = 3` drop-in stopping a v2 root's other sections
+//!   from being migrated.) A later `LoadConfigWithPlugins` refuses a drop-in whose
+//!   `version` is higher than the root's ("drop-in config version N higher than root config
+//!   version M") and migrates a lower one by itself; 2.1.9 and 1.7.24 hold no such check
+//!   (the message is not in their binaries). A drop-in without `version` is fine for both.
+//! - **Which drop-in form, per daemon.** [`config::import_merge`] from the daemon's version:
+//!   2.x [`config::render`] (the handler table only); 1.7
+//!   [`config::render_whole_section`] (the main file's CRI section plus the handler).
 //! - **The effective configuration.** CRI `Status` with `verbose: true` answers
 //!   `info["config"] = json.Marshal(c.config)` (plus `golang`, `cniconfig`, …)
 //!   [2.x `internal/cri/server/status.go`; 1.7 `pkg/cri/server/status.go`]: the handler is
