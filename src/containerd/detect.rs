@@ -111,6 +111,22 @@ pub struct NodeFacts {
     pub containerd_active: bool,
 }
 
+/// CRI-O's and containerd's default CRI sockets.
+pub const CRIO_SOCKET: &str = "/run/crio/crio.sock";
+pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// The socket half of [`NodeFacts`] under `root`: whether each path is a socket (a regular
+/// file or a dangling name there is not). Unit states come from systemd (the caller's).
+pub fn observe_sockets(root: &Path) -> (bool, bool) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_sock = |p: &str| {
+        std::fs::metadata(root.join(p.trim_start_matches('/')))
+            .map(|m| m.file_type().is_socket())
+            .unwrap_or(false)
+    };
+    (is_sock(CRIO_SOCKET), is_sock(CONTAINERD_SOCKET))
+}
+
 /// How the runtime was decided, or why it could not be.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "result", rename_all = "kebab-case")]
@@ -203,6 +219,20 @@ mod tests {
             (g.name, g.evidence.as_str()),
             ("k0s", "/run/k0s/containerd-cri.toml")
         );
+    }
+
+    #[test]
+    fn sockets_are_observed_under_the_root() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(observe_sockets(d.path()), (false, false));
+        std::fs::create_dir_all(d.path().join("run/containerd")).unwrap();
+        std::fs::create_dir_all(d.path().join("run/crio")).unwrap();
+        // A leftover regular file is not a socket.
+        std::fs::write(d.path().join("run/crio/crio.sock"), "").unwrap();
+        let _l =
+            std::os::unix::net::UnixListener::bind(d.path().join("run/containerd/containerd.sock"))
+                .unwrap();
+        assert_eq!(observe_sockets(d.path()), (false, true));
     }
 
     #[test]

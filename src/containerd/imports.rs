@@ -207,7 +207,7 @@ fn covering(imports: &[String], main_path: &Path, drop_in: &Path) -> Option<Stri
 }
 
 /// Go's `filepath.Clean`, lexically (no symlinks resolved).
-fn clean(p: &Path) -> PathBuf {
+pub(crate) fn clean(p: &Path) -> PathBuf {
     let mut out: Vec<&std::ffi::OsStr> = Vec::new();
     let abs = p.is_absolute();
     for c in p.components() {
@@ -224,6 +224,11 @@ fn clean(p: &Path) -> PathBuf {
     let mut r = PathBuf::from(if abs { "/" } else { "" });
     r.extend(out);
     r
+}
+
+/// Whether `name` matches the glob `pattern` ([`glob_match`] on strings).
+pub(crate) fn glob_matches(pattern: &str, name: &str) -> bool {
+    glob_match(pattern.as_bytes(), name.as_bytes())
 }
 
 /// Go's `filepath.Match` on bytes: `*` (no `/`), `?`, `[...]` classes with ranges and `^`,
