@@ -243,6 +243,34 @@ pub fn render_whole_section(
     ))
 }
 
+/// The drop-in for this node: the form its daemon's merge rule needs, under the plugin
+/// name of its main file's version. `daemon_version` as [`import_merge`] reads it.
+pub fn drop_in_for(
+    daemon_version: &str,
+    main_text: &str,
+    handler: &ContainerdHandler,
+) -> Result<String, ConfigError> {
+    let v = main_version(main_text)?;
+    match import_merge(daemon_version) {
+        Some(ImportMerge::KeyByKey) => render(handler, v),
+        Some(ImportMerge::ReplacesPluginSection) if v == ConfigVersion::V2 => {
+            render_whole_section(main_text, handler)
+        }
+        Some(ImportMerge::ReplacesPluginSection) => Err(ConfigError::Version {
+            found: format!(
+                "{} (containerd {daemon_version} reads only version 2)",
+                v.number()
+            ),
+        }),
+        None => Err(ConfigError::Render {
+            handler: handler.name.clone(),
+            message: format!(
+                "containerd's version {daemon_version:?} is not one kata-live can read"
+            ),
+        }),
+    }
+}
+
 /// The handler's table in a containerd TOML document (a drop-in, a main file or a
 /// `config dump`), under the CRI plugin of `version`.
 pub fn handler_table(doc: &toml::Table, version: ConfigVersion, name: &str) -> Option<toml::Table> {
@@ -318,6 +346,39 @@ mod tests {
         );
         assert_eq!(import_merge(""), None);
         assert_eq!(import_merge("unknown"), None);
+    }
+
+    #[test]
+    fn the_drop_in_form_follows_daemon_and_main_file() {
+        let h = ContainerdHandler::default();
+        let v2 = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nsandbox_image = \"p\"\n";
+        let v3 = "version = 3\n";
+        // 2.x: the handler table only, under the main file's plugin name.
+        assert_eq!(
+            drop_in_for("2.1.9", v3, &h).unwrap(),
+            render(&h, ConfigVersion::V3).unwrap()
+        );
+        assert_eq!(
+            drop_in_for("2.1.9", v2, &h).unwrap(),
+            render(&h, ConfigVersion::V2).unwrap()
+        );
+        // 1.7: the main file's CRI section comes along.
+        let whole = drop_in_for("1.7.24~ds1", v2, &h).unwrap();
+        let doc: toml::Table = toml::from_str(&whole).unwrap();
+        let cri = &doc["plugins"]["io.containerd.grpc.v1.cri"];
+        assert_eq!(cri["sandbox_image"].as_str(), Some("p"));
+        assert_eq!(
+            handler_table(&doc, ConfigVersion::V2, "kata-remote"),
+            Some(h.table())
+        );
+        assert!(matches!(
+            drop_in_for("1.7.24", v3, &h),
+            Err(ConfigError::Version { .. })
+        ));
+        assert!(matches!(
+            drop_in_for("?", v3, &h),
+            Err(ConfigError::Render { .. })
+        ));
     }
 
     #[test]
