@@ -6,6 +6,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod containerd;
 pub mod cri;
 pub mod crio;
 pub mod crio_conf;
