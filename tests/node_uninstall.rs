@@ -42,7 +42,7 @@ fn uninstall_after_install() {
         run.stdout
     );
     // The package removal outcome is reported: by default staged for the next boot.
-    assert!(run.stdout.contains("StagedForNextBoot"), "{}", run.stdout);
+    assert!(run.stdout.contains("removal staged"), "{}", run.stdout);
 
     assert_eq!(k.drop_in(), None, "drop-in still on disk");
     let crio_after = k.unit("crio.service");

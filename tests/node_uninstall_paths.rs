@@ -168,7 +168,7 @@ fn uninstall_removes_the_package_live() {
 
     let run = k.uninstall(&[]);
     assert_eq!(run.code, 0, "{}", show(&run));
-    assert!(run.stdout.contains("RemovedLive"), "{}", show(&run));
+    assert!(run.stdout.contains("removed live"), "{}", show(&run));
     let st = k.status_json();
     assert_eq!(st["result"], "succeeded", "{st:#}");
     assert_eq!(st["evidence"]["package"], "removed-live", "{st:#}");
@@ -227,7 +227,7 @@ fn uninstall_keeps_the_package_when_told_to() {
 
     let run = k.uninstall(&[]);
     assert_eq!(run.code, 0, "{}", show(&run));
-    assert!(run.stdout.contains("Kept"), "{}", show(&run));
+    assert!(run.stdout.contains("kept layered"), "{}", show(&run));
     let st = k.status_json();
     assert_eq!(st["result"], "succeeded", "{st:#}");
     assert_eq!(st["evidence"]["package"], "kept", "{st:#}");

@@ -160,9 +160,10 @@ impl Step for PostInstall {
                 .iter()
                 .filter(|s| s.outcome == scriptlets::StepOutcome::Ran)
                 .count();
+            let n = report.steps.len();
             Ok(Done::ran(format!(
-                "{} steps ({changed} changed the host)",
-                report.steps.len()
+                "{n} {} ({changed} changed the host)",
+                if n == 1 { "step" } else { "steps" }
             )))
         })
     }
