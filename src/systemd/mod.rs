@@ -5,11 +5,13 @@
 //! - [`jobs`]: the pure decisions behind waiting for jobs and proving a restart.
 //! - [`handoff`]: run `kata-live` as a transient unit when it would die with CRI-O.
 //! - [`notify`]: `STATUS=` / `EXTEND_TIMEOUT_USEC=` for `systemctl status`.
+//! - [`window`]: stability windows anchored at systemd's start timestamp of the main process.
 
 pub mod client;
 pub mod handoff;
 pub mod jobs;
 pub mod notify;
+pub mod window;
 
 use std::time::Duration;
 
@@ -31,6 +33,9 @@ pub struct UnitState {
     pub main_pid: u32,
     /// ExecMainStartTimestamp, microseconds since the epoch (CLOCK_REALTIME).
     pub exec_main_start_us: u64,
+    /// ExecMainStartTimestampMonotonic, microseconds of CLOCK_MONOTONIC (0: unknown): the
+    /// anchor of stability windows, see [`window`].
+    pub exec_main_start_mono_us: u64,
     pub n_restarts: u32,
 }
 
