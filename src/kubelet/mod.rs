@@ -570,17 +570,18 @@ where
     let mut units = UnitWatch::new(inputs.kubelet_before.cloned(), inputs.stable_window);
     let mut relists = RelistWatch::default();
     loop {
+        // The look at the deadline gets a whole request's time: its evidence is what the
+        // error reports, and a read cut short would only say "did not finish".
         let remaining = deadline.saturating_sub(start.elapsed());
-        let unit = match tokio::time::timeout(remaining.max(Duration::from_millis(1)), read_unit())
-            .await
-        {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => Err(format!("cannot read {}: {e}", inputs.kubelet_unit)),
-            Err(_) => Err(format!(
-                "reading {} did not finish before the deadline",
-                inputs.kubelet_unit
-            )),
-        };
+        let unit =
+            match tokio::time::timeout(remaining.max(inputs.request_timeout), read_unit()).await {
+                Ok(Ok(s)) => Ok(s),
+                Ok(Err(e)) => Err(format!("cannot read {}: {e}", inputs.kubelet_unit)),
+                Err(_) => Err(format!(
+                    "reading {} did not finish in time",
+                    inputs.kubelet_unit
+                )),
+            };
         let (unit_check, kubelet_pid) = match &unit {
             Ok(s) => (
                 units.observe_at(Instant::now(), window::monotonic_now_us(), s),
