@@ -6,7 +6,9 @@
 //!
 //! * a. `unit`: kubelet's unit is active/running; when it was expected to restart with CRI-O
 //!   (a `kubelet_before` snapshot was given) it has a new InvocationID; its MainPID stayed
-//!   the same, with NRestarts unchanged, for a whole stable window.
+//!   the same, with NRestarts unchanged, for a whole stable window, counted from the main
+//!   process's start per systemd (`ExecMainStartTimestampMonotonic`), so that a kubelet up
+//!   for longer than the window when kata-live first looks holds at once.
 //! * b. `healthz`: kubelet's healthz answers 200 `ok`.
 //! * c. `connection`: kubelet's MainPID holds a live unix stream socket whose peer is held by
 //!   the current CRI-O main process and is bound to the CRI socket path (either spelling,
