@@ -134,9 +134,10 @@ pub fn describe_missing(e: &Evidence) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
     #[error(
-        "kubelet ({unit}) did not prove within {deadline:?} that it reconnected to CRI-O \
+        "kubelet ({unit}) did not prove within {:.1} s that it reconnected to CRI-O \
          (pid {crio_pid}, socket {socket}); missing {missing}. Check `journalctl -u {unit}` \
-         and CRI-O's journal; do not move on to another node"
+         and CRI-O's journal; do not move on to another node",
+        deadline.as_secs_f64()
     )]
     NotReconnected {
         unit: String,
@@ -260,9 +261,9 @@ pub fn judge_healthz(url: &str, got: &Result<http::Response, String>) -> Check {
             Check::ok(format!("{url} answered ok"))
         }
         Ok(r) => Check::missing(format!(
-            "{url} answered {} {:?}",
+            "{url} answered {} \"{}\"",
             r.status,
-            r.body.chars().take(200).collect::<String>()
+            r.body.chars().take(200).collect::<String>().escape_debug()
         )),
         Err(e) => Check::missing(e.clone()),
     }

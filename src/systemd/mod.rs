@@ -128,7 +128,7 @@ pub enum SystemdError {
         /// The unit's state read right after (its Result says why: exit-code, start-limit-hit, ...).
         state: String,
     },
-    #[error("deadline of {deadline:?} passed on unit {unit} while waiting for {what}; last state: {last_state}; see `journalctl -u {unit}`")]
+    #[error("deadline of {:.1} s passed on unit {unit} while waiting for {what}; last state: {last_state}; see `journalctl -u {unit}`", deadline.as_secs_f64())]
     Deadline {
         unit: String,
         what: String,
