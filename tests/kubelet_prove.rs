@@ -134,6 +134,7 @@ fn unit(pid: Pid) -> UnitState {
         invocation_id: "0123456789abcdef0123456789abcdef".into(),
         main_pid: pid.as_raw() as u32,
         exec_main_start_us: 1,
+        exec_main_start_mono_us: 0,
         n_restarts: 0,
     }
 }

@@ -41,39 +41,14 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     inputs.crio_newer_than_artifacts =
         crio.is_running() && crio.exec_main_start_us > spec.newest_artifact_us;
 
-    // CRI: ready, and the handler listed (or gone), polled while CRI-O settles.
-    let want = if spec.want_listed {
-        HandlerPresence::Listed
-    } else {
-        HandlerPresence::NotListed
-    };
+    // CRI readiness and kubelet's reconnection are awaited at the same time: the verdict
+    // comes when the last of them holds, not after the sum of the waits.
     let cri_deadline = Ctx::deadline(c.deadlines.cri_ready);
     let cri = ctx.cri(cri_deadline).await.map_err(|e| e.to_string());
-    let view = match &cri {
-        Ok(cri) => {
-            let wanted = |v: &RuntimeView| {
-                v.ready
-                    && v.network_ready
-                    && (v.handler_presence == want
-                        || (spec.unknown_as_found
-                            && v.handler_presence == HandlerPresence::Unknown))
-            };
-            loop {
-                let v = cri
-                    .runtime_view(&c.handler.name)
-                    .await
-                    .map_err(|e| e.to_string());
-                // A runtime that does not report handlers will not start to: no use waiting.
-                let settled = matches!(&v, Ok(v) if wanted(v)
-                    || (v.ready && v.handler_presence == HandlerPresence::Unknown));
-                if settled || started.elapsed() >= cri_deadline {
-                    break v;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        Err(e) => Err(e.clone()),
-    };
+    let (view, (restarts_with_crio, kubelet_proof)) = tokio::join!(
+        await_runtime(ctx, &spec, &cri, started, cri_deadline),
+        await_kubelet(ctx, &spec, crio.main_pid)
+    );
     match &view {
         Ok(v) => {
             inputs.handler_listed = v.handler_presence.as_listed();
@@ -96,18 +71,8 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
         inputs.definition_problem = problem;
     }
 
-    // kubelet: back, stable, and connected to this CRI-O. When its unit requires CRI-O's
-    // (OpenShift: Requires=crio.service) a CRI-O restart restarts it too, so a new
-    // InvocationID is demanded; otherwise the connection to the new CRI-O is the proof.
-    let restarts_with_crio = match ctx.systemd.snapshot(&c.units.kubelet).await {
-        Ok(s) => s.restarts_with.iter().any(|u| u == &c.units.crio),
-        Err(_) => true,
-    };
     rep.evidence("kubelet_restarts_with_crio", restarts_with_crio);
-    let before = (spec.restarted && restarts_with_crio).then_some(&spec.baseline.kubelet);
-    let kin = kubelet::ProofInputs::from_config(c, &ctx.host, crio.main_pid, before);
-    let read = || async { ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string()) };
-    match kubelet::prove_reconnected(kin, read, Ctx::deadline(c.deadlines.kubelet)).await {
+    match kubelet_proof {
         Ok(ev) => rep.evidence("kubelet", &ev),
         Err(e) => {
             let kubelet::KubeletError::NotReconnected {
@@ -159,6 +124,63 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
         rep.end(StepOutcome::Failed, missing.clone());
         Err(missing)
     }
+}
+
+/// CRI: ready, and the handler listed (or gone), polled every 100 ms while CRI-O settles,
+/// until `cri_deadline` from `started`.
+async fn await_runtime(
+    ctx: &Ctx,
+    spec: &ProofSpec<'_>,
+    cri: &Result<CriClient, String>,
+    started: Instant,
+    cri_deadline: Duration,
+) -> Result<RuntimeView, String> {
+    let want = if spec.want_listed {
+        HandlerPresence::Listed
+    } else {
+        HandlerPresence::NotListed
+    };
+    let cri = cri.as_ref().map_err(|e| e.clone())?;
+    let wanted = |v: &RuntimeView| {
+        v.ready
+            && v.network_ready
+            && (v.handler_presence == want
+                || (spec.unknown_as_found && v.handler_presence == HandlerPresence::Unknown))
+    };
+    loop {
+        let v = cri
+            .runtime_view(&ctx.cfg.handler.name)
+            .await
+            .map_err(|e| e.to_string());
+        // A runtime that does not report handlers will not start to: no use waiting.
+        let settled = matches!(&v, Ok(v) if wanted(v)
+            || (v.ready && v.handler_presence == HandlerPresence::Unknown));
+        if settled || started.elapsed() >= cri_deadline {
+            return v;
+        }
+        tokio::time::sleep(kubelet::POLL_INTERVAL).await;
+    }
+}
+
+/// kubelet: back, stable, and connected to the CRI-O at `crio_pid`. When its unit requires
+/// CRI-O's (OpenShift: Requires=crio.service) a CRI-O restart restarts it too, so a new
+/// InvocationID is demanded; otherwise the connection to the new CRI-O is the proof.
+/// Returns whether kubelet restarts with CRI-O, and the proof.
+async fn await_kubelet(
+    ctx: &Ctx,
+    spec: &ProofSpec<'_>,
+    crio_pid: u32,
+) -> (bool, Result<Evidence, kubelet::KubeletError>) {
+    let c = &ctx.cfg;
+    let restarts_with_crio = match ctx.systemd.snapshot(&c.units.kubelet).await {
+        Ok(s) => s.restarts_with.iter().any(|u| u == &c.units.crio),
+        Err(_) => true,
+    };
+    let before = (spec.restarted && restarts_with_crio).then_some(&spec.baseline.kubelet);
+    let kin = kubelet::ProofInputs::from_config(c, &ctx.host, crio_pid, before);
+    let read = || async { ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string()) };
+    let proof = kubelet::prove_reconnected(kin, read, Ctx::deadline(c.deadlines.kubelet)).await;
+    (restarts_with_crio, proof)
 }
 
 /// Reads the running CRI-O's effective configuration (`GET /config`) and compares the

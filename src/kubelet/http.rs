@@ -20,7 +20,7 @@ pub enum HttpError {
     BadUrl { url: String, reason: String },
     #[error("GET {url}: {reason}")]
     Get { url: String, reason: String },
-    #[error("GET {url}: no answer within {timeout:?}")]
+    #[error("GET {url}: no answer within {:.1} s", timeout.as_secs_f64())]
     Timeout { url: String, timeout: Duration },
 }
 

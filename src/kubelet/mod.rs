@@ -6,7 +6,9 @@
 //!
 //! * a. `unit`: kubelet's unit is active/running; when it was expected to restart with CRI-O
 //!   (a `kubelet_before` snapshot was given) it has a new InvocationID; its MainPID stayed
-//!   the same, with NRestarts unchanged, for a whole stable window.
+//!   the same, with NRestarts unchanged, for a whole stable window, counted from the main
+//!   process's start per systemd (`ExecMainStartTimestampMonotonic`), so that a kubelet up
+//!   for longer than the window when kata-live first looks holds at once.
 //! * b. `healthz`: kubelet's healthz answers 200 `ok`.
 //! * c. `connection`: kubelet's MainPID holds a live unix stream socket whose peer is held by
 //!   the current CRI-O main process and is bound to the CRI socket path (either spelling,
@@ -33,7 +35,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::host::Host;
-use crate::systemd::UnitState;
+use crate::systemd::{window, UnitState};
 use sockdiag::UnixSock;
 
 /// One piece of evidence: whether it holds, and what was seen.
@@ -68,6 +70,21 @@ pub struct Evidence {
 }
 
 impl Evidence {
+    /// Every piece in words: "a (unit) holds: ...; b (healthz) missing: ...".
+    pub fn describe(&self) -> String {
+        self.pieces()
+            .into_iter()
+            .map(|(l, c)| {
+                format!(
+                    "{l} {}: {}",
+                    if c.ok { "holds" } else { "missing" },
+                    c.detail
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// (label, check) for every piece, in the order of the issue (a-d).
     pub fn pieces(&self) -> Vec<(&'static str, &Check)> {
         let mut v = vec![
@@ -117,9 +134,10 @@ pub fn describe_missing(e: &Evidence) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
     #[error(
-        "kubelet ({unit}) did not prove within {deadline:?} that it reconnected to CRI-O \
+        "kubelet ({unit}) did not prove within {:.1} s that it reconnected to CRI-O \
          (pid {crio_pid}, socket {socket}); missing {missing}. Check `journalctl -u {unit}` \
-         and CRI-O's journal; do not move on to another node"
+         and CRI-O's journal; do not move on to another node",
+        deadline.as_secs_f64()
     )]
     NotReconnected {
         unit: String,
@@ -134,8 +152,8 @@ pub enum KubeletError {
 // ---------------------------------------------------------------------------------------
 // a. the unit
 
-/// Tracks kubelet's unit across looks: (a) holds once the same running MainPID has been
-/// seen, with NRestarts unchanged, for `window`.
+/// Tracks kubelet's unit across looks: (a) holds once the same running MainPID, with
+/// NRestarts and InvocationID unchanged, has run for `window` since its start per systemd.
 #[derive(Debug, Clone)]
 pub struct UnitWatch {
     before: Option<UnitState>,
@@ -154,7 +172,24 @@ impl UnitWatch {
         }
     }
 
+    /// [`Self::observe_at`] without systemd's clock: the window starts at the first look.
     pub fn observe(&mut self, now: Instant, s: &UnitState) -> Check {
+        self.observe_at(now, 0, s)
+    }
+
+    /// When the window ends (on the clock of the `now` given to `observe_at`), once a
+    /// running main process is being watched.
+    pub fn window_ends(&self) -> Option<Instant> {
+        self.since.as_ref().map(|(t, _)| *t + self.window)
+    }
+
+    /// One look at `s` at `now`, which is `now_mono_us` on CLOCK_MONOTONIC (0: unknown).
+    /// A main process seen for the first time is counted from its start per systemd
+    /// (ExecMainStartTimestampMonotonic, see [`crate::systemd::window`]), so a window that
+    /// elapsed before the first look holds at once; any change of MainPID, NRestarts or
+    /// InvocationID starts the window over, from the new process's start.
+    pub fn observe_at(&mut self, now: Instant, now_mono_us: u64, s: &UnitState) -> Check {
+        let anchor = || window::anchor(now, now_mono_us, s.exec_main_start_mono_us);
         if s.active_state != "active" || s.sub_state != "running" {
             self.since = None;
             return Check::missing(format!(
@@ -187,9 +222,9 @@ impl UnitWatch {
                     " (was MainPID {}, NRestarts {}, InvocationID {}: restarted, stable window starts over)",
                     prev.main_pid, prev.n_restarts, prev.invocation_id
                 );
-                self.since = Some((now, s.clone()));
+                self.since = Some((anchor(), s.clone()));
             }
-            None => self.since = Some((now, s.clone())),
+            None => self.since = Some((anchor(), s.clone())),
         }
         let stable_for = self
             .since
@@ -226,9 +261,9 @@ pub fn judge_healthz(url: &str, got: &Result<http::Response, String>) -> Check {
             Check::ok(format!("{url} answered ok"))
         }
         Ok(r) => Check::missing(format!(
-            "{url} answered {} {:?}",
+            "{url} answered {} \"{}\"",
             r.status,
-            r.body.chars().take(200).collect::<String>()
+            r.body.chars().take(200).collect::<String>().escape_debug()
         )),
         Err(e) => Check::missing(e.clone()),
     }
@@ -420,6 +455,10 @@ impl RelistWatch {
 // ---------------------------------------------------------------------------------------
 // I/O: the looks
 
+/// Pause between two looks of the proof (≤ 100 ms: a condition that comes true is seen
+/// within this, plus the look itself).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
 /// What the proof looks at.
 #[derive(Debug, Clone)]
 pub struct ProofInputs<'a> {
@@ -459,7 +498,7 @@ impl<'a> ProofInputs<'a> {
                 .check_relists
                 .then_some(cfg.kubelet.crio_metrics_url.as_str()),
             kubelet_before,
-            poll_interval: Duration::from_millis(200),
+            poll_interval: POLL_INTERVAL,
             request_timeout: Duration::from_secs(2),
         }
     }
@@ -503,6 +542,21 @@ async fn look_connection(inputs: &ProofInputs<'_>, kubelet_pid: Option<u32>) -> 
     }
 }
 
+/// The pause before the next look: the poll interval, shortened so that the look after the
+/// stable window's end comes right at its end, and never past the deadline.
+pub fn next_pause(
+    poll: Duration,
+    window_ends: Option<Instant>,
+    now: Instant,
+    remaining: Duration,
+) -> Duration {
+    let until_window = window_ends
+        .map(|t| t.saturating_duration_since(now))
+        .filter(|d| !d.is_zero())
+        .unwrap_or(poll);
+    poll.min(until_window).min(remaining)
+}
+
 /// Waits until kubelet proves it reconnected to the CRI-O at `inputs.crio_main_pid` (a-c, and
 /// d when `metrics_url` is set), reading kubelet's unit fresh with `read_unit` at each look.
 /// On `deadline`, the error names every missing piece and what was seen instead.
@@ -519,20 +573,21 @@ where
     let mut units = UnitWatch::new(inputs.kubelet_before.cloned(), inputs.stable_window);
     let mut relists = RelistWatch::default();
     loop {
+        // The look at the deadline gets a whole request's time: its evidence is what the
+        // error reports, and a read cut short would only say "did not finish".
         let remaining = deadline.saturating_sub(start.elapsed());
-        let unit = match tokio::time::timeout(remaining.max(Duration::from_millis(1)), read_unit())
-            .await
-        {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => Err(format!("cannot read {}: {e}", inputs.kubelet_unit)),
-            Err(_) => Err(format!(
-                "reading {} did not finish before the deadline",
-                inputs.kubelet_unit
-            )),
-        };
+        let unit =
+            match tokio::time::timeout(remaining.max(inputs.request_timeout), read_unit()).await {
+                Ok(Ok(s)) => Ok(s),
+                Ok(Err(e)) => Err(format!("cannot read {}: {e}", inputs.kubelet_unit)),
+                Err(_) => Err(format!(
+                    "reading {} did not finish in time",
+                    inputs.kubelet_unit
+                )),
+            };
         let (unit_check, kubelet_pid) = match &unit {
             Ok(s) => (
-                units.observe(Instant::now(), s),
+                units.observe_at(Instant::now(), window::monotonic_now_us(), s),
                 (s.main_pid != 0).then_some(s.main_pid),
             ),
             Err(e) => (Check::missing(e.clone()), None),
@@ -551,11 +606,21 @@ where
         };
         match verdict(&evidence) {
             Verdict::Reconnected => {
-                tracing::info!(?evidence, "kubelet reconnected to CRI-O");
+                tracing::info!(
+                    unit = %evidence.unit.detail,
+                    healthz = %evidence.healthz.detail,
+                    connection = %evidence.connection.detail,
+                    "kubelet reconnected to CRI-O: {}",
+                    evidence.describe()
+                );
                 return Ok(evidence);
             }
             Verdict::Missing(m) => {
-                tracing::debug!(missing = ?m, "kubelet not proven reconnected yet");
+                tracing::debug!(
+                    missing = %m.join(", "),
+                    "kubelet not proven reconnected yet: {}",
+                    describe_missing(&evidence)
+                );
             }
         }
         if start.elapsed() >= deadline {
@@ -568,9 +633,12 @@ where
                 evidence: Box::new(evidence),
             });
         }
-        let pause = inputs
-            .poll_interval
-            .min(deadline.saturating_sub(start.elapsed()));
+        let pause = next_pause(
+            inputs.poll_interval,
+            units.window_ends(),
+            Instant::now(),
+            deadline.saturating_sub(start.elapsed()),
+        );
         tokio::time::sleep(pause).await;
     }
 }

@@ -11,6 +11,7 @@ fn unit(pid: u32, inv: &str, restarts: u32) -> UnitState {
         invocation_id: inv.into(),
         main_pid: pid,
         exec_main_start_us: 1,
+        exec_main_start_mono_us: 0,
         n_restarts: restarts,
     }
 }
@@ -71,6 +72,128 @@ fn unit_must_have_restarted_when_before_given() {
     assert!(!c.ok);
     assert!(c.detail.contains("has not restarted"), "{}", c.detail);
     assert!(u.observe(t0, &unit(12, "new", 0)).ok);
+}
+
+/// `unit(..)` whose main process systemd started at `start_mono_us` (CLOCK_MONOTONIC µs).
+fn started(pid: u32, inv: &str, restarts: u32, start_mono_us: u64) -> UnitState {
+    UnitState {
+        exec_main_start_mono_us: start_mono_us,
+        ..unit(pid, inv, restarts)
+    }
+}
+
+#[test]
+fn window_elapsed_before_the_first_look_is_not_waited_for() {
+    let t0 = Instant::now();
+    let mut u = UnitWatch::new(None, Duration::from_secs(5));
+    // systemd started it 6 s before this first look (monotonic 100 s vs 106 s).
+    let c = u.observe_at(t0, 106_000_000, &started(10, "a", 0, 100_000_000));
+    assert!(c.ok, "{}", c.detail);
+    assert!(c.detail.contains("unchanged for 6.0s"), "{}", c.detail);
+}
+
+#[test]
+fn window_counts_from_the_process_start_not_the_first_look() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut u = UnitWatch::new(None, s(5));
+    // First look 3 s after systemd started it: 2 s of the window are left.
+    let k = started(10, "a", 0, 100_000_000);
+    assert!(!u.observe_at(t0, 103_000_000, &k).ok);
+    assert_eq!(u.window_ends(), Some(t0 + s(2)));
+    assert!(!u.observe_at(t0 + s(1), 104_000_000, &k).ok);
+    assert!(u.observe_at(t0 + s(2), 105_000_000, &k).ok);
+}
+
+#[test]
+fn a_restart_inside_the_window_starts_it_over_from_the_new_start() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut u = UnitWatch::new(None, s(5));
+    assert!(
+        !u.observe_at(t0, 103_000_000, &started(10, "a", 0, 100_000_000))
+            .ok
+    );
+    // systemd restarted it at 104 s (Restart=always): new pid, NRestarts+1, new invocation.
+    let again = started(11, "b", 1, 104_000_000);
+    let c = u.observe_at(t0 + s(2), 105_000_000, &again);
+    assert!(!c.ok);
+    assert!(c.detail.contains("was MainPID 10"), "{}", c.detail);
+    assert_eq!(u.window_ends(), Some(t0 + s(6)));
+    assert!(!u.observe_at(t0 + s(5), 108_000_000, &again).ok);
+    assert!(u.observe_at(t0 + s(6), 109_000_000, &again).ok);
+}
+
+#[test]
+fn same_process_keeps_its_anchor_even_if_the_timestamp_moved() {
+    // The anchor is taken once per identity: a later look cannot move it back.
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut u = UnitWatch::new(None, s(5));
+    u.observe_at(t0, 101_000_000, &started(10, "a", 0, 100_000_000));
+    assert!(
+        !u.observe_at(t0 + s(1), 102_000_000, &started(10, "a", 0, 1))
+            .ok
+    );
+    assert!(
+        u.observe_at(t0 + s(4), 105_000_000, &started(10, "a", 0, 1))
+            .ok
+    );
+}
+
+#[test]
+fn unknown_start_falls_back_to_the_first_look() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut u = UnitWatch::new(None, s(5));
+    // No timestamp (0), or one in the future (clocks not comparable): count from now.
+    assert!(!u.observe_at(t0, 106_000_000, &started(10, "a", 0, 0)).ok);
+    assert_eq!(u.window_ends(), Some(t0 + s(5)));
+    let mut v = UnitWatch::new(None, s(5));
+    assert!(
+        !v.observe_at(t0, 106_000_000, &started(10, "a", 0, 200_000_000))
+            .ok
+    );
+    assert_eq!(v.window_ends(), Some(t0 + s(5)));
+}
+
+#[test]
+fn before_snapshot_still_demands_a_new_invocation_with_anchoring() {
+    let t0 = Instant::now();
+    let before = started(10, "old", 0, 100_000_000);
+    let mut u = UnitWatch::new(Some(before.clone()), Duration::from_secs(5));
+    // The old process has run far longer than the window: still not proof.
+    assert!(!u.observe_at(t0, 200_000_000, &before).ok);
+}
+
+#[test]
+fn pause_wakes_at_the_window_end_and_never_past_the_deadline() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let poll = ms(100);
+    assert_eq!(next_pause(poll, None, t0, ms(5000)), poll);
+    assert_eq!(next_pause(poll, Some(t0 + ms(30)), t0, ms(5000)), ms(30));
+    assert_eq!(next_pause(poll, Some(t0 + ms(900)), t0, ms(5000)), poll);
+    // Window already over (something else is missing): the poll interval.
+    assert_eq!(next_pause(poll, Some(t0), t0 + ms(10), ms(5000)), poll);
+    assert_eq!(next_pause(poll, None, t0, ms(40)), ms(40));
+}
+
+#[test]
+fn evidence_is_described_in_words() {
+    let e = Evidence {
+        unit: Check::ok("kubelet.service active/running"),
+        healthz: Check::missing("refused"),
+        connection: Check::ok("connected"),
+        relists: None,
+    };
+    let d = e.describe();
+    assert_eq!(
+        d,
+        "a (unit) holds: kubelet.service active/running; b (healthz) missing: refused; \
+         c (connection) holds: connected"
+    );
+    assert!(!d.contains("Check {") && !d.contains("ok:"));
 }
 
 fn sock(inode: u32, name: Option<&str>, peer: Option<u32>) -> UnixSock {

@@ -10,7 +10,7 @@ use zbus::{Connection, OwnedObjectPath, OwnedVariant};
 use zbus_systemd::systemd1::{JobRemovedStream, ManagerProxy};
 
 use super::jobs::{self, ErrorClass, RestartVerdict};
-use super::{RestartProof, SystemdError, UnitState};
+use super::{window, RestartProof, SystemdError, UnitState};
 
 /// Where the system bus lives when `DBUS_SYSTEM_BUS_ADDRESS` is not set.
 pub const DEFAULT_SYSTEM_BUS_ADDRESS: &str = "unix:path=/run/dbus/system_bus_socket";
@@ -230,6 +230,7 @@ impl Systemd {
             snap.state.result = prop_string(&s, "Result");
             snap.state.main_pid = prop_u32(&s, "MainPID");
             snap.state.exec_main_start_us = prop_u64(&s, "ExecMainStartTimestamp");
+            snap.state.exec_main_start_mono_us = prop_u64(&s, "ExecMainStartTimestampMonotonic");
             snap.state.n_restarts = prop_u32(&s, "NRestarts");
             snap.status_text = prop_string(&s, "StatusText");
             snap.exec_main_code = prop_i32(&s, "ExecMainCode");
@@ -423,8 +424,9 @@ impl Systemd {
             .await
     }
 
-    /// [`Self::restart_unit`], then keep watching for `settle`: the new instance must stay
-    /// the same (same InvocationID and MainPID) and running, or the restart is a
+    /// [`Self::restart_unit`], then keep watching until the new main process has run for
+    /// `settle` (counted from its ExecMainStartTimestampMonotonic, see [`window`]): it must
+    /// stay the same (same InvocationID and MainPID) and running, or the restart is a
     /// [`SystemdError::CrashLoop`]. Guards against a service that starts and dies at once.
     pub async fn restart_unit_settled(
         &self,
@@ -475,9 +477,15 @@ impl Systemd {
         let proven = now;
         let elapsed = started.elapsed();
         if !settle.is_zero() {
-            let settle_until = Instant::now() + settle;
-            while Instant::now() < settle_until {
-                tokio::time::sleep(POLL).await;
+            // Anchored at the new main process's start per systemd: the time it took to
+            // become ready already counts towards the window.
+            let settle_until = window::anchor(
+                Instant::now(),
+                window::monotonic_now_us(),
+                proven.exec_main_start_mono_us,
+            ) + settle;
+            // At least one fresh look, even when the window had elapsed by the first.
+            loop {
                 let later = self.unit_state(unit).await?;
                 let reason = if let Some(r) = jobs::crash_loop(&proven, &later) {
                     Some(r)
@@ -497,6 +505,11 @@ impl Systemd {
                         state: Box::new(later),
                     });
                 }
+                let left = settle_until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(left.min(POLL)).await;
             }
         }
         Ok(RestartProof {

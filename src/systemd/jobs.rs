@@ -257,6 +257,7 @@ mod tests {
             invocation_id: inv.into(),
             main_pid: pid,
             exec_main_start_us: 0,
+            exec_main_start_mono_us: 0,
             n_restarts: nr,
         }
     }

@@ -5,11 +5,13 @@
 //! - [`jobs`]: the pure decisions behind waiting for jobs and proving a restart.
 //! - [`handoff`]: run `kata-live` as a transient unit when it would die with CRI-O.
 //! - [`notify`]: `STATUS=` / `EXTEND_TIMEOUT_USEC=` for `systemctl status`.
+//! - [`window`]: stability windows anchored at systemd's start timestamp of the main process.
 
 pub mod client;
 pub mod handoff;
 pub mod jobs;
 pub mod notify;
+pub mod window;
 
 use std::time::Duration;
 
@@ -31,6 +33,9 @@ pub struct UnitState {
     pub main_pid: u32,
     /// ExecMainStartTimestamp, microseconds since the epoch (CLOCK_REALTIME).
     pub exec_main_start_us: u64,
+    /// ExecMainStartTimestampMonotonic, microseconds of CLOCK_MONOTONIC (0: unknown): the
+    /// anchor of stability windows, see [`window`].
+    pub exec_main_start_mono_us: u64,
     pub n_restarts: u32,
 }
 
@@ -123,7 +128,7 @@ pub enum SystemdError {
         /// The unit's state read right after (its Result says why: exit-code, start-limit-hit, ...).
         state: String,
     },
-    #[error("deadline of {deadline:?} passed on unit {unit} while waiting for {what}; last state: {last_state}; see `journalctl -u {unit}`")]
+    #[error("deadline of {:.1} s passed on unit {unit} while waiting for {what}; last state: {last_state}; see `journalctl -u {unit}`", deadline.as_secs_f64())]
     Deadline {
         unit: String,
         what: String,

@@ -45,7 +45,7 @@ pub fn unit_state(node: &Node, unit: &str) -> Result<UnitState, String> {
         "systemctl",
         "show",
         "-p",
-        "Id,ActiveState,SubState,Result,InvocationID,MainPID,NRestarts",
+        "Id,ActiveState,SubState,Result,InvocationID,MainPID,NRestarts,ExecMainStartTimestampMonotonic",
         unit,
     ]);
     if !out.status.success() {
@@ -71,6 +71,7 @@ pub fn unit_state(node: &Node, unit: &str) -> Result<UnitState, String> {
             .parse()
             .map_err(|e| format!("MainPID: {e}"))?,
         exec_main_start_us: 0,
+        exec_main_start_mono_us: get("ExecMainStartTimestampMonotonic").parse().unwrap_or(0),
         n_restarts: get("NRestarts").parse().unwrap_or(0),
     })
 }

@@ -102,6 +102,15 @@ fn now() -> String {
     humantime::format_rfc3339_nanos(SystemTime::now()).to_string()
 }
 
+/// CLOCK_MONOTONIC in µs, the clock of systemd's `*TimestampMonotonic` properties (the same
+/// inside and outside an nspawn container), so that benchmarks can compare without
+/// converting from wall-clock time.
+fn mono_us() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| (t.tv_sec() as u64) * 1_000_000 + (t.tv_nsec() as u64) / 1_000)
+        .unwrap_or(0)
+}
+
 fn log(line: &str) {
     eprintln!("{LOG_PREFIX} {line}");
 }
@@ -312,9 +321,9 @@ async fn startup(args: &Args) -> Result<Conn, KubeletError> {
                 .await;
                 match version {
                     Ok(v) => {
-                        let at = now();
+                        let (at, mono) = (now(), mono_us());
                         log(&format!(
-                            "connected to CRI at {at} after {attempts} attempts connection=1 socket={}",
+                            "connected to CRI at {at} after {attempts} attempts connection=1 socket={} mono_us={mono}",
                             args.socket.display()
                         ));
                         log(&format!(
@@ -459,9 +468,10 @@ async fn main_loop(args: &Args, first: Conn) {
                         .map(|t| t.elapsed().as_millis().to_string())
                         .unwrap_or_else(|| "-".into());
                     log(&format!(
-                        "connected to CRI at {} after {attempts} attempts connection={connections} down_for_ms={down} socket={}",
+                        "connected to CRI at {} after {attempts} attempts connection={connections} down_for_ms={down} socket={} mono_us={}",
                         now(),
-                        args.socket.display()
+                        args.socket.display(),
+                        mono_us()
                     ));
                     conn = Some(Conn {
                         client,

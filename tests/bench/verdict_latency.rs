@@ -1,0 +1,181 @@
+//! Verdict latency of real activations on a booted test node: for each of ≥ 20 `kata-live
+//! install` / `kata-live uninstall` runs (alternating; each restarts CRI-O, which restarts
+//! kubelet through `Requires=crio.service`, and proves), how long after the last condition
+//! of the proof held kata-live declared it proven. A benchmark: it prints figures, nothing is
+//! asserted on time. Run as root:
+//! `cargo build --workspace --bins && cargo test --bench verdict_latency`
+//! (or `cargo bench --bench verdict_latency`; the kata-live under test is the debug build
+//! the node runs either way).
+//!
+//! Every time is on CLOCK_MONOTONIC, which is the same clock inside the nspawn node and on
+//! the host, in µs:
+//!
+//! * CRI-O settled = crio.service's `ExecMainStartTimestampMonotonic` (systemd's record of
+//!   when the current main process was started, read with `systemctl show` after the run)
+//!   plus the settle window (2 s, `restart_crio`). The MainPID read then is the one
+//!   kata-live proved against (checked: it is `crio_restart.after.main_pid` in status.json).
+//! * kubelet stable = kubelet.service's `ExecMainStartTimestampMonotonic` plus the stable
+//!   window (`[kubelet] stable_window`: the default 5 s, then 1 s so that CRI-O's settle
+//!   window is the last condition).
+//! * kubelet connected = the `mono_us=` of the kubelet stand-in's own line `connected to CRI
+//!   at ...` from kubelet's current MainPID (a new process after the restart, so its first
+//!   connection is to the new CRI-O), taken by the stand-in right when the CRI `Version`
+//!   call on its new connection was answered.
+//! * CRI ready/handler: CRI-O answers on its socket before kubelet can connect, and lists the
+//!   handler from its start, so it holds before "kubelet connected" and is not a candidate.
+//! * verdict = the journal's `__MONOTONIC_TIMESTAMP` of kata-live's step record for `prove`
+//!   (MESSAGE_ID STEP, field STEP=prove), i.e. when journald received the "proven" line:
+//!   slightly after kata-live decided, so the figure errs on the late side.
+//!
+//! Latency = verdict − max(the three). Before the windows were anchored at systemd's
+//! timestamps, the same runs showed the 2 s settle and the 5 s window run one after the
+//! other (median 2.2 s, see README "Benchmarks").
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use support::kata::{ids, show, KataNode};
+
+const RUNS: usize = 20;
+const SETTLE_US: u64 = 2_000_000;
+
+fn main() {
+    for window_s in [5u64, 1] {
+        activations(window_s);
+    }
+}
+
+/// [`RUNS`] activations on a fresh node with kubelet's stable window `window_s` seconds.
+fn activations(window_s: u64) {
+    let k = KataNode::boot(&format!("[kubelet]\nstable_window = {window_s}.0\n"));
+    let mut lat_ms = Vec::new();
+    for i in 0..RUNS {
+        let install = i % 2 == 0;
+        // Back-to-back restarts must not meet systemd's start rate limit.
+        k.node
+            .exec_ok(&[
+                "systemctl",
+                "reset-failed",
+                "crio.service",
+                "kubelet.service",
+            ])
+            .expect("systemctl reset-failed");
+        let r = if install {
+            k.install()
+        } else {
+            k.uninstall(&[])
+        };
+        assert_eq!(r.code, 0, "run {i}: {}", show(&r));
+        let crio = started("crio.service", &k);
+        let kubelet = started("kubelet.service", &k);
+        let st = k.status_json();
+        let proved_pid = st["evidence"]["crio_restart"]["after"]["main_pid"]
+            .as_u64()
+            .unwrap_or(0);
+        assert_eq!(
+            proved_pid,
+            u64::from(crio.1),
+            "run {i}: CRI-O changed after the run"
+        );
+        let connected = connected_mono_us(&k, kubelet.1).unwrap_or_else(|| {
+            panic!(
+                "run {i}: no `connected to CRI` line of kubelet pid {}",
+                kubelet.1
+            )
+        });
+        let verdict = verdict_mono_us(&k).unwrap_or_else(|| panic!("run {i}: no prove record"));
+        let conds = [
+            ("crio settled", crio.0 + SETTLE_US),
+            ("kubelet stable", kubelet.0 + window_s * 1_000_000),
+            ("kubelet connected", connected),
+        ];
+        let (last_name, last) = conds
+            .iter()
+            .copied()
+            .max_by_key(|c| c.1)
+            .unwrap_or_default();
+        let ms = (verdict as f64 - last as f64) / 1000.0;
+        println!(
+            "run {:2} {:9}: crio settled {:+6.0} ms, kubelet stable {:+6.0} ms, connected {:+6.0} ms \
+             (relative to the last, {last_name}); verdict {ms:+.0} ms after it",
+            i + 1,
+            if install { "install" } else { "uninstall" },
+            (conds[0].1 as f64 - last as f64) / 1000.0,
+            (conds[1].1 as f64 - last as f64) / 1000.0,
+            (conds[2].1 as f64 - last as f64) / 1000.0,
+        );
+        lat_ms.push(ms);
+    }
+    lat_ms.sort_by(f64::total_cmp);
+    let n = lat_ms.len();
+    let median = if n % 2 == 1 {
+        lat_ms[n / 2]
+    } else {
+        (lat_ms[n / 2 - 1] + lat_ms[n / 2]) / 2.0
+    };
+    println!(
+        "verdict - last condition held, {n} activations (install/uninstall, CRI-O restart + proof, \
+         stable window {window_s} s, settle 2 s): median {median:.0} ms, min {:.0} ms, max {:.0} ms",
+        lat_ms[0],
+        lat_ms[n - 1]
+    );
+}
+
+/// (ExecMainStartTimestampMonotonic, MainPID) of `unit` now.
+fn started(unit: &str, k: &KataNode) -> (u64, u32) {
+    let out = k
+        .node
+        .exec_ok(&[
+            "systemctl",
+            "show",
+            "-p",
+            "ExecMainStartTimestampMonotonic,MainPID",
+            unit,
+        ])
+        .expect("systemctl show");
+    let get = |key: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{unit}: no {key} in {out}"))
+    };
+    (
+        get("ExecMainStartTimestampMonotonic"),
+        get("MainPID") as u32,
+    )
+}
+
+/// The stand-in's `mono_us=` of the last `connected to CRI at` line of kubelet `pid`.
+fn connected_mono_us(k: &KataNode, pid: u32) -> Option<u64> {
+    let tag = format!("[{pid}]: kubelet-standin: connected to CRI at ");
+    k.node
+        .journal_unit("kubelet.service")
+        .lines()
+        .filter(|l| l.contains(&tag))
+        .filter_map(|l| {
+            l.split("mono_us=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .next_back()
+}
+
+/// Journal reception time (CLOCK_MONOTONIC µs) of the last `prove` step record.
+fn verdict_mono_us(k: &KataNode) -> Option<u64> {
+    let o = k.node.exec(&[
+        "journalctl",
+        "--no-pager",
+        "-o",
+        "json",
+        &format!("MESSAGE_ID={}", ids::STEP),
+    ]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["STEP"] == "prove")
+        .filter_map(|v| v["__MONOTONIC_TIMESTAMP"].as_str()?.parse().ok())
+        .next_back()
+}
