@@ -53,8 +53,10 @@ pub struct Global {
     /// Print the plan from the observed state and change nothing.
     #[arg(long, global = true)]
     pub dry_run: bool,
-    /// Machine-readable output on stdout: one JSON document for status, verify, config, and
-    /// at the end of install/uninstall. Every document is an object with "schema" (1, the
+    /// Machine-readable output: one JSON document on stdout (status, verify, config, and at
+    /// the end of install/uninstall).
+    ///
+    /// Every document is an object with "schema" (1, the
     /// version, raised only on incompatible changes), "kind" ("status", "verify", "config",
     /// "install" or "uninstall") and the payload's fields: status: the observation; verify:
     /// "observation" and "verdict"; config: "config", "fragments", "provenance";
@@ -62,10 +64,12 @@ pub struct Global {
     /// exit_code, steps, evidence, error).
     #[arg(long, global = true)]
     pub json: bool,
-    /// More detail (-v debug, -vv trace).
+    /// More detail on stderr (-v: every log record, debug included; -vv trace). Without it,
+    /// install/uninstall print one line per step, warnings and errors; status/verify only
+    /// their summary.
     #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
-    /// Only warnings and errors.
+    /// Only warnings and errors (no progress lines).
     #[arg(short, long, global = true)]
     pub quiet: bool,
 }
@@ -161,6 +165,14 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_documents_the_json_schema() {
+        let help = Cli::command().render_long_help().to_string();
+        for word in ["\"schema\"", "\"kind\"", "status.json"] {
+            assert!(help.contains(word), "missing {word} in --help");
+        }
     }
 
     #[test]

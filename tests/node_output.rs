@@ -103,3 +103,28 @@ fn rollback_output_on_a_booted_node() {
     assert_eq!(run.code, 13, "{}\n{}", run.stdout, run.stderr);
     settings().bind(|| insta::assert_snapshot!("rollback", run.stderr));
 }
+
+#[test]
+fn systemctl_status_shows_the_current_step_in_words() {
+    let k = KataNode::boot("");
+    // rpm-ostree hangs: the run stays in its package step while we look.
+    k.rpm_ostree_fault("hang");
+    k.node
+        .exec_ok(&[
+            "systemctl",
+            "start",
+            "--no-block",
+            "kata-live-install.service",
+        ])
+        .expect("start the install unit");
+    k.wait_phase("package", std::time::Duration::from_secs(60));
+    let text = k.status_text("kata-live-install.service");
+    assert!(
+        text.starts_with("install step ")
+            && text.ends_with(": installing the package live with rpm-ostree"),
+        "StatusText: {text}"
+    );
+    k.node
+        .exec_ok(&["systemctl", "stop", "kata-live-install.service"])
+        .expect("stop the install unit");
+}
