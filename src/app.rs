@@ -2,7 +2,7 @@
 
 use crate::cli::{Cli, Command};
 use crate::config::{self, ConfigError, Loaded};
-use crate::crio::{self, CrioError, DropIn};
+use crate::crio::CrioError;
 use crate::exit::ExitCode;
 use crate::flow::Ctx;
 use crate::host::Host;
@@ -188,11 +188,4 @@ fn print_config(loaded: &Loaded, json: bool) {
     } else {
         print!("{}", loaded.render_annotated());
     }
-}
-
-/// The drop-in's state as `status` reports it.
-pub fn drop_in_state(ctx: &Ctx) -> Result<crio::DropInState, AppError> {
-    let drop_in = DropIn::new(&ctx.host.root, ctx.host.path(&ctx.cfg.handler.drop_in));
-    let desired = crio::render(&ctx.cfg.handler)?;
-    Ok(crio::classify(drop_in.read()?.as_deref(), &desired))
 }

@@ -2,7 +2,7 @@
 //! [`Cli::command`], so this file is their single source.
 
 use crate::exit::ExitCode;
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -131,7 +131,7 @@ pub enum Command {
     Config,
     /// Write the man pages or shell completions (packaging; see src/generate.rs).
     #[command(hide = true)]
-    Generate(crate::generate::GenerateArgs),
+    Generate(GenerateArgs),
     /// The DaemonSet pod's entrypoint and readiness probe (see src/pod.rs, README).
     #[command(hide = true)]
     Pod(crate::pod::PodArgs),
@@ -182,4 +182,23 @@ mod tests {
             assert!(help.contains(c.describe()), "missing {c:?} in --help");
         }
     }
+}
+
+/// What `kata-live generate` writes (see src/generate.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Artifact {
+    /// One page per command: kata-live.8, kata-live-install.8, ...
+    Man,
+    /// bash (kata-live.bash), zsh (_kata-live) and fish (kata-live.fish).
+    Completions,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// What to write.
+    #[arg(value_enum)]
+    pub what: Artifact,
+    /// Directory to write into (created when missing; not under --root).
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: PathBuf,
 }

@@ -2,8 +2,8 @@
 //! completions are generated from the clap definition in [`crate::cli`], so they cannot
 //! drift from the real command line. The RPM build runs it; nothing on a node does.
 
+pub use crate::cli::{Artifact, GenerateArgs};
 use crate::fsutil::{self, FsError};
-use clap::{Args, ValueEnum};
 use clap_complete::{Generator, Shell};
 use std::path::{Path, PathBuf};
 
@@ -12,24 +12,6 @@ pub const MAN_SECTION: &str = "8";
 
 /// The shells whose completions are shipped.
 pub const SHELLS: [Shell; 3] = [Shell::Bash, Shell::Zsh, Shell::Fish];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Artifact {
-    /// One page per command: kata-live.8, kata-live-install.8, ...
-    Man,
-    /// bash (kata-live.bash), zsh (_kata-live) and fish (kata-live.fish).
-    Completions,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct GenerateArgs {
-    /// What to write.
-    #[arg(value_enum)]
-    pub what: Artifact,
-    /// Directory to write into (created when missing; not under --root).
-    #[arg(long, value_name = "DIR")]
-    pub out_dir: PathBuf,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {

@@ -92,7 +92,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
             Err(e) => format!("unknown ({e})"),
         }
     };
-    let drop_in = match crate::app::drop_in_state(ctx) {
+    let drop_in = match ctx.drop_in_state() {
         Ok(s) => s.to_string(),
         Err(e) => format!("unreadable ({e})"),
     };

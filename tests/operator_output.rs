@@ -269,6 +269,7 @@ fn crio_unit() -> UnitState {
         invocation_id: "5f0c3a9e2b8d4c6f8a1b2c3d4e5f6a7b".into(),
         main_pid: 58,
         exec_main_start_us: 1_764_590_000_000_000,
+        exec_main_start_mono_us: 9_000_000,
         n_restarts: 0,
     }
 }

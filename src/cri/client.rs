@@ -4,35 +4,13 @@ use super::error::{from_io, from_status, io_error_in_chain, CriError};
 use super::pods::{handler_from_verbose_info, pods_on_handler, PodRef, PodSnapshot, PodsOnHandler};
 use super::proto;
 use super::proto::runtime_service_client::RuntimeServiceClient;
-use super::view::RuntimeView;
+use super::view::{RuntimeView, VersionInfo};
 use hyper_util::rt::TokioIo;
-use serde::Serialize;
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint, Uri};
-
-/// The answer to `Version`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct VersionInfo {
-    /// Version of the kubelet runtime API the runtime speaks (`0.1.0` for CRI v1).
-    pub version: String,
-    pub runtime_name: String,
-    pub runtime_version: String,
-    pub runtime_api_version: String,
-}
-
-impl From<proto::VersionResponse> for VersionInfo {
-    fn from(v: proto::VersionResponse) -> Self {
-        VersionInfo {
-            version: v.version,
-            runtime_name: v.runtime_name,
-            runtime_version: v.runtime_version,
-            runtime_api_version: v.runtime_api_version,
-        }
-    }
-}
 
 /// A connection to one CRI runtime. Cheap to clone (clones share the HTTP/2 connection);
 /// after the runtime restarts, the channel reconnects on the next call.

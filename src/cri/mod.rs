@@ -14,10 +14,11 @@ pub mod pods;
 pub mod view;
 
 pub use canary::CanaryReport;
-pub use client::{retry_until, CriClient, VersionInfo};
+pub use client::{retry_until, CriClient};
 pub use error::CriError;
 pub use pods::{
     diff_pods, handler_from_verbose_info, pods_on_handler, PodChange, PodDiff, PodRef, PodSnapshot,
     PodsOnHandler,
 };
+pub use view::VersionInfo;
 pub use view::{HandlerPresence, RuntimeView};

@@ -1,11 +1,31 @@
 //! What a runtime says about itself and one handler, read from `Version` and `Status`.
 //! Pure: built from the responses, so every reading rule is unit-tested.
 
-use super::client::VersionInfo;
 use super::proto;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+/// The answer to `Version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VersionInfo {
+    /// Version of the kubelet runtime API the runtime speaks (`0.1.0` for CRI v1).
+    pub version: String,
+    pub runtime_name: String,
+    pub runtime_version: String,
+    pub runtime_api_version: String,
+}
+
+impl From<proto::VersionResponse> for VersionInfo {
+    fn from(v: proto::VersionResponse) -> Self {
+        VersionInfo {
+            version: v.version,
+            runtime_name: v.runtime_name,
+            runtime_version: v.runtime_version,
+            runtime_api_version: v.runtime_api_version,
+        }
+    }
+}
 
 /// Whether `Status.runtime_handlers` names the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

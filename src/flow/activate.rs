@@ -129,7 +129,7 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), Sy
             rep.end(
                 StepOutcome::Ran,
                 format!(
-                    "{why}: MainPID {} -> {}, new InvocationID {}",
+                    "{why}: MainPID {} → {}, new InvocationID {}",
                     proof.before.main_pid, proof.after.main_pid, proof.after.invocation_id
                 ),
             );

@@ -132,6 +132,15 @@ impl Ctx {
         DropIn::new(&self.host.root, self.host.path(&self.cfg.handler.drop_in))
     }
 
+    /// The drop-in's state against what the configuration renders (for `status`).
+    pub fn drop_in_state(&self) -> Result<crate::crio::DropInState, crate::crio::CrioError> {
+        let desired = crate::crio::render(&self.cfg.handler)?;
+        Ok(crate::crio::classify(
+            self.drop_in().read()?.as_deref(),
+            &desired,
+        ))
+    }
+
     pub fn backups(&self) -> BackupStore {
         BackupStore::new(&self.host.root, &self.host.path(STATE_DIR))
     }
