@@ -9,7 +9,7 @@ use support::node::NodeOptions;
 fn settings() -> insta::Settings {
     let mut s = insta::Settings::clone_current();
     for (re, with) in [
-        (r"\d+ -> \d+", "[pid] -> [pid]"),
+        (r"\d+ → \d+", "[pid] → [pid]"),
         (r"(MainPID|pid|PID) \d+", "$1 [pid]"),
         (r"\d+\.\d ?s\b", "[secs] s"),
         (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[time]"),

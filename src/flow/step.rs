@@ -55,6 +55,8 @@ impl From<FlowError> for Failure {
 impl Failure {
     fn detail(&self) -> String {
         match self {
+            // The run's last line says "refused, nothing was changed"; the step says why.
+            Failure::End(FlowError::Refused(why)) => why.clone(),
             Failure::End(e) => e.to_string(),
             Failure::Activation(s) | Failure::NotProven(s) => s.clone(),
         }
