@@ -334,7 +334,7 @@ impl JournalFollower {
             Ok(c) => c,
             Err(e) => {
                 // Progress display only: the run itself is unaffected.
-                tracing::warn!(error = %e, ?cmd, "cannot follow the hand-off's journal");
+                tracing::warn!(error = %e, command = %cmd.join(" "), "cannot follow the hand-off's journal ({program}: {e})");
                 return None;
             }
         };
