@@ -11,7 +11,7 @@ pub mod step;
 pub use activate::{activate, newest_artifact_us, Activated};
 pub use preflight::{preflight, Baseline};
 pub use prove::{effective_definition, prove, ProofSpec};
-pub use rollback::{rollback, stop_before_activation};
+pub use rollback::{reactivate_and_prove_back, restore_drop_in, rollback, stop_before_activation};
 
 use crate::config::Config;
 use crate::cri::{self, CriClient, HandlerPresence, PodSnapshot, RuntimeView};

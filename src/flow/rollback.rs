@@ -9,9 +9,20 @@ pub async fn rollback(
     baseline: &Baseline,
     backup: Option<&Backup>,
 ) -> Rollback {
-    let c = &ctx.cfg;
     // Restore, restart CRI-O, prove back (and start kubelet again if it went down).
     rep.begin_rollback(3);
+    if let Err(failed) = restore_drop_in(ctx, rep, backup) {
+        return failed;
+    }
+    reactivate_and_prove_back(ctx, rep, baseline).await
+}
+
+/// The drop-in step's undo: its content before this operation, byte for byte (or no file).
+pub fn restore_drop_in(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    backup: Option<&Backup>,
+) -> Result<(), Rollback> {
     rep.begin("rollback", "restoring the previous drop-in");
     let drop_in = ctx.drop_in();
     let previous = backup.and_then(|b| b.content.as_deref());
@@ -28,9 +39,21 @@ pub async fn rollback(
             ctx.host.path(STATE_DIR).display()
         );
         rep.end(StepOutcome::Failed, msg.clone());
-        return Rollback::Failed(msg);
+        return Err(Rollback::Failed(msg));
     }
     rep.end(StepOutcome::Ran, "previous drop-in restored".to_string());
+    Ok(())
+}
+
+/// Once the undone steps put the previous configuration back: CRI-O restarted with it,
+/// kubelet started again if it went down with CRI-O, and the node proven as preflight found
+/// it. On success the backup and the journal are cleared.
+pub async fn reactivate_and_prove_back(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+) -> Rollback {
+    let c = &ctx.cfg;
     if let Err(e) = restart_crio_for_rollback(ctx, rep).await {
         return Rollback::Failed(format!(
             "the previous drop-in is restored but {} did not restart cleanly: {e}. \

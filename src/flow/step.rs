@@ -100,6 +100,12 @@ pub trait Step {
     fn prepare(&mut self, _ctx: &Ctx, _run: &mut Run) -> Result<(), FlowError> {
         Ok(())
     }
+    /// Undoes what `apply` changed (after a failed activation or proof), before the runtime
+    /// is activated again with the previous configuration. Steps that change nothing the
+    /// runtime reads have nothing to undo.
+    fn undo(&mut self, _ctx: &Ctx, _run: &Run, _rep: &mut Reporter) -> Result<(), Rollback> {
+        Ok(())
+    }
     /// The dry run: observe, decide, change nothing. Read-only steps plan by applying.
     fn plan<'a>(
         &'a mut self,
@@ -200,7 +206,9 @@ async fn run_steps(
     };
     let mut left: &'static str = "nothing was changed";
     let mut config_changed = false;
-    for step in steps.iter_mut() {
+    for i in 0..steps.len() {
+        let (done_steps, rest) = steps.split_at_mut(i);
+        let step = &mut rest[0];
         if step.stoppable() {
             if let Some(signal) = crate::stop::requested() {
                 return Err(stop_before(
@@ -242,11 +250,11 @@ async fn run_steps(
                 return Err(match f {
                     Failure::End(e) => e,
                     Failure::Activation(error) => {
-                        let rollback = roll_back(ctx, rep, &mut run).await;
+                        let rollback = roll_back(ctx, rep, &mut run, done_steps).await;
                         FlowError::Activation { error, rollback }
                     }
                     Failure::NotProven(missing) => {
-                        let rollback = roll_back(ctx, rep, &mut run).await;
+                        let rollback = roll_back(ctx, rep, &mut run, done_steps).await;
                         FlowError::NotProven { missing, rollback }
                     }
                 });
@@ -272,16 +280,34 @@ async fn run_steps(
     Ok(run.summary.join("; "))
 }
 
-/// Undoes what the run changed and proves the node back to its preflight state.
-async fn roll_back(ctx: &Ctx, rep: &mut Reporter, run: &mut Run) -> Rollback {
+/// The rollback: the applied steps undone in reverse (the drop-in restored), then the
+/// runtime activated again with the previous configuration and the node proven back to its
+/// preflight state.
+async fn roll_back(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    run: &mut Run,
+    applied: &mut [Box<dyn Step + '_>],
+) -> Rollback {
     run.journal.phase = Phase::Rollback;
     if let Err(e) = run.save_journal() {
         tracing::warn!("the state journal could not record the rollback: {e}");
     }
-    match &run.base {
-        Some(base) => rollback(ctx, rep, base, run.backup.as_ref()).await,
-        None => Rollback::Failed("no preflight baseline to roll back to".into()),
+    let Some(base) = run.base.clone() else {
+        return Rollback::Failed("no preflight baseline to roll back to".into());
+    };
+    let undone: Vec<usize> = (0..applied.len())
+        .rev()
+        .filter(|&i| applied[i].changes_runtime_config())
+        .collect();
+    // The undos, then the restart of the runtime and the proof back.
+    rep.begin_rollback(undone.len() + 2);
+    for i in undone {
+        if let Err(failed) = applied[i].undo(ctx, run, rep) {
+            return failed;
+        }
     }
+    reactivate_and_prove_back(ctx, rep, &base).await
 }
 
 /// A stop was requested before `next`: the run ends there. A change of the runtime's

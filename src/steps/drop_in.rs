@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::crio::{self, DropInState};
+use crate::flow::Rollback;
 use crate::state::Phase;
 
 /// Reads the drop-in and keeps its content as the backup, once per operation (a run
@@ -41,6 +42,10 @@ impl Step for WriteDropIn {
     }
     fn prepare(&mut self, ctx: &Ctx, run: &mut Run) -> Result<(), FlowError> {
         keep_backup(ctx, run).map(|_| ())
+    }
+    /// The previous content back, byte for byte (or no file).
+    fn undo(&mut self, ctx: &Ctx, run: &Run, rep: &mut Reporter) -> Result<(), Rollback> {
+        crate::flow::restore_drop_in(ctx, rep, run.backup.as_ref())
     }
     fn plan<'a>(
         &'a mut self,
@@ -108,6 +113,10 @@ impl Step for RemoveDropIn {
             }
         }
         Ok(())
+    }
+    /// The previous content back, byte for byte (or no file).
+    fn undo(&mut self, ctx: &Ctx, run: &Run, rep: &mut Reporter) -> Result<(), Rollback> {
+        crate::flow::restore_drop_in(ctx, rep, run.backup.as_ref())
     }
     fn plan<'a>(
         &'a mut self,
