@@ -71,6 +71,7 @@ fn uninstall_after_install() {
             "lock",
             "preflight",
             "pods-on-handler",
+            "crio-config",
             "drop-in",
             "activate",
             "prove",
