@@ -221,6 +221,14 @@ impl DropIn {
     }
 
     /// Puts back exactly what [`Change::previous`] held: the old bytes, or no file.
+    /// Puts `backup` back; no backup means this operation never changed the drop-in.
+    pub fn restore_backup(&self, backup: Option<&Backup>) -> Result<Outcome, CrioError> {
+        match backup {
+            Some(b) => self.restore(b.content.as_deref()),
+            None => Ok(Outcome::Unchanged),
+        }
+    }
+
     pub fn restore(&self, previous: Option<&[u8]>) -> Result<Outcome, CrioError> {
         self.clear_stale_temps()?;
         match previous {

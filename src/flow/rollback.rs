@@ -25,13 +25,7 @@ pub fn restore_drop_in(
 ) -> Result<(), Rollback> {
     rep.begin("rollback", "restoring the previous drop-in");
     let drop_in = ctx.drop_in();
-    let previous = backup.and_then(|b| b.content.as_deref());
-    let restored = match backup {
-        Some(_) => drop_in.restore(previous),
-        // No backup means nothing was changed on disk.
-        None => Ok(crate::crio::Outcome::Unchanged),
-    };
-    if let Err(e) = restored {
+    if let Err(e) = drop_in.restore_backup(backup) {
         let msg = format!(
             "the previous drop-in could not be restored ({e}); {} holds the new content; \
              the saved original is under {}/backup/",
@@ -135,11 +129,7 @@ pub async fn stop_before_activation(
     }
     rep.begin("stop", &format!("undoing the drop-in change ({signal})"));
     let drop_in = ctx.drop_in();
-    let restored = match &backup {
-        Some(b) => drop_in.restore(b.content.as_deref()),
-        None => Ok(crate::crio::Outcome::Unchanged),
-    };
-    if let Err(e) = restored {
+    if let Err(e) = drop_in.restore_backup(backup.as_ref()) {
         let msg = format!(
             "the previous drop-in could not be restored ({e}); {} holds the new content, which \
              the running CRI-O has not read; the saved original is under {}/backup/",

@@ -95,8 +95,8 @@ pub trait Step {
     fn reports_itself(&self) -> bool {
         false
     }
-    /// Keeps what its undo will need (the drop-in's backup) before the state journal
-    /// records that the step began. Not called in a dry run.
+    /// Keeps what its undo will need (the drop-in's backup), before the state journal
+    /// records the step's phase. Not called in a dry run.
     fn prepare(&mut self, _ctx: &Ctx, _run: &mut Run) -> Result<(), FlowError> {
         Ok(())
     }
@@ -125,7 +125,6 @@ pub trait Step {
 
 /// What the steps of one run share.
 pub struct Run {
-    pub operation: Operation,
     pub journal: Journal,
     /// The journal of a run that was killed, when this one resumes it.
     pub interrupted: Option<Journal>,
@@ -192,7 +191,6 @@ async fn run_steps(
         );
     }
     let mut run = Run {
-        operation,
         journal,
         interrupted,
         journals,
@@ -223,10 +221,12 @@ async fn run_steps(
                 .await);
             }
         }
-        if let (Some(phase), false) = (step.phase(), ctx.dry_run) {
+        if !ctx.dry_run {
             step.prepare(ctx, &mut run)?;
-            run.journal.phase = phase;
-            run.save_journal()?;
+            if let Some(phase) = step.phase() {
+                run.journal.phase = phase;
+                run.save_journal()?;
+            }
         }
         let self_reported = step.reports_itself();
         if !self_reported {
