@@ -110,8 +110,9 @@ pub enum PackageRemoval {
 pub struct PostInstall {
     /// SELinux policy modules: name as `semodule -l` lists it, and the file to load.
     pub selinux_modules: Vec<SelinuxModule>,
-    /// SELinux booleans set persistently (`setsebool -P`). A fragment's
-    /// `selinux_booleans = {}` clears the list (other tables merge key by key).
+    /// SELinux booleans set persistently (`setsebool -P`). A fragment's table replaces the
+    /// whole map, as an array would (`selinux_booleans = {}` clears it): merged key by key,
+    /// a map that lost a default could not be printed back as one fragment.
     pub selinux_booleans: BTreeMap<String, bool>,
     /// Units started (and waited for) after the package is live.
     pub units: Vec<String>,
@@ -536,8 +537,9 @@ pub fn load_fragments(fragments: &[(PathBuf, String)]) -> Result<Loaded, ConfigE
     Ok(loaded)
 }
 
-/// Tables whose keys are free names (not settings): an empty table in a fragment clears them.
-pub const CLEARABLE_MAPS: [&str; 1] = ["post_install.selinux_booleans"];
+/// Tables whose keys are free names (not settings): a fragment's table replaces the whole
+/// map, and an empty one clears it.
+pub const REPLACED_MAPS: [&str; 1] = ["post_install.selinux_booleans"];
 
 fn merge(
     into: &mut toml::Table,
@@ -550,11 +552,16 @@ fn merge(
         let key = join_key(prefix, &k);
         match (into.get_mut(&k), v) {
             (Some(toml::Value::Table(_)), toml::Value::Table(t))
-                if t.is_empty() && CLEARABLE_MAPS.contains(&key.as_str()) =>
+                if REPLACED_MAPS.contains(&key.as_str()) =>
             {
                 let inside = format!("{key}.");
                 prov.retain(|p, _| !p.starts_with(&inside));
-                prov.insert(key, src.clone());
+                if t.is_empty() {
+                    prov.insert(key, src.clone());
+                } else {
+                    prov.remove(&key);
+                    record_leaves(&key, &toml::Value::Table(t.clone()), src, &mut *prov);
+                }
                 into.insert(k, toml::Value::Table(t));
             }
             (Some(toml::Value::Table(dst)), toml::Value::Table(t)) => {

@@ -272,7 +272,7 @@ fn vm_handlers_may_leave_out_the_config_path() {
 }
 
 #[test]
-fn an_empty_table_clears_the_selinux_booleans() {
+fn a_fragments_selinux_booleans_replace_the_map() {
     let f = |n: &str, t: &str| {
         (
             PathBuf::from(format!("/etc/kata-live/config.d/{n}")),
@@ -285,7 +285,7 @@ fn an_empty_table_clears_the_selinux_booleans() {
         l.source_of("post_install.selinux_booleans"),
         Source::File("/etc/kata-live/config.d/10.toml".into())
     );
-    // Later fragments add to the cleared table again, key by key.
+    // A later fragment's table replaces the cleared one.
     let l = load_fragments(&[
         f("10.toml", "[post_install]\nselinux_booleans = {}\n"),
         f(
@@ -298,13 +298,21 @@ fn an_empty_table_clears_the_selinux_booleans() {
         l.config.post_install.selinux_booleans,
         BTreeMap::from([("virt_use_nfs".to_string(), true)])
     );
-    // A non-empty table still merges into the default.
+    // A non-empty table replaces the default too, as an array would: the only way the
+    // merged map, printed by `kata-live config`, reads back as the same map.
     let l = load_fragments(&[f(
         "10.toml",
         "[post_install.selinux_booleans]\nvirt_use_nfs = true\n",
     )])
     .unwrap();
-    assert_eq!(l.config.post_install.selinux_booleans.len(), 2);
+    assert_eq!(
+        l.config.post_install.selinux_booleans,
+        BTreeMap::from([("virt_use_nfs".to_string(), true)])
+    );
+    assert_eq!(
+        l.source_of("post_install.selinux_booleans.virt_use_nfs"),
+        Source::File("/etc/kata-live/config.d/10.toml".into())
+    );
 }
 
 #[test]
