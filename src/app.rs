@@ -69,7 +69,7 @@ fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
     }
     let loaded = config::load(host)?;
     if let Command::Config = cli.command {
-        print_config(&loaded, cli.global.json);
+        print_config(&loaded, host, cli.global.json);
         return Ok(ExitCode::Ok);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -86,7 +86,32 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         std::env::var("DBUS_SYSTEM_BUS_ADDRESS").ok().as_deref(),
     )?;
     let systemd = Systemd::at_address(&bus).await?;
+    let facts = |u: &str| {
+        let systemd = &systemd;
+        let u = u.to_string();
+        async move {
+            let s = systemd.unit_state(&u).await;
+            crate::runtime::UnitFacts {
+                installed: s.is_ok(),
+                active: s.is_ok_and(|s| s.is_running()),
+            }
+        }
+    };
+    let units = (
+        facts(&loaded.config.units.crio).await,
+        facts(&loaded.config.containerd.unit).await,
+    );
+    // A runtime that cannot be decided is refused by the preflight step (reported as every
+    // refusal is); until then the flow names CRI-O, kata-live's first runtime.
+    let (kind, rt_why, rt_problem) = match crate::runtime::resolve(&loaded, host, Some(units)) {
+        Ok((k, why)) => (k, why, None),
+        Err(why) => (crate::config::RuntimeKind::Crio, String::new(), Some(why)),
+    };
+    tracing::debug!(runtime = %kind, "runtime: {rt_why}");
     let ctx = Ctx {
+        rt: crate::runtime::for_config(&loaded.config, kind),
+        rt_why,
+        rt_problem,
         host: host.clone(),
         rpm_ostree: RpmOstree::new(host.path(&loaded.config.package.rpm_ostree)),
         cfg: loaded.config,
@@ -177,15 +202,34 @@ fn exit_from_status(status: i32) -> ExitCode {
         .unwrap_or(ExitCode::Internal)
 }
 
-fn print_config(loaded: &Loaded, json: bool) {
+fn print_config(loaded: &Loaded, host: &Host, json: bool) {
+    // Without systemd (config needs no bus): the sockets alone decide a detection.
+    let runtime = crate::runtime::resolve(loaded, host, None);
     if json {
+        let (kind, source, error) = match &runtime {
+            Ok((k, why)) => (Some(k.to_string()), Some(why.clone()), None),
+            Err(e) => (None, None, Some(e.clone())),
+        };
         let v = serde_json::json!({
             "config": loaded.config,
             "fragments": loaded.fragments,
             "provenance": loaded.provenance,
+            "runtime": { "runtime": kind, "source": source, "error": error },
         });
         crate::report::print_json(crate::report::Kind::Config, v);
     } else {
-        print!("{}", loaded.render_annotated());
+        let text = loaded.render_annotated();
+        // The runtime line: the set value is in the text already; a detected one is shown
+        // as a comment, so that the output read back as a fragment keeps detecting.
+        let line = match (&loaded.config.runtime, &runtime) {
+            (Some(_), Ok(_)) => None,
+            (None, Ok((k, why))) => Some(format!("# runtime = \"{k}\"  # not set: {why}\n")),
+            (_, Err(e)) => Some(format!("# runtime: {e}\n")),
+        };
+        match (line, text.find("\n\n")) {
+            (Some(l), Some(i)) => print!("{}\n{l}{}", &text[..i], &text[i + 1..]),
+            (Some(l), None) => print!("{text}{l}"),
+            (None, _) => print!("{text}"),
+        }
     }
 }

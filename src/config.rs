@@ -20,6 +20,10 @@ pub const FRAGMENT_DIRS: [&str; 2] = ["usr/lib/kata-live/config.d", "etc/kata-li
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// The node's container runtime. Unset: detected from the node (see
+    /// [`crate::runtime::detect`]) each run, and printed by `kata-live config`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeKind>,
     pub handler: Handler,
     pub package: Package,
     pub post_install: PostInstall,
@@ -28,6 +32,51 @@ pub struct Config {
     pub kubelet: Kubelet,
     pub activation: Activation,
     pub deadlines: Deadlines,
+    pub containerd: Containerd,
+}
+
+/// The CRI runtime of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    Crio,
+    Containerd,
+}
+
+impl fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RuntimeKind::Crio => "crio",
+            RuntimeKind::Containerd => "containerd",
+        })
+    }
+}
+
+/// Where containerd is on this node (used when `runtime = "containerd"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Containerd {
+    /// containerd's main file (`--config`), someone else's: kata-live only adds `import`.
+    pub config: PathBuf,
+    /// The drop-in kata-live owns, holding only the handler's table.
+    pub drop_in: PathBuf,
+    /// The import that reads the drop-in, added to the main file's `imports` if no import
+    /// there covers the drop-in already.
+    pub import: String,
+    pub socket: PathBuf,
+    pub unit: String,
+}
+
+impl Default for Containerd {
+    fn default() -> Self {
+        Containerd {
+            config: "/etc/containerd/config.toml".into(),
+            drop_in: "/etc/containerd/conf.d/50-kata-remote.toml".into(),
+            import: "/etc/containerd/conf.d/*.toml".into(),
+            socket: "/run/containerd/containerd.sock".into(),
+            unit: "containerd.service".into(),
+        }
+    }
 }
 
 /// The runtime handler and the CRI-O drop-in that declares it.
@@ -41,6 +90,63 @@ pub struct Handler {
     pub drop_in: PathBuf,
     /// The `[crio.runtime.runtimes.NAME]` table.
     pub crio: CrioRuntime,
+    /// containerd's `[plugins.CRI.containerd.runtimes.NAME]` table.
+    pub containerd: ContainerdRuntime,
+}
+
+/// Keys of a containerd CRI runtime table, names as containerd spells them in TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContainerdRuntime {
+    /// `io.containerd.NAME.vN`: containerd runs the shim `containerd-shim-NAME-vN`.
+    pub runtime_type: String,
+    /// The shim binary, when it is not found from `runtime_type` on PATH ("" = unset).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
+    pub runtime_path: Option<String>,
+    /// The shim's options (Kata: `ConfigPath`; runc: `BinaryName`). A fragment's table
+    /// replaces the whole map (its keys are the shim's, not kata-live's).
+    pub options: BTreeMap<String, toml::Value>,
+    pub privileged_without_host_devices: bool,
+    pub pod_annotations: Vec<String>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
+    pub snapshotter: Option<String>,
+}
+
+impl Default for ContainerdRuntime {
+    /// kata-deploy's kata-remote handler for containerd.
+    fn default() -> Self {
+        let h = crate::containerd::config::ContainerdHandler::default();
+        ContainerdRuntime {
+            runtime_type: h.runtime_type,
+            runtime_path: h.runtime_path,
+            options: h.options,
+            privileged_without_host_devices: h.privileged_without_host_devices,
+            pod_annotations: h.pod_annotations,
+            snapshotter: h.snapshotter,
+        }
+    }
+}
+
+impl Handler {
+    /// The handler as containerd's configuration module renders it.
+    pub fn containerd_handler(&self) -> crate::containerd::config::ContainerdHandler {
+        let t = &self.containerd;
+        crate::containerd::config::ContainerdHandler {
+            name: self.name.clone(),
+            runtime_type: t.runtime_type.clone(),
+            runtime_path: t.runtime_path.clone(),
+            options: t.options.clone(),
+            privileged_without_host_devices: t.privileged_without_host_devices,
+            pod_annotations: t.pod_annotations.clone(),
+            snapshotter: t.snapshotter.clone(),
+        }
+    }
 }
 
 /// Keys of a CRI-O runtime handler table (crio.conf(5)), names as CRI-O spells them.
@@ -229,6 +335,7 @@ impl Default for Handler {
             name: "kata-remote".into(),
             drop_in: "/etc/crio/crio.conf.d/50-kata-remote".into(),
             crio: CrioRuntime::default(),
+            containerd: ContainerdRuntime::default(),
         }
     }
 }
@@ -539,7 +646,10 @@ pub fn load_fragments(fragments: &[(PathBuf, String)]) -> Result<Loaded, ConfigE
 
 /// Tables whose keys are free names (not settings): a fragment's table replaces the whole
 /// map, and an empty one clears it.
-pub const REPLACED_MAPS: [&str; 1] = ["post_install.selinux_booleans"];
+pub const REPLACED_MAPS: [&str; 2] = [
+    "post_install.selinux_booleans",
+    "handler.containerd.options",
+];
 
 fn merge(
     into: &mut toml::Table,
@@ -912,6 +1022,7 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         return err("handler.drop_in", problem);
     }
     validate_crio_table(l)?;
+    validate_containerd(l)?;
     if !c.package.skip && c.package.names.is_empty() && c.package.local_rpm_dir.is_none() {
         return err(
             "package.names",
@@ -943,6 +1054,7 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
     for (key, unit) in [
         ("units.crio", &c.units.crio),
         ("units.kubelet", &c.units.kubelet),
+        ("containerd.unit", &c.containerd.unit),
     ] {
         if !is_unit_name(unit) {
             return err(
@@ -958,6 +1070,103 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         if let Some(problem) = loopback_http_problem(url) {
             return err(key, problem);
         }
+    }
+    Ok(())
+}
+
+/// containerd's part: where its files are, and a handler table containerd would load.
+fn validate_containerd(l: &Loaded) -> Result<(), ConfigError> {
+    let c = &l.config;
+    let d = &c.containerd;
+    let err = |key: &str, msg: String| Err(ConfigError::key(&l.source_of(key), key, msg));
+    for (key, p) in [
+        ("containerd.config", &d.config),
+        ("containerd.drop_in", &d.drop_in),
+        ("containerd.socket", &d.socket),
+    ] {
+        if !p.is_absolute() {
+            return err(key, format!("{p:?} must be an absolute path"));
+        }
+    }
+    let name = d
+        .drop_in
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let plain = name.ends_with(".toml")
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'+'));
+    if !plain || d.drop_in.components().any(|c| c.as_os_str() == "..") {
+        return err(
+            "containerd.drop_in",
+            format!("{:?}: the drop-in must be a plain *.toml file name (letters, digits, '-', '_', '.', '+'), e.g. /etc/containerd/conf.d/50-kata-remote.toml", d.drop_in),
+        );
+    }
+    if d.drop_in == d.config {
+        return err(
+            "containerd.drop_in",
+            "the drop-in cannot be containerd's main file".into(),
+        );
+    }
+    let covers = d.import.starts_with('/')
+        && crate::containerd::imports::glob_matches(&d.import, &d.drop_in.to_string_lossy());
+    if !covers {
+        let (key, src) = l.last_set(&["containerd.import", "containerd.drop_in"]);
+        return Err(ConfigError::key(
+            &src,
+            key,
+            format!(
+                "the import {:?} must be an absolute path or glob that matches the drop-in {:?} (containerd reads a drop-in only through imports)",
+                d.import, d.drop_in
+            ),
+        ));
+    }
+    let t = &c.handler.containerd;
+    let shim = t
+        .runtime_type
+        .strip_prefix("io.containerd.")
+        .and_then(|r| r.rsplit_once(".v"))
+        .filter(|(n, v)| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'_'))
+                && !v.is_empty()
+                && v.bytes().all(|b| b.is_ascii_digit())
+        });
+    if shim.is_none() {
+        return err(
+            "handler.containerd.runtime_type",
+            format!(
+                "{:?} is not a containerd runtime type io.containerd.NAME.vN (e.g. io.containerd.kata-remote.v2: containerd then runs containerd-shim-kata-remote-v2)",
+                t.runtime_type
+            ),
+        );
+    }
+    if let Some(p) = &t.runtime_path {
+        if !p.starts_with('/') {
+            return err(
+                "handler.containerd.runtime_path",
+                format!("{p:?} must be an absolute path"),
+            );
+        }
+    }
+    if let Some(a) = t.pod_annotations.iter().find(|a| a.trim().is_empty()) {
+        return err(
+            "handler.containerd.pod_annotations",
+            format!("{a:?}: an empty pattern"),
+        );
+    }
+    if c.runtime == Some(RuntimeKind::Containerd)
+        && c.activation.strategy == ActivationStrategy::ReloadWithCanary
+    {
+        let (key, src) = l.last_set(&["activation.strategy", "runtime"]);
+        return Err(ConfigError::key(
+            &src,
+            key,
+            "containerd has no configuration reload (it reads its runtimes only at start): use strategy = \"restart\"",
+        ));
     }
     Ok(())
 }

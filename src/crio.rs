@@ -262,22 +262,29 @@ pub struct Backup {
 pub struct BackupStore {
     root: PathBuf,
     dir: PathBuf,
+    name: &'static str,
 }
 
 impl BackupStore {
     pub fn new(root: impl Into<PathBuf>, state_dir: &Path) -> Self {
+        Self::named(root, state_dir, "drop-in")
+    }
+
+    /// A backup of another file than the drop-in (`NAME.json`, `NAME.orig`).
+    pub fn named(root: impl Into<PathBuf>, state_dir: &Path, name: &'static str) -> Self {
         BackupStore {
             root: root.into(),
             dir: state_dir.join("backup"),
+            name,
         }
     }
 
     fn meta_path(&self) -> PathBuf {
-        self.dir.join("drop-in.json")
+        self.dir.join(format!("{}.json", self.name))
     }
 
     fn content_path(&self) -> PathBuf {
-        self.dir.join("drop-in.orig")
+        self.dir.join(format!("{}.orig", self.name))
     }
 
     fn fs_err(path: PathBuf) -> impl FnOnce(FsError) -> CrioError {

@@ -1,7 +1,7 @@
-//! `kata-live install`: the steps, in order. The runner ([`crate::flow::step`]) takes the
-//! lock first, reports each step, honours a stop between steps, and rolls back (the
-//! previous drop-in restored, CRI-O restarted, the node proven back) when the activation or
-//! the proof fails.
+//! `kata-live install`: the steps, in order, on CRI-O or containerd ([`crate::runtime`]).
+//! The runner ([`crate::flow::step`]) takes the lock first, reports each step, honours a
+//! stop between steps, and rolls back (the changed files restored, the runtime restarted,
+//! the node proven back) when the activation or the proof fails.
 
 use crate::exit::ExitCode;
 use crate::flow::{step, Ctx};
@@ -9,21 +9,27 @@ use crate::state::Operation;
 use crate::steps::*;
 
 pub async fn run(ctx: &Ctx) -> ExitCode {
-    let steps: Vec<Box<dyn step::Step>> = vec![
+    let mut steps: Vec<Box<dyn step::Step>> = vec![
         // Refuse a node that is already unhealthy; snapshot its pods.
         Box::new(Preflight),
-        // A later CRI-O file declaring the handler would replace our table.
-        Box::new(CrioFiles { removing: false }),
+        // A later runtime file declaring the handler would override our table.
+        Box::new(RuntimeFiles::new(ctx, false)),
         // The package live, what its scriptlets would have done, its files visible to CRI-O.
         Box::new(InstallPackage),
         Box::new(PostInstall),
         Box::new(Visibility),
         // The drop-in, its previous content kept for the rollback.
         Box::new(WriteDropIn),
-        // Restart CRI-O only when the running one has not seen the change.
-        Box::new(Activate { want_listed: true }),
-        // The handler served by a CRI-O newer than the change, kubelet back, no pod lost.
-        Box::new(Prove { want_listed: true }),
     ];
+    // containerd reads a drop-in only through its main file's `imports`.
+    if ctx.rt.import().is_some() {
+        steps.push(Box::new(EnsureImport::new()));
+    }
+    steps.extend::<[Box<dyn step::Step>; 2]>([
+        // Restart the runtime only when the running one has not seen the change.
+        Box::new(Activate { want_listed: true }),
+        // The handler served by a runtime newer than the change, kubelet back, no pod lost.
+        Box::new(Prove { want_listed: true }),
+    ]);
     step::run(ctx, Operation::Install, steps).await
 }

@@ -23,6 +23,7 @@ pub mod plan;
 pub mod pod;
 pub mod report;
 pub mod rpm_ostree;
+pub mod runtime;
 pub mod scriptlets;
 pub mod state;
 pub mod status;

@@ -42,6 +42,10 @@ impl<T> Seen<T> {
 
 #[derive(Debug, Serialize)]
 pub struct Observation {
+    /// "CRI-O" or "containerd".
+    pub runtime_name: &'static str,
+    /// Why that runtime: set by a fragment, or detected (or why none could be decided).
+    pub runtime_source: String,
     pub handler: String,
     pub package: String,
     pub drop_in: String,
@@ -92,11 +96,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
             Err(e) => format!("unknown ({e})"),
         }
     };
-    let drop_in = match ctx.drop_in_state() {
-        Ok(s) => s.to_string(),
-        Err(e) => format!("unreadable ({e})"),
-    };
-    let crio = ctx.unit(&c.units.crio).await.map_err(|e| e.to_string());
+    let crio = ctx.unit(ctx.rt.unit()).await.map_err(|e| e.to_string());
     let newest = flow::newest_artifact_us(ctx);
     let crio_newer = matches!(&crio, Ok(s) if s.is_running() && s.exec_main_start_us > newest);
     let cri = ctx
@@ -110,6 +110,11 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.clone()),
     };
+    let daemon_version = runtime.as_ref().ok().map(|v| v.runtime_version.as_str());
+    let drop_in = match ctx.drop_in_state(daemon_version) {
+        Ok(s) => s.to_string(),
+        Err(e) => format!("unreadable ({e})"),
+    };
     let pods_on_handler = match &cri {
         Ok(cli) => cli
             .sandboxes_for_handler(&c.handler.name)
@@ -117,21 +122,22 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.clone()),
     };
-    let wrote = crate::crio::render(&c.handler)
+    let wrote = ctx
+        .rt
+        .render(&ctx.host, daemon_version)
         .ok()
-        .and_then(|t| crate::crio_conf::written_table(&t, &c.handler.name));
+        .and_then(|t| ctx.rt.written_table(&ctx.host, &t));
     let (effective_definition, definition_problem) = match &wrote {
-        Some(w) => {
-            flow::effective_definition(&ctx.host.path(&c.cri.socket), &c.handler.name, w).await
-        }
+        Some(w) => ctx.rt.effective(&ctx.host, w).await,
         None => (serde_json::Value::Null, None),
     };
     let kubelet = match (&crio, ctx.unit(&c.units.kubelet).await) {
         (Ok(cs), Ok(ks)) => {
-            let inputs = kubelet::ProofInputs::from_config(c, &ctx.host, cs.main_pid, None);
+            let inputs =
+                kubelet::ProofInputs::from_config(c, &ctx.host, ctx.rt.socket(), cs.main_pid, None);
             Ok(kubelet::observe(&inputs, &ks, Duration::from_secs(2)).await)
         }
-        (Err(e), _) => Err(format!("CRI-O unit unreadable: {e}")),
+        (Err(e), _) => Err(format!("{} unit unreadable: {e}", ctx.rt.name())),
         (_, Err(e)) => Err(e.to_string()),
     };
     let canary = match (&cri, canary) {
@@ -144,6 +150,11 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         _ => None,
     };
     Observation {
+        runtime_name: ctx.rt.name(),
+        runtime_source: match &ctx.rt_problem {
+            Some(p) => format!("UNDECIDED: {p}"),
+            None => ctx.rt_why.clone(),
+        },
         handler: c.handler.name.clone(),
         package,
         drop_in,
@@ -266,6 +277,11 @@ fn handler_name(h: &str) -> &str {
 pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
     let mut sum = Summary::default();
     let rows = sum.section("Node");
+    row(
+        rows,
+        "runtime",
+        format!("{} ({})", o.runtime_name, o.runtime_source),
+    );
     row(rows, "handler", &o.handler);
     row(rows, "package", &o.package);
     row(
@@ -274,7 +290,8 @@ pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
         format!("{} ({})", o.drop_in, o.drop_in_path),
     );
 
-    let rows = sum.section("CRI-O");
+    let rt = o.runtime_name;
+    let rows = sum.section(rt);
     match o.crio.as_result() {
         Ok(u) => {
             row(
@@ -358,7 +375,10 @@ pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
         "definition",
         o.definition_problem
             .as_deref()
-            .unwrap_or("the running CRI-O's effective table is the one kata-live writes"),
+            .map(str::to_string)
+            .unwrap_or(format!(
+                "the running {rt}'s effective table is the one kata-live writes"
+            )),
     );
     match o.pods_on_handler.as_result() {
         Ok(p) => row(rows, "pods on handler", p.describe()),
@@ -439,7 +459,9 @@ pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
             row(
                 rows,
                 "verdict",
-                "PROVEN: the running CRI-O serves the handler and kubelet is connected to it",
+                format!(
+                    "PROVEN: the running {rt} serves the handler and kubelet is connected to it"
+                ),
             );
         } else {
             row(rows, "verdict", "NOT PROVEN");

@@ -8,19 +8,25 @@ use crate::state::Operation;
 use crate::steps::*;
 
 pub async fn run(ctx: &Ctx, force: bool) -> ExitCode {
-    let steps: Vec<Box<dyn step::Step>> = vec![
+    let mut steps: Vec<Box<dyn step::Step>> = vec![
         Box::new(Preflight),
         // Pods under the handler would break: refused unless --force.
         Box::new(PodsOnHandler { force }),
         // Another file declaring the handler would keep it served.
-        Box::new(CrioFiles { removing: true }),
+        Box::new(RuntimeFiles::new(ctx, true)),
         // The drop-in removed, its content kept for the rollback.
         Box::new(RemoveDropIn),
+    ];
+    // containerd: the import kata-live added, unless other files now rely on it.
+    if ctx.rt.import().is_some() {
+        steps.push(Box::new(RemoveImport::new()));
+    }
+    steps.extend::<[Box<dyn step::Step>; 3]>([
         Box::new(Activate { want_listed: false }),
         // The handler gone, kubelet back, no other pod lost.
         Box::new(Prove { want_listed: false }),
-        // The package, only once CRI-O no longer refers to it.
+        // The package, only once the runtime no longer refers to it.
         Box::new(RemovePackage),
-    ];
+    ]);
     step::run(ctx, Operation::Uninstall, steps).await
 }

@@ -164,6 +164,34 @@ fn every_validation_error_names_file_and_key() {
             "[post_install]\nunits = [\"../../x.service\"]\n",
             "post_install.units",
         ),
+        // containerd: a runtime type containerd can map to a shim, a drop-in the import reads,
+        // no reload.
+        (
+            "[handler.containerd]\nruntime_type = \"kata\"\n",
+            "handler.containerd.runtime_type",
+        ),
+        (
+            "[handler.containerd]\nruntime_path = \"bin/shim\"\n",
+            "handler.containerd.runtime_path",
+        ),
+        (
+            "[containerd]\ndrop_in = \"/etc/containerd/conf.d/50-kata.conf\"\n",
+            "containerd.drop_in",
+        ),
+        (
+            "[containerd]\nimport = \"conf.d/*.toml\"\n",
+            "containerd.import",
+        ),
+        (
+            "[containerd]\nimport = \"/etc/containerd/other/*.toml\"\n",
+            "containerd.import",
+        ),
+        ("[containerd]\nunit = \"containerd\"\n", "containerd.unit"),
+        (
+            "runtime = \"containerd\"\n[activation]\nstrategy = \"reload-with-canary\"\n",
+            "activation.strategy",
+        ),
+        ("runtime = \"docker\"\n", "runtime"),
         // Drop-in: directly in crio.conf.d, a plain name.
         (
             "[handler]\ndrop_in = \"/etc/crio/crio.conf.d/sub/50-x\"\n",
@@ -313,6 +341,65 @@ fn a_fragments_selinux_booleans_replace_the_map() {
         l.source_of("post_install.selinux_booleans.virt_use_nfs"),
         Source::File("/etc/kata-live/config.d/10.toml".into())
     );
+}
+
+#[test]
+fn a_containerd_node_is_configured_and_its_options_replace_the_map() {
+    let l = load_fragments(&[(
+        "/etc/kata-live/config.d/60-containerd.toml".into(),
+        "runtime = \"containerd\"\n[handler.containerd]\nruntime_type = \"io.containerd.runc.v2\"\noptions = { BinaryName = \"/usr/local/bin/runc-wrap\" }\n".into(),
+    )])
+    .unwrap();
+    assert_eq!(l.config.runtime, Some(config::RuntimeKind::Containerd));
+    let h = l.config.handler.containerd_handler();
+    assert_eq!(h.runtime_type, "io.containerd.runc.v2");
+    // The default ConfigPath is gone: the shim's options are replaced whole.
+    assert_eq!(
+        h.options.keys().collect::<Vec<_>>(),
+        [&"BinaryName".to_string()]
+    );
+    assert_eq!(
+        l.source_of("runtime"),
+        Source::File("/etc/kata-live/config.d/60-containerd.toml".into())
+    );
+}
+
+/// `kata-live config` says which runtime a run would change and why: set, detected from the
+/// node's CRI socket, or neither (refused at run time).
+#[test]
+fn config_prints_the_runtime_and_where_it_came_from() {
+    let r = tempfile::tempdir().unwrap();
+    let out = kata_config(r.path(), false);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("# runtime: no container runtime found"),
+        "{text}"
+    );
+    std::fs::create_dir_all(r.path().join("run/containerd")).unwrap();
+    let _sock =
+        std::os::unix::net::UnixListener::bind(r.path().join("run/containerd/containerd.sock"))
+            .unwrap();
+    let text = String::from_utf8_lossy(&kata_config(r.path(), false).stdout).into_owned();
+    assert!(
+        text.contains(
+            "# runtime = \"containerd\"  # not set: detected: /run/containerd/containerd.sock exists"
+        ),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&kata_config(r.path(), true).stdout).unwrap();
+    assert_eq!(json["runtime"]["runtime"], "containerd");
+    // Set in a fragment: that wins over the socket, and the source is the fragment.
+    let f = write(
+        r.path(),
+        "etc/kata-live/config.d",
+        "60-rt.toml",
+        "runtime = \"crio\"\n",
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&kata_config(r.path(), true).stdout).unwrap();
+    assert_eq!(json["runtime"]["runtime"], "crio");
+    assert_eq!(json["runtime"]["source"], format!("set by {}", f.display()));
 }
 
 #[test]

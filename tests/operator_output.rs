@@ -334,6 +334,8 @@ fn last_run() -> RunStatus {
 
 fn observation() -> Observation {
     Observation {
+        runtime_name: "CRI-O",
+        runtime_source: "detected: crio.service is active and /run/crio/crio.sock exists".into(),
         handler: "kata-remote".into(),
         package: "kata-containers: live; in the next boot".into(),
         drop_in: kata_live::crio::DropInState::Ours.to_string(),

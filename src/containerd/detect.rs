@@ -93,13 +93,7 @@ pub fn detect_generator(root: &Path) -> Option<Generator> {
     generator_from(|p| std::fs::symlink_metadata(root.join(p.trim_start_matches('/'))).is_ok())
 }
 
-/// The CRI runtime of a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Runtime {
-    Crio,
-    Containerd,
-}
+pub use crate::config::RuntimeKind as Runtime;
 
 /// What was observed on the node: which CRI sockets exist (are sockets) and which units
 /// are active.
@@ -109,6 +103,9 @@ pub struct NodeFacts {
     pub containerd_socket: bool,
     pub crio_active: bool,
     pub containerd_active: bool,
+    /// The unit exists (systemd loaded it), whatever its state.
+    pub crio_installed: bool,
+    pub containerd_installed: bool,
 }
 
 /// CRI-O's and containerd's default CRI sockets.
@@ -154,7 +151,7 @@ pub fn detect_runtime(f: NodeFacts) -> Detected {
         if active {
             format!("{name}.service is active and {sock} exists")
         } else {
-            format!("{sock} exists (no active {name}.service)")
+            format!("{sock} exists")
         }
     };
     match (crio, ctrd) {
@@ -171,7 +168,19 @@ pub fn detect_runtime(f: NodeFacts) -> Detected {
             ),
         },
         (true, true) => Detected::Both,
-        (false, false) => Detected::None,
+        // Neither serves: a node with only one runtime installed is that runtime's, stopped
+        // (preflight then refuses it as not running, naming it).
+        (false, false) => match (f.crio_installed, f.containerd_installed) {
+            (true, false) => Detected::Found {
+                runtime: Runtime::Crio,
+                because: "crio.service is installed (not serving: no socket)".into(),
+            },
+            (false, true) => Detected::Found {
+                runtime: Runtime::Containerd,
+                because: "containerd.service is installed (not serving: no socket)".into(),
+            },
+            _ => Detected::None,
+        },
     }
 }
 
@@ -242,6 +251,8 @@ mod tests {
             containerd_socket,
             crio_active,
             containerd_active,
+            crio_installed: crio_active,
+            containerd_installed: containerd_active,
         };
         let rt = |d: Detected| match d {
             Detected::Found { runtime, .. } => Some(runtime),
@@ -261,13 +272,17 @@ mod tests {
             Some(Runtime::Containerd)
         );
         assert_eq!(detect_runtime(f(false, false, true, true)), Detected::None);
+        // A stopped runtime, the only one installed, is still the node's.
+        let stopped = NodeFacts {
+            crio_installed: true,
+            ..NodeFacts::default()
+        };
+        assert_eq!(rt(detect_runtime(stopped)), Some(Runtime::Crio));
+        assert_eq!(detect_runtime(NodeFacts::default()), Detected::None);
         assert_eq!(detect_runtime(f(true, true, true, true)), Detected::Both);
         let Detected::Found { because, .. } = detect_runtime(f(false, true, false, false)) else {
             panic!()
         };
-        assert_eq!(
-            because,
-            "/run/containerd/containerd.sock exists (no active containerd.service)"
-        );
+        assert_eq!(because, "/run/containerd/containerd.sock exists");
     }
 }

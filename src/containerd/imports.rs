@@ -227,7 +227,7 @@ pub(crate) fn clean(p: &Path) -> PathBuf {
 }
 
 /// Whether `name` matches the glob `pattern` ([`glob_match`] on strings).
-pub(crate) fn glob_matches(pattern: &str, name: &str) -> bool {
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
     glob_match(pattern.as_bytes(), name.as_bytes())
 }
 

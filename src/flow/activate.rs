@@ -15,18 +15,15 @@ fn changed_us(p: &Path) -> u64 {
 /// When the newest thing CRI-O must see changed: the drop-in directory (a write or a
 /// removal there changes its mtime), the drop-in, and the runtime's files.
 pub fn newest_artifact_us(ctx: &Ctx) -> u64 {
-    let c = &ctx.cfg.handler;
-    let mut paths = vec![
-        ctx.host.path(&c.drop_in),
-        ctx.host.path(&c.crio.runtime_path),
-    ];
-    if let Some(dir) = c.drop_in.parent() {
-        paths.push(ctx.host.path(dir));
-    }
-    if let Some(p) = &c.crio.runtime_config_path {
-        paths.push(ctx.host.path(p));
-    }
-    paths.iter().map(|p| changed_us(p)).max().unwrap_or(0)
+    let drop_in = ctx.rt.drop_in_path();
+    let mut paths = vec![drop_in.to_path_buf()];
+    paths.extend(drop_in.parent().map(Path::to_path_buf));
+    paths.extend(ctx.rt.artifacts());
+    paths
+        .iter()
+        .map(|p| changed_us(&ctx.host.path(p)))
+        .max()
+        .unwrap_or(0)
 }
 
 /// What activation did: whether CRI-O (and so kubelet) restarted.
@@ -61,7 +58,7 @@ pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<
         Activation::ReloadThenCanary(why) => {
             rep.begin("activate", "reloading CRI-O, then a canary on the handler");
             let deadline = Ctx::deadline(c.deadlines.restart);
-            let reloaded = ctx.systemd.reload_unit(&c.units.crio, deadline).await;
+            let reloaded = ctx.systemd.reload_unit(ctx.rt.unit(), deadline).await;
             let canary = match reloaded {
                 Ok(_) => match ctx.cri(Ctx::deadline(c.deadlines.cri_ready)).await {
                     Ok(cri) => cri
@@ -104,7 +101,7 @@ pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<
 
 async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), SystemdError> {
     let c = &ctx.cfg;
-    rep.begin("activate", &format!("restarting {}", c.units.crio));
+    rep.begin("activate", &format!("restarting {}", ctx.rt.unit()));
     let deadline = Ctx::deadline(c.deadlines.restart);
     notify::extend_timeout(deadline + Duration::from_secs(30));
     ctx.crio_restarts
@@ -112,18 +109,18 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), Sy
     // Settle: a CRI-O that starts and dies at once must not count as restarted.
     match ctx
         .systemd
-        .restart_unit_settled(&c.units.crio, deadline, Duration::from_secs(2))
+        .restart_unit_settled(ctx.rt.unit(), deadline, Duration::from_secs(2))
         .await
     {
         Ok(proof) => {
             tracing::info!(
                 message_id = ids::CRIO_RESTARTED,
-                unit = %c.units.crio,
+                unit = %ctx.rt.unit(),
                 before_pid = proof.before.main_pid,
                 after_pid = proof.after.main_pid,
                 invocation = %proof.after.invocation_id,
                 "{} restarted: {why}",
-                c.units.crio
+                ctx.rt.unit()
             );
             rep.evidence("crio_restart", &proof);
             rep.end(

@@ -10,13 +10,13 @@ pub mod step;
 
 pub use activate::{activate, newest_artifact_us, Activated};
 pub use preflight::{preflight, Baseline};
-pub use prove::{effective_definition, prove, ProofSpec};
+pub use prove::{prove, ProofSpec};
 pub use rollback::{reactivate_and_prove_back, restore_drop_in, rollback, stop_before_activation};
 
 use crate::config::Config;
 use crate::cri::{self, CriClient, HandlerPresence, PodSnapshot, RuntimeView};
 use crate::crio::{Backup, BackupStore, DropIn};
-use crate::crio_conf;
+
 use crate::exit::ExitCode;
 use crate::host::Host;
 use crate::kubelet::{self, Evidence};
@@ -46,6 +46,12 @@ pub struct Ctx {
     pub crio_restarts: std::sync::atomic::AtomicU32,
     /// `--json`: the run's final document on stdout (see [`crate::report::json_document`]).
     pub json: bool,
+    /// The container runtime this run changes (CRI-O or containerd), and why that one.
+    pub rt: Box<dyn crate::runtime::Runtime>,
+    pub rt_why: String,
+    /// Why the runtime could not be decided (neither or both serve, or a setting it cannot
+    /// honour): the preflight refuses the run with it.
+    pub rt_problem: Option<String>,
 }
 
 /// How a flow failed. Each variant maps to one documented exit code.
@@ -129,20 +135,26 @@ impl Ctx {
     }
 
     pub fn drop_in(&self) -> DropIn {
-        DropIn::new(&self.host.root, self.host.path(&self.cfg.handler.drop_in))
+        DropIn::new(&self.host.root, self.host.path(self.rt.drop_in_path()))
     }
 
     /// The drop-in's state against what the configuration renders (for `status`).
-    pub fn drop_in_state(&self) -> Result<crate::crio::DropInState, crate::crio::CrioError> {
-        let desired = crate::crio::render(&self.cfg.handler)?;
-        Ok(crate::crio::classify(
-            self.drop_in().read()?.as_deref(),
-            &desired,
-        ))
+    pub fn drop_in_state(
+        &self,
+        daemon_version: Option<&str>,
+    ) -> Result<crate::crio::DropInState, String> {
+        let desired = self.rt.render(&self.host, daemon_version)?;
+        let current = self.drop_in().read().map_err(|e| e.to_string())?;
+        Ok(crate::crio::classify(current.as_deref(), &desired))
     }
 
     pub fn backups(&self) -> BackupStore {
         BackupStore::new(&self.host.root, &self.host.path(STATE_DIR))
+    }
+
+    /// The backup of containerd's main file, taken before kata-live edits its `imports`.
+    pub fn main_backups(&self) -> BackupStore {
+        BackupStore::named(&self.host.root, &self.host.path(STATE_DIR), "runtime-main")
     }
 
     pub fn journals(&self) -> JournalStore {
@@ -151,9 +163,10 @@ impl Ctx {
 
     /// Connects to CRI-O, retrying while its socket comes back after a restart.
     pub async fn cri(&self, deadline: Duration) -> Result<CriClient, cri::CriError> {
-        let socket = self.host.path(&self.cfg.cri.socket);
+        let socket = self.host.path(self.rt.socket());
         let call = Duration::from_secs(10).min(deadline);
-        cri::retry_until(deadline, "connect to CRI-O", || {
+        let what = format!("connect to {}", self.rt.name());
+        cri::retry_until(deadline, &what, || {
             CriClient::connect(&socket, Duration::from_secs(2).min(deadline), call)
         })
         .await

@@ -15,7 +15,8 @@ pub struct Baseline {
 pub async fn preflight(ctx: &Ctx) -> Result<(Baseline, String), FlowError> {
     let b = preflight_inner(ctx).await?;
     let words = format!(
-        "CRI-O {} ready, kubelet connected, {} ready sandboxes, handler {}",
+        "{} {} ready, kubelet connected, {} ready sandboxes, handler {}",
+        ctx.rt.name(),
         b.view.runtime_version,
         b.pods.ready_sandboxes().count(),
         presence_word(b.view.handler_presence)
@@ -38,11 +39,14 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
     let refuse = |what: &str, e: &dyn std::fmt::Display| FlowError::Refused(format!("{what}: {e}"));
     // A unit still starting (e.g. the restart of a run that was killed) is waited for within
     // the preflight deadline, then judged: refusing it would only make the rollout retry.
-    let crio = settled(ctx, &c.units.crio, until)
+    let crio = settled(ctx, ctx.rt.unit(), until)
         .await
-        .map_err(|e| refuse(&c.units.crio, &e))?;
+        .map_err(|e| refuse(ctx.rt.unit(), &e))?;
     if !crio.is_running() {
-        return Err(FlowError::Refused(format!("CRI-O is not running: {crio}")));
+        return Err(FlowError::Refused(format!(
+            "{} is not running: {crio}",
+            ctx.rt.name()
+        )));
     }
     let kubelet = settled(ctx, &c.units.kubelet, until)
         .await
@@ -55,22 +59,25 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
     let cri = ctx
         .cri(deadline)
         .await
-        .map_err(|e| refuse("CRI-O's socket", &e))?;
+        .map_err(|e| refuse(&format!("{}'s socket", ctx.rt.name()), &e))?;
     let view = cri
         .runtime_view(&c.handler.name)
         .await
         .map_err(|e| refuse("CRI Status", &e))?;
     if !(view.ready && view.network_ready) {
         return Err(FlowError::Refused(format!(
-            "CRI-O is not ready: {}",
+            "{} is not ready: {}",
+            ctx.rt.name(),
             view.problems().join("; ")
         )));
     }
-    let inputs = kubelet::ProofInputs::from_config(c, &ctx.host, crio.main_pid, None);
+    let inputs =
+        kubelet::ProofInputs::from_config(c, &ctx.host, ctx.rt.socket(), crio.main_pid, None);
     let kubelet_evidence = kubelet::observe(&inputs, &kubelet, Duration::ZERO).await;
     if let kubelet::Verdict::Missing(_) = kubelet::verdict(&kubelet_evidence) {
         return Err(FlowError::Refused(format!(
-            "kubelet is not healthy and connected to CRI-O: {}",
+            "kubelet is not healthy and connected to {}: {}",
+            ctx.rt.name(),
             kubelet::describe_missing(&kubelet_evidence)
         )));
     }

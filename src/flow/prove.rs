@@ -30,10 +30,10 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
         unknown_as_found: spec.unknown_as_found,
         ..Default::default()
     };
-    let crio = match ctx.unit(&c.units.crio).await {
+    let crio = match ctx.unit(ctx.rt.unit()).await {
         Ok(s) => s,
         Err(e) => {
-            let msg = format!("cannot read {}: {e}", c.units.crio);
+            let msg = format!("cannot read {}: {e}", ctx.rt.unit());
             rep.end(StepOutcome::Failed, msg.clone());
             return Err(msg);
         }
@@ -65,8 +65,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     // The definition CRI-O took: a later drop-in declaring the handler replaces ours whole,
     // and CRI-O then lists the handler with the foreign definition.
     if let (Some(wrote), Ok(_)) = (spec.definition, &view) {
-        let socket = ctx.host.path(&c.cri.socket);
-        let (evidence, problem) = effective_definition(&socket, &c.handler.name, wrote).await;
+        let (evidence, problem) = ctx.rt.effective(&ctx.host, wrote).await;
         rep.evidence("effective_definition", &evidence);
         inputs.definition_problem = problem;
     }
@@ -173,37 +172,12 @@ async fn await_kubelet(
 ) -> (bool, Result<Evidence, kubelet::KubeletError>) {
     let c = &ctx.cfg;
     let restarts_with_crio = match ctx.systemd.snapshot(&c.units.kubelet).await {
-        Ok(s) => s.restarts_with.iter().any(|u| u == &c.units.crio),
+        Ok(s) => s.restarts_with.iter().any(|u| u == ctx.rt.unit()),
         Err(_) => true,
     };
     let before = (spec.restarted && restarts_with_crio).then_some(&spec.baseline.kubelet);
-    let kin = kubelet::ProofInputs::from_config(c, &ctx.host, crio_pid, before);
+    let kin = kubelet::ProofInputs::from_config(c, &ctx.host, ctx.rt.socket(), crio_pid, before);
     let read = || async { ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string()) };
     let proof = kubelet::prove_reconnected(kin, read, Ctx::deadline(c.deadlines.kubelet)).await;
     (restarts_with_crio, proof)
-}
-
-/// Reads the running CRI-O's effective configuration (`GET /config`) and compares the
-/// handler's table with `wrote`: the evidence, and what is wrong (`None`: ours).
-pub async fn effective_definition(
-    socket: &Path,
-    handler: &str,
-    wrote: &toml::Table,
-) -> (serde_json::Value, Option<String>) {
-    let got = crio_conf::get_config(socket, Duration::from_secs(10))
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|text| crio_conf::compare_effective(&text, handler, wrote));
-    match got {
-        Ok(d) => {
-            let problem = d.problem(handler);
-            (serde_json::json!(d), problem)
-        }
-        Err(e) => (
-            serde_json::json!({ "error": e }),
-            Some(format!(
-                "the running CRI-O's effective configuration could not be read to check the handler's definition: {e}"
-            )),
-        ),
-    }
 }

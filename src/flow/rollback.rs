@@ -14,6 +14,9 @@ pub async fn rollback(
     if let Err(failed) = restore_drop_in(ctx, rep, backup) {
         return failed;
     }
+    if let Err(failed) = crate::steps::restore_main(ctx, rep) {
+        return failed;
+    }
     reactivate_and_prove_back(ctx, rep, baseline).await
 }
 
@@ -52,14 +55,19 @@ pub async fn reactivate_and_prove_back(
         return Rollback::Failed(format!(
             "the previous drop-in is restored but {} did not restart cleanly: {e}. \
              Check `systemctl status {}` and `journalctl -u {}`",
-            c.units.crio, c.units.crio, c.units.crio
+            ctx.rt.unit(),
+            ctx.rt.unit(),
+            ctx.rt.unit()
         ));
     }
     if let Err(e) = restart_kubelet_if_down(ctx, rep, baseline).await {
         return Rollback::Failed(format!(
             "the previous drop-in is restored and {} restarted, but {} could not be started \
              again: {e}. Check `systemctl status {}` and `journalctl -u {}`",
-            c.units.crio, c.units.kubelet, c.units.kubelet, c.units.kubelet
+            ctx.rt.unit(),
+            c.units.kubelet,
+            c.units.kubelet,
+            c.units.kubelet
         ));
     }
     let want_listed = baseline.view.handler_presence == HandlerPresence::Listed;
@@ -75,8 +83,10 @@ pub async fn reactivate_and_prove_back(
     };
     match prove(ctx, rep, spec).await {
         Ok(()) => {
-            if let Err(e) = ctx.backups().clear() {
-                tracing::warn!("rolled back, but the backup could not be removed: {e}");
+            for store in [ctx.backups(), ctx.main_backups()] {
+                if let Err(e) = store.clear() {
+                    tracing::warn!("rolled back, but a backup could not be removed: {e}");
+                }
             }
             if let Err(e) = ctx.journals().clear() {
                 tracing::warn!("rolled back, but the state journal could not be removed: {e}");
@@ -86,7 +96,7 @@ pub async fn reactivate_and_prove_back(
         Err(missing) => Rollback::Failed(format!(
             "the previous drop-in is restored and CRI-O restarted, but the node is not proven back to its preflight state: {missing}. \
              Do not move on to another node; check `journalctl -u {} -u {}`",
-            c.units.crio, c.units.kubelet
+            ctx.rt.unit(), c.units.kubelet
         )),
     }
 }
@@ -110,7 +120,7 @@ pub async fn stop_before_activation(
         }
     };
     let same_crio = matches!(
-        ctx.unit(&ctx.cfg.units.crio).await,
+        ctx.unit(ctx.rt.unit()).await,
         Ok(now) if now.invocation_id == baseline.crio.invocation_id && now.is_running()
     );
     if !same_crio {
@@ -140,6 +150,12 @@ pub async fn stop_before_activation(
         return FlowError::NotProven {
             missing: format!("a stop ({signal}) came before CRI-O was activated"),
             rollback: Rollback::Failed(msg),
+        };
+    }
+    if let Err(failed) = crate::steps::restore_main(ctx, rep) {
+        return FlowError::NotProven {
+            missing: format!("a stop ({signal}) came before the runtime was activated"),
+            rollback: failed,
         };
     }
     for (what, r) in [

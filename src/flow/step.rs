@@ -70,7 +70,7 @@ pub trait Step {
     /// Its name in status.json, the state journal and the progress line.
     fn name(&self) -> &'static str;
     /// What it is doing, in words (progress line, `systemctl status`).
-    fn doing(&self) -> String;
+    fn doing(&self, ctx: &Ctx) -> String;
     /// The state journal's phase recorded when the step starts (`None`: unchanged).
     fn phase(&self) -> Option<Phase> {
         None
@@ -230,7 +230,7 @@ async fn run_steps(
         }
         let self_reported = step.reports_itself();
         if !self_reported {
-            rep.begin(step.name(), &step.doing());
+            rep.begin(step.name(), &step.doing(ctx));
         }
         let done = if ctx.dry_run {
             step.plan(ctx, &mut run, rep).await
@@ -329,7 +329,7 @@ async fn stop_before(
     if run.activated.is_some() {
         note_stop_during_activation(rep);
     }
-    let what = next.doing();
+    let what = next.doing(ctx);
     rep.begin(
         "stop",
         &format!("stopping before {} ({signal})", next.name()),

@@ -480,9 +480,12 @@ pub struct ProofInputs<'a> {
 }
 
 impl<'a> ProofInputs<'a> {
+    /// `cri_socket`: the runtime's (CRI-O's or containerd's), whose new process kubelet
+    /// must be connected to.
     pub fn from_config(
         cfg: &'a Config,
         host: &'a Host,
+        cri_socket: &'a std::path::Path,
         crio_main_pid: u32,
         kubelet_before: Option<&'a UnitState>,
     ) -> Self {
@@ -490,7 +493,7 @@ impl<'a> ProofInputs<'a> {
             host,
             kubelet_unit: &cfg.units.kubelet,
             crio_main_pid,
-            cri_socket: &cfg.cri.socket,
+            cri_socket,
             healthz_url: &cfg.kubelet.healthz_url,
             stable_window: Duration::from_secs_f64(cfg.kubelet.stable_window.max(0.0)),
             metrics_url: cfg

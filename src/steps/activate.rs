@@ -32,8 +32,8 @@ impl Step for Activate {
     fn name(&self) -> &'static str {
         "activate"
     }
-    fn doing(&self) -> String {
-        "activating the change in the running CRI-O".into()
+    fn doing(&self, ctx: &Ctx) -> String {
+        format!("activating the change in the running {}", ctx.rt.name())
     }
     fn phase(&self) -> Option<Phase> {
         Some(Phase::Activate)
@@ -72,9 +72,9 @@ impl Step for Activate {
                 .await
                 .map_err(Failure::Activation)?;
             let words = if activated.restarted {
-                "CRI-O restarted"
+                format!("{} restarted", ctx.rt.name())
             } else {
-                "no restart was needed"
+                "no restart was needed".to_string()
             };
             run.activated = Some(activated);
             Ok(Done::ran(words))
@@ -93,7 +93,7 @@ impl Step for Prove {
     fn name(&self) -> &'static str {
         "prove"
     }
-    fn doing(&self) -> String {
+    fn doing(&self, _ctx: &Ctx) -> String {
         "proving through the CRI socket and kubelet's connection".into()
     }
     fn phase(&self) -> Option<Phase> {
@@ -115,12 +115,12 @@ impl Step for Prove {
     }
     fn plan<'a>(
         &'a mut self,
-        _ctx: &'a Ctx,
+        ctx: &'a Ctx,
         _run: &'a mut Run,
         rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
-            rep.begin(self.name(), &self.doing());
+            rep.begin(self.name(), &self.doing(ctx));
             let d = Done::skipped("dry run: would prove the change on the running node");
             rep.end(d.outcome, d.detail.clone());
             Ok(d)
@@ -148,14 +148,18 @@ impl Step for Prove {
                 .await
                 .map_err(Failure::NotProven)?;
             ctx.backups().clear().map_err(|e| internal("backup")(&e))?;
+            ctx.main_backups()
+                .clear()
+                .map_err(|e| internal("backup")(&e))?;
             let h = &ctx.cfg.handler.name;
+            let rt = ctx.rt.name();
             let restart = if restarted {
-                "CRI-O restarted"
+                format!("{rt} restarted")
             } else {
-                "no restart was needed"
+                "no restart was needed".to_string()
             };
             run.summary.push(if self.want_listed {
-                format!("handler {h} is served by the running CRI-O and kubelet is reconnected ({restart})")
+                format!("handler {h} is served by the running {rt} and kubelet is reconnected ({restart})")
             } else {
                 format!("handler {h} removed and proven gone")
             });

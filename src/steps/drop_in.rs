@@ -1,5 +1,6 @@
-//! The CRI-O drop-in that declares the handler: written (install) or removed (uninstall),
-//! its previous content kept first for the rollback.
+//! The runtime's drop-in that declares the handler: written (install) or removed
+//! (uninstall), its previous content kept first for the rollback; and, for containerd, the
+//! `imports` entry of its main file that makes it read the drop-in.
 
 use super::*;
 use crate::crio::{self, DropInState};
@@ -22,8 +23,12 @@ fn keep_backup(ctx: &Ctx, run: &mut Run) -> Result<Option<Vec<u8>>, FlowError> {
 pub struct WriteDropIn;
 
 impl WriteDropIn {
-    fn desired(ctx: &Ctx) -> Result<String, FlowError> {
-        crio::render(&ctx.cfg.handler).map_err(|e| internal("drop-in")(&e))
+    /// In the form the running daemon reads (containerd 1.7 needs the whole CRI section).
+    fn desired(ctx: &Ctx, run: &Run) -> Result<String, FlowError> {
+        let version = run.base.as_ref().map(|b| b.view.runtime_version.as_str());
+        ctx.rt
+            .render(&ctx.host, version)
+            .map_err(|e| FlowError::Refused(e.to_string()))
     }
 }
 
@@ -31,8 +36,8 @@ impl Step for WriteDropIn {
     fn name(&self) -> &'static str {
         "drop-in"
     }
-    fn doing(&self) -> String {
-        "writing the CRI-O drop-in".into()
+    fn doing(&self, ctx: &Ctx) -> String {
+        format!("writing the {} drop-in", ctx.rt.name())
     }
     fn phase(&self) -> Option<Phase> {
         Some(Phase::DropIn)
@@ -54,12 +59,12 @@ impl Step for WriteDropIn {
         _rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
-            let desired = Self::desired(ctx)?;
+            let desired = Self::desired(ctx, run)?;
             let drop_in = ctx.drop_in();
             let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
             let state = crio::classify(current.as_deref(), &desired);
             run.drop_in_changed = state != DropInState::Ours;
-            run.wrote = crate::crio_conf::written_table(&desired, &ctx.cfg.handler.name);
+            run.wrote = ctx.rt.written_table(&ctx.host, &desired);
             Ok(Done::skipped(format!(
                 "dry run: the drop-in is {}; would {}write {}",
                 state,
@@ -75,13 +80,13 @@ impl Step for WriteDropIn {
         _rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
-            let desired = Self::desired(ctx)?;
+            let desired = Self::desired(ctx, run)?;
             let drop_in = ctx.drop_in();
             let change = drop_in
                 .write(&desired)
                 .map_err(|e| internal("drop-in")(&e))?;
             run.drop_in_changed = change.outcome.changed();
-            run.wrote = crate::crio_conf::written_table(&desired, &ctx.cfg.handler.name);
+            run.wrote = ctx.rt.written_table(&ctx.host, &desired);
             Ok(Done::ran_if(
                 run.drop_in_changed,
                 format!("{} {}", change.outcome, drop_in.path().display()),
@@ -96,8 +101,8 @@ impl Step for RemoveDropIn {
     fn name(&self) -> &'static str {
         "drop-in"
     }
-    fn doing(&self) -> String {
-        "removing the CRI-O drop-in".into()
+    fn doing(&self, ctx: &Ctx) -> String {
+        format!("removing the {} drop-in", ctx.rt.name())
     }
     fn phase(&self) -> Option<Phase> {
         Some(Phase::DropIn)

@@ -4,13 +4,15 @@
 
 mod activate;
 mod drop_in;
+mod import;
 mod package;
 mod preflight;
 
 pub use activate::{Activate, Prove};
 pub use drop_in::{RemoveDropIn, WriteDropIn};
+pub use import::{restore_main, EnsureImport, RemoveImport};
 pub use package::{InstallPackage, PostInstall, RemovePackage, Visibility};
-pub use preflight::{CrioFiles, PodsOnHandler, Preflight};
+pub use preflight::{PodsOnHandler, Preflight, RuntimeFiles};
 
 pub(crate) use crate::flow::step::{Done, Failure, Run, Step, StepResult};
 pub(crate) use crate::flow::{internal, Ctx, FlowError};

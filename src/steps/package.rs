@@ -33,7 +33,7 @@ impl Step for InstallPackage {
     fn name(&self) -> &'static str {
         "package"
     }
-    fn doing(&self) -> String {
+    fn doing(&self, _ctx: &Ctx) -> String {
         "installing the package live with rpm-ostree".into()
     }
     fn phase(&self) -> Option<Phase> {
@@ -120,7 +120,7 @@ impl Step for PostInstall {
     fn name(&self) -> &'static str {
         "post-install"
     }
-    fn doing(&self) -> String {
+    fn doing(&self, _ctx: &Ctx) -> String {
         "doing the package scriptlets' work".into()
     }
     fn plan<'a>(
@@ -178,7 +178,7 @@ impl Step for Visibility {
     fn name(&self) -> &'static str {
         "visibility"
     }
-    fn doing(&self) -> String {
+    fn doing(&self, _ctx: &Ctx) -> String {
         "waiting until the runtime files are visible to CRI-O".into()
     }
     fn apply<'a>(
@@ -239,7 +239,7 @@ impl Step for RemovePackage {
     fn name(&self) -> &'static str {
         "package"
     }
-    fn doing(&self) -> String {
+    fn doing(&self, _ctx: &Ctx) -> String {
         "removing the package as configured".into()
     }
     fn phase(&self) -> Option<Phase> {

@@ -12,8 +12,8 @@ impl Step for Preflight {
     fn name(&self) -> &'static str {
         "preflight"
     }
-    fn doing(&self) -> String {
-        "checking CRI-O, kubelet and pods".into()
+    fn doing(&self, ctx: &Ctx) -> String {
+        format!("checking {}, kubelet and pods", ctx.rt.name())
     }
     fn apply<'a>(
         &'a mut self,
@@ -22,6 +22,9 @@ impl Step for Preflight {
         rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
+            if let Some(why) = &ctx.rt_problem {
+                return Err(FlowError::Refused(why.clone()).into());
+            }
             let (base, detail) = crate::flow::preflight(ctx).await?;
             rep.evidence("preflight", &base);
             if !ctx.dry_run {
@@ -36,20 +39,35 @@ impl Step for Preflight {
     }
 }
 
-/// Reads CRI-O's configuration files in CRI-O's order. Install: a file sorting after our
-/// drop-in that declares the handler replaces our table whole, so it is refused; one
-/// sorting before is replaced by ours, which the operator is told. Uninstall: any other
-/// file declaring the handler keeps it served once ours is gone, so it is refused.
-pub struct CrioFiles {
+/// Reads the runtime's configuration files in its order. Install: a file read after our
+/// drop-in that declares the handler overrides our table (CRI-O: whole; containerd: key by
+/// key), so it is refused; one read before is overridden by ours, which the operator is
+/// told. Uninstall: any other file declaring the handler keeps it served once ours is gone,
+/// so it is refused. A node whose runtime configuration is generated (k3s, rke2, k0s) is
+/// refused before anything else.
+pub struct RuntimeFiles {
     pub removing: bool,
+    /// Its name: `crio-config` or `containerd-config`.
+    pub name: &'static str,
 }
 
-impl Step for CrioFiles {
-    fn name(&self) -> &'static str {
-        "crio-config"
+impl RuntimeFiles {
+    pub fn new(ctx: &Ctx, removing: bool) -> Self {
+        let name = match ctx.rt.kind() {
+            crate::config::RuntimeKind::Crio => "crio-config",
+            crate::config::RuntimeKind::Containerd => "containerd-config",
+        };
+        RuntimeFiles { removing, name }
     }
-    fn doing(&self) -> String {
-        "reading CRI-O's configuration files in CRI-O's order".into()
+}
+
+impl Step for RuntimeFiles {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn doing(&self, ctx: &Ctx) -> String {
+        let n = ctx.rt.name();
+        format!("reading {n}'s configuration files in {n}'s order")
     }
     fn apply<'a>(
         &'a mut self,
@@ -58,31 +76,37 @@ impl Step for CrioFiles {
         rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
-            let c = &ctx.cfg.handler;
-            let table = format!("[crio.runtime.runtimes.{}]", c.name);
+            let rt = &ctx.rt;
+            if let Some(refusal) = rt.refusal(&ctx.host) {
+                return Err(FlowError::Refused(refusal).into());
+            }
+            let table = rt.table_name();
+            let drop_in = rt.drop_in_path();
             let list = |v: &[std::path::PathBuf]| {
                 v.iter()
                     .map(|p| p.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            let s = crate::crio_conf::read_shadowing(&ctx.host, &c.drop_in, &c.name)
-                .map_err(|e| FlowError::Refused(e.to_string()))?;
-            rep.evidence("crio_config", &s);
+            let s = rt.shadowing(&ctx.host).map_err(FlowError::Refused)?;
+            rep.evidence(&self.name.replace('-', "_"), &s);
             if self.removing && !(s.before.is_empty() && s.after.is_empty()) {
                 let files: Vec<_> = s.before.iter().chain(&s.after).cloned().collect();
                 return Err(FlowError::Refused(format!(
-                    "{} also declare(s) {table}: CRI-O would keep serving the handler with that definition once kata-live's drop-in is gone. Remove that table (or the file) first, then re-run",
-                    list(&files)
+                    "{} also declare(s) {table}: {} would keep serving the handler with that definition once kata-live's drop-in is gone. Remove that table (or the file) first, then re-run",
+                    list(&files),
+                    rt.name()
                 ))
                 .into());
             }
             if !s.after.is_empty() {
                 return Err(FlowError::Refused(format!(
-                    "{} also declare(s) {table} and sort(s) after {}: CRI-O would replace kata-live's definition with that one. \
-                     Remove that table from the file (or the file), or set handler.drop_in to a name that sorts after it, then re-run",
+                    "{} also declare(s) {table} and sort(s) after {}: {}. \
+                     Remove that table from the file (or the file), or set {} to a name that sorts after it, then re-run",
                     list(&s.after),
-                    c.drop_in.display()
+                    drop_in.display(),
+                    rt.later_file_effect(),
+                    rt.drop_in_key()
                 ))
                 .into());
             }
@@ -90,9 +114,10 @@ impl Step for CrioFiles {
                 return Ok(Done::ran(format!("no other file declares {table}")));
             }
             let d = format!(
-                "{} declare(s) {table} too and sort(s) before {}: kata-live's table replaces that definition whole (none of its keys is kept)",
+                "{} declare(s) {table} too and sort(s) before {}: {}",
                 list(&s.before),
-                c.drop_in.display()
+                drop_in.display(),
+                rt.earlier_file_effect()
             );
             tracing::warn!("{d}");
             Ok(Done::ran(d))
@@ -109,7 +134,7 @@ impl Step for PodsOnHandler {
     fn name(&self) -> &'static str {
         "pods-on-handler"
     }
-    fn doing(&self) -> String {
+    fn doing(&self, _ctx: &Ctx) -> String {
         "looking for pods that run under the handler".into()
     }
     fn apply<'a>(

@@ -1,0 +1,166 @@
+//! containerd: the handler in a drop-in that only an `imports` entry of the main file makes
+//! containerd read (kata-live adds it when missing), imported files merging key by key
+//! (2.x) or per plugin section (1.7), the effective definition from the verbose CRI
+//! `Status` (`info["config"]`). The rules and their sources: [`crate::containerd`].
+
+use super::{Effective, Import, Runtime, Shadowing};
+use crate::config::{Config, RuntimeKind};
+use crate::containerd::{self as ctrd, ContainerdHandler};
+use crate::host::Host;
+use futures_util::future::LocalBoxFuture;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub struct Containerd {
+    handler: ContainerdHandler,
+    cfg: crate::config::Containerd,
+}
+
+impl Containerd {
+    pub fn new(cfg: &Config) -> Self {
+        Containerd {
+            handler: cfg.handler.containerd_handler(),
+            cfg: cfg.containerd.clone(),
+        }
+    }
+
+    fn main_text(&self, host: &Host) -> Result<String, String> {
+        let p = host.path(&self.cfg.config);
+        std::fs::read_to_string(&p).map_err(|e| {
+            format!(
+                "cannot read containerd's main configuration {}: {e}",
+                self.cfg.config.display()
+            )
+        })
+    }
+
+    fn version(&self, host: &Host) -> Result<ctrd::ConfigVersion, String> {
+        ctrd::config::main_version(&self.main_text(host)?).map_err(|e| {
+            format!(
+                "containerd's main configuration {}: {e}",
+                self.cfg.config.display()
+            )
+        })
+    }
+}
+
+impl Runtime for Containerd {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Containerd
+    }
+    fn name(&self) -> &'static str {
+        "containerd"
+    }
+    fn unit(&self) -> &str {
+        &self.cfg.unit
+    }
+    fn socket(&self) -> &Path {
+        &self.cfg.socket
+    }
+    fn reloads(&self) -> bool {
+        false
+    }
+    fn drop_in_path(&self) -> &Path {
+        &self.cfg.drop_in
+    }
+    fn drop_in_key(&self) -> &'static str {
+        "containerd.drop_in"
+    }
+    fn table_name(&self) -> String {
+        format!(
+            "[{}]",
+            ctrd::ConfigVersion::V3.table_path(&self.handler.name)
+        )
+    }
+    fn render(&self, host: &Host, daemon_version: Option<&str>) -> Result<String, String> {
+        let main = self.main_text(host)?;
+        let r = match daemon_version {
+            Some(v) => ctrd::config::drop_in_for(v, &main, &self.handler),
+            None => ctrd::config::main_version(&main)
+                .and_then(|v| ctrd::config::render(&self.handler, v)),
+        };
+        r.map_err(|e| format!("containerd's drop-in for {}: {e}", self.handler.name))
+    }
+    fn written_table(&self, host: &Host, drop_in_text: &str) -> Option<toml::Table> {
+        let v = self.version(host).ok()?;
+        ctrd::config::written_table(drop_in_text, v, &self.handler.name)
+    }
+    fn shadowing(&self, host: &Host) -> Result<Shadowing, String> {
+        let main = host.path(&self.cfg.config);
+        let files = ctrd::config_files(&main).map_err(|e| e.to_string())?;
+        let ours = host.path(&self.cfg.drop_in);
+        let d = ctrd::declarations(&files, &ours, &self.handler.name).map_err(|e| e.to_string())?;
+        let unprefix = |p: PathBuf| match p.strip_prefix(&host.root) {
+            Ok(rel) => Path::new("/").join(rel),
+            Err(_) => p,
+        };
+        Ok(Shadowing {
+            before: d.before.into_iter().map(unprefix).collect(),
+            after: d.after.into_iter().map(unprefix).collect(),
+        })
+    }
+    fn later_file_effect(&self) -> &'static str {
+        "containerd would let that file's keys override kata-live's (imported files merge key by key)"
+    }
+    fn earlier_file_effect(&self) -> &'static str {
+        "kata-live's keys override that file's, and its other keys of the table stay in effect next to ours (containerd merges key by key)"
+    }
+    fn refusal(&self, host: &Host) -> Option<String> {
+        ctrd::detect_generator(&host.root).map(|g| g.refusal())
+    }
+    fn artifacts(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.cfg.config.clone()];
+        v.extend(self.handler.runtime_path.as_ref().map(PathBuf::from));
+        v.extend(
+            self.handler
+                .options
+                .values()
+                .filter_map(|o| o.as_str())
+                .filter(|s| s.starts_with('/'))
+                .map(PathBuf::from),
+        );
+        v
+    }
+    fn import(&self) -> Option<Import<'_>> {
+        Some(Import {
+            main: &self.cfg.config,
+            glob: &self.cfg.import,
+        })
+    }
+    fn effective<'a>(
+        &'a self,
+        host: &'a Host,
+        wrote: &'a toml::Table,
+    ) -> LocalBoxFuture<'a, Effective> {
+        Box::pin(async move {
+            let name = &self.handler.name;
+            let socket = host.path(&self.cfg.socket);
+            let got = async {
+                let t = Duration::from_secs(10);
+                let cri = crate::cri::CriClient::connect(&socket, t, t)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = cri.status(true).await.map_err(|e| e.to_string())?;
+                let json = status.info.get("config").ok_or_else(|| {
+                    "the verbose CRI Status has no info[\"config\"] (not containerd's CRI plugin?)"
+                        .to_string()
+                })?;
+                ctrd::compare_effective(json, name, wrote)
+            }
+            .await;
+            let version = self.version(host).unwrap_or(ctrd::ConfigVersion::V3);
+            match got {
+                Ok(d) => {
+                    let problem = d.problem(name, version);
+                    (serde_json::json!(d), problem)
+                }
+                Err(e) => (
+                    serde_json::json!({ "error": e }),
+                    Some(format!(
+                        "the running containerd's effective configuration could not be read to check the handler's definition: {e}"
+                    )),
+                ),
+            }
+        })
+    }
+}

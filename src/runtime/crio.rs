@@ -1,0 +1,110 @@
+//! CRI-O: the handler in a drop-in of `crio.conf.d` (read without any import), a later file
+//! replacing our table whole, the effective definition from `GET /config` on its socket.
+
+use super::{Effective, Import, Runtime, Shadowing};
+use crate::config::{Config, Handler, RuntimeKind};
+use crate::host::Host;
+use futures_util::future::LocalBoxFuture;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub struct Crio {
+    handler: Handler,
+    unit: String,
+    socket: PathBuf,
+}
+
+impl Crio {
+    pub fn new(cfg: &Config) -> Self {
+        Crio {
+            handler: cfg.handler.clone(),
+            unit: cfg.units.crio.clone(),
+            socket: cfg.cri.socket.clone(),
+        }
+    }
+}
+
+impl Runtime for Crio {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Crio
+    }
+    fn name(&self) -> &'static str {
+        "CRI-O"
+    }
+    fn unit(&self) -> &str {
+        &self.unit
+    }
+    fn socket(&self) -> &Path {
+        &self.socket
+    }
+    fn reloads(&self) -> bool {
+        true
+    }
+    fn drop_in_path(&self) -> &Path {
+        &self.handler.drop_in
+    }
+    fn drop_in_key(&self) -> &'static str {
+        "handler.drop_in"
+    }
+    fn table_name(&self) -> String {
+        format!("[crio.runtime.runtimes.{}]", self.handler.name)
+    }
+    fn render(&self, _host: &Host, _daemon_version: Option<&str>) -> Result<String, String> {
+        crate::crio::render(&self.handler).map_err(|e| e.to_string())
+    }
+    fn written_table(&self, _host: &Host, drop_in_text: &str) -> Option<toml::Table> {
+        crate::crio_conf::written_table(drop_in_text, &self.handler.name)
+    }
+    fn shadowing(&self, host: &Host) -> Result<Shadowing, String> {
+        let s = crate::crio_conf::read_shadowing(host, &self.handler.drop_in, &self.handler.name)
+            .map_err(|e| e.to_string())?;
+        Ok(Shadowing {
+            before: s.before,
+            after: s.after,
+        })
+    }
+    fn later_file_effect(&self) -> &'static str {
+        "CRI-O would replace kata-live's definition with that one"
+    }
+    fn earlier_file_effect(&self) -> &'static str {
+        "kata-live's table replaces that definition whole (none of its keys is kept)"
+    }
+    fn refusal(&self, _host: &Host) -> Option<String> {
+        None
+    }
+    fn artifacts(&self) -> Vec<PathBuf> {
+        let c = &self.handler.crio;
+        let mut v = vec![c.runtime_path.clone()];
+        v.extend(c.runtime_config_path.clone());
+        v
+    }
+    fn import(&self) -> Option<Import<'_>> {
+        None
+    }
+    fn effective<'a>(
+        &'a self,
+        host: &'a Host,
+        wrote: &'a toml::Table,
+    ) -> LocalBoxFuture<'a, Effective> {
+        Box::pin(async move {
+            let socket = host.path(&self.socket);
+            let handler = &self.handler.name;
+            let got = crate::crio_conf::get_config(&socket, Duration::from_secs(10))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|text| crate::crio_conf::compare_effective(&text, handler, wrote));
+            match got {
+                Ok(d) => {
+                    let problem = d.problem(handler);
+                    (serde_json::json!(d), problem)
+                }
+                Err(e) => (
+                    serde_json::json!({ "error": e }),
+                    Some(format!(
+                        "the running CRI-O's effective configuration could not be read to check the handler's definition: {e}"
+                    )),
+                ),
+            }
+        })
+    }
+}

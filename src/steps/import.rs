@@ -1,0 +1,415 @@
+//! containerd reads a drop-in only through an `imports` entry of its main file, which is
+//! someone else's: kata-live adds the one entry when no import covers the drop-in, keeps the
+//! file's previous bytes for the rollback, records that the entry is its own (so that
+//! uninstall never removes an import the operator wrote), and removes it again on uninstall
+//! unless other files now rely on it. CRI-O reads its drop-in directory itself: its flows
+//! have no such step.
+
+use super::*;
+use crate::containerd::{self as ctrd, Edit};
+use crate::crio::Backup;
+use crate::flow::Rollback;
+use crate::fsutil;
+use crate::state::STATE_DIR;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The record that the import in the main file was added by kata-live.
+const RECORD: &str = "containerd-import-added";
+
+fn record_path(ctx: &Ctx) -> PathBuf {
+    ctx.host.path(STATE_DIR).join(RECORD)
+}
+
+fn recorded(ctx: &Ctx) -> bool {
+    matches!(fsutil::read_nofollow(&record_path(ctx)), Ok(Some(_)))
+}
+
+fn set_record(ctx: &Ctx, on: bool) -> Result<(), FlowError> {
+    let p = record_path(ctx);
+    let r = if on {
+        fsutil::write_atomic(
+            &ctx.host.root,
+            &p,
+            b"kata-live added its import to containerd's main file; uninstall removes it\n",
+            0o600,
+        )
+    } else {
+        fsutil::remove_file(&ctx.host.root, &p).map(|_| ())
+    };
+    r.map_err(|e| internal("import record")(&e))
+}
+
+/// The main file, its text and its mode (kept on rewrite: it is not ours).
+struct Main {
+    path: PathBuf,
+    shown: PathBuf,
+    text: String,
+    mode: u32,
+}
+
+fn read_main(ctx: &Ctx, main: &Path) -> Result<Main, FlowError> {
+    let path = ctx.host.path(main);
+    let bytes = fsutil::read_nofollow(&path)
+        .map_err(|e| FlowError::Refused(format!("containerd's main configuration: {e}")))?
+        .ok_or_else(|| {
+            FlowError::Refused(format!(
+                "containerd's main configuration {} does not exist (containerd runs on its built-in defaults, which import nothing): create it, e.g. `containerd config default > {}`, restart containerd, then re-run",
+                main.display(),
+                main.display()
+            ))
+        })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| FlowError::Refused(format!("{} is not UTF-8 text", main.display())))?;
+    let mode = std::fs::metadata(&path)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o644);
+    Ok(Main {
+        path,
+        shown: main.to_path_buf(),
+        text,
+        mode,
+    })
+}
+
+fn write_main(ctx: &Ctx, m: &Main, text: &str) -> Result<(), FlowError> {
+    fsutil::write_atomic(&ctx.host.root, &m.path, text.as_bytes(), m.mode)
+        .map_err(|e| internal("containerd's main configuration")(&e))
+}
+
+/// Keeps the main file's bytes before this operation's first edit (a resumed run keeps the
+/// killed run's backup: it holds the true previous state).
+fn keep_backup(ctx: &Ctx, m: &Main) -> Result<(), FlowError> {
+    let store = ctx.main_backups();
+    if store.load().map_err(|e| internal("backup")(&e))?.is_none() {
+        store
+            .save(&Backup {
+                path: m.path.clone(),
+                existed: true,
+                content: Some(m.text.clone().into_bytes()),
+            })
+            .map_err(|e| internal("backup")(&e))?;
+    }
+    Ok(())
+}
+
+/// Puts containerd's main file back as it was before this operation, byte for byte (no
+/// backup: this operation never changed it).
+pub fn restore_main(ctx: &Ctx, rep: &mut Reporter) -> Result<(), Rollback> {
+    let Some(imp) = ctx.rt.import() else {
+        return Ok(());
+    };
+    let store = ctx.main_backups();
+    let backup = match store.load() {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            return Err(Rollback::Failed(format!(
+                "the backup of {} cannot be read: {e}",
+                imp.main.display()
+            )))
+        }
+    };
+    rep.begin("rollback", &format!("restoring {}", imp.main.display()));
+    let file = crate::crio::DropIn::new(&ctx.host.root, ctx.host.path(imp.main));
+    let mode = std::fs::metadata(ctx.host.path(imp.main))
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o644);
+    let r = match &backup.content {
+        Some(bytes) => fsutil::write_atomic(&ctx.host.root, file.path(), bytes, mode)
+            .map_err(|e| e.to_string()),
+        None => Err("the backup holds no content".to_string()),
+    };
+    if let Err(e) = r {
+        let msg = format!(
+            "{} could not be restored ({e}); its previous content is saved under {}/backup/",
+            imp.main.display(),
+            ctx.host.path(STATE_DIR).display()
+        );
+        rep.end(crate::report::StepOutcome::Failed, msg.clone());
+        return Err(Rollback::Failed(msg));
+    }
+    if let Err(e) = store.clear() {
+        tracing::warn!(
+            "{} restored, but its backup could not be removed: {e}",
+            imp.main.display()
+        );
+    }
+    rep.end(
+        crate::report::StepOutcome::Ran,
+        format!("previous {} restored", imp.main.display()),
+    );
+    Ok(())
+}
+
+/// Install: the main file imports the drop-in.
+pub struct EnsureImport {
+    added_now: bool,
+}
+
+impl EnsureImport {
+    pub fn new() -> Self {
+        EnsureImport { added_now: false }
+    }
+
+    fn edit(ctx: &Ctx) -> Result<(Main, Edit), FlowError> {
+        let Some(imp) = ctx.rt.import() else {
+            return Err(FlowError::Internal(
+                "the import step on a runtime without imports".into(),
+            ));
+        };
+        let m = read_main(ctx, imp.main)?;
+        let edit = ctrd::ensure_import(&m.text, imp.main, imp.glob, ctx.rt.drop_in_path())
+            .map_err(|e| FlowError::Refused(format!("{}: {e}", imp.main.display())))?;
+        Ok((m, edit))
+    }
+}
+
+impl Default for EnsureImport {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Step for EnsureImport {
+    fn name(&self) -> &'static str {
+        "import"
+    }
+    fn doing(&self, ctx: &Ctx) -> String {
+        let main = ctx
+            .rt
+            .import()
+            .map(|i| i.main.display().to_string())
+            .unwrap_or_default();
+        format!("making {main} import the drop-in")
+    }
+    fn changes_runtime_config(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, ctx: &Ctx, _run: &mut Run) -> Result<(), FlowError> {
+        let (m, edit) = Self::edit(ctx)?;
+        if matches!(edit, Edit::Changed { .. }) {
+            keep_backup(ctx, &m)?;
+        }
+        Ok(())
+    }
+    fn undo(&mut self, ctx: &Ctx, _run: &Run, rep: &mut Reporter) -> Result<(), Rollback> {
+        restore_main(ctx, rep)?;
+        if self.added_now {
+            if let Err(e) = set_record(ctx, false) {
+                tracing::warn!("the import record could not be removed: {e}");
+            }
+        }
+        Ok(())
+    }
+    fn plan<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let (m, edit) = Self::edit(ctx)?;
+            Ok(Done::skipped(match edit {
+                Edit::AlreadyCovered { by } => format!(
+                    "dry run: {} already imports the drop-in ({by})",
+                    m.shown.display()
+                ),
+                Edit::Changed { .. } => {
+                    run.drop_in_changed = true;
+                    format!(
+                        "dry run: would add {} to the imports of {}",
+                        ctx.rt.import().map(|i| i.glob).unwrap_or_default(),
+                        m.shown.display()
+                    )
+                }
+            }))
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        _rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let (m, edit) = Self::edit(ctx)?;
+            match edit {
+                Edit::AlreadyCovered { by } => Ok(Done::skipped(format!(
+                    "{} already imports the drop-in ({by})",
+                    m.shown.display()
+                ))),
+                Edit::Changed { text } => {
+                    // The record first: a kill between the two leaves a record of an import
+                    // that is not there, which uninstall then finds nothing to remove for.
+                    if !recorded(ctx) {
+                        set_record(ctx, true)?;
+                        self.added_now = true;
+                    }
+                    write_main(ctx, &m, &text)?;
+                    run.drop_in_changed = true;
+                    Ok(Done::ran(format!(
+                        "added {} to the imports of {} (one line; the rest of the file is unchanged)",
+                        ctx.rt.import().map(|i| i.glob).unwrap_or_default(),
+                        m.shown.display()
+                    )))
+                }
+            }
+        })
+    }
+}
+
+/// Uninstall: the import kata-live added is removed, unless it never added it or other
+/// files now rely on it.
+pub struct RemoveImport {
+    removed_now: bool,
+}
+
+impl RemoveImport {
+    pub fn new() -> Self {
+        RemoveImport { removed_now: false }
+    }
+}
+
+impl Default for RemoveImport {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Other files the import reads besides the drop-in (tools such as the NVIDIA toolkit put
+/// their own drop-ins next to ours once an import exists).
+fn others_imported(ctx: &Ctx, glob: &str) -> Vec<PathBuf> {
+    let pattern = ctx.host.path(glob);
+    let (Some(dir), Some(name)) = (pattern.parent(), pattern.file_name()) else {
+        return Vec::new();
+    };
+    let ours = ctx.host.path(ctx.rt.drop_in_path());
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| {
+                    ctrd::imports::glob_matches(
+                        &name.to_string_lossy(),
+                        &e.file_name().to_string_lossy(),
+                    )
+                })
+                .map(|e| e.path())
+                .filter(|p| *p != ours)
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+impl Step for RemoveImport {
+    fn name(&self) -> &'static str {
+        "import"
+    }
+    fn doing(&self, ctx: &Ctx) -> String {
+        let main = ctx
+            .rt
+            .import()
+            .map(|i| i.main.display().to_string())
+            .unwrap_or_default();
+        format!("removing kata-live's import from {main}")
+    }
+    fn changes_runtime_config(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, ctx: &Ctx, _run: &mut Run) -> Result<(), FlowError> {
+        if let Some(imp) = ctx.rt.import() {
+            if recorded(ctx) {
+                keep_backup(ctx, &read_main(ctx, imp.main)?)?;
+            }
+        }
+        Ok(())
+    }
+    fn undo(&mut self, ctx: &Ctx, _run: &Run, rep: &mut Reporter) -> Result<(), Rollback> {
+        restore_main(ctx, rep)?;
+        if self.removed_now {
+            if let Err(e) = set_record(ctx, true) {
+                tracing::warn!("the import record could not be written back: {e}");
+            }
+        }
+        Ok(())
+    }
+    fn plan<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(async move {
+            let d = self.decide(ctx, run, rep, false).await?;
+            Ok(Done::skipped(format!("dry run: {}", d.detail)))
+        })
+    }
+    fn apply<'a>(
+        &'a mut self,
+        ctx: &'a Ctx,
+        run: &'a mut Run,
+        rep: &'a mut Reporter,
+    ) -> StepResult<'a> {
+        Box::pin(self.decide(ctx, run, rep, true))
+    }
+}
+
+impl RemoveImport {
+    async fn decide(
+        &mut self,
+        ctx: &Ctx,
+        run: &mut Run,
+        _rep: &mut Reporter,
+        apply: bool,
+    ) -> Result<Done, Failure> {
+        let Some(imp) = ctx.rt.import() else {
+            return Ok(Done::skipped("no import"));
+        };
+        if !recorded(ctx) {
+            return Ok(Done::skipped(format!(
+                "the import that reads the drop-in was not added by kata-live: {} is left as it is",
+                imp.main.display()
+            )));
+        }
+        let others = others_imported(ctx, imp.glob);
+        if !others.is_empty() {
+            return Ok(Done::skipped(format!(
+                "{} still read(s) {}: the import stays in {} (remove it by hand once nothing needs it)",
+                imp.glob,
+                others.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+                imp.main.display()
+            )));
+        }
+        let m = read_main(ctx, imp.main)?;
+        let new = ctrd::remove_import(&m.text, imp.glob)
+            .map_err(|e| FlowError::Refused(format!("{}: {e}", imp.main.display())))?;
+        let Some(text) = new else {
+            if apply {
+                set_record(ctx, false)?;
+            }
+            return Ok(Done::skipped(format!(
+                "{} no longer holds kata-live's import",
+                imp.main.display()
+            )));
+        };
+        if !apply {
+            run.drop_in_changed = true;
+            return Ok(Done::skipped(format!(
+                "would remove {} from the imports of {}",
+                imp.glob,
+                imp.main.display()
+            )));
+        }
+        write_main(ctx, &m, &text)?;
+        set_record(ctx, false)?;
+        self.removed_now = true;
+        run.drop_in_changed = true;
+        Ok(Done::ran(format!(
+            "removed {} from the imports of {} (the file is back to its bytes before kata-live)",
+            imp.glob,
+            imp.main.display()
+        )))
+    }
+}
