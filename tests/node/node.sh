@@ -232,7 +232,7 @@ cmd_boot() {
         bin_dir=${CARGO_TARGET_DIR:-$repo/target}/debug
     fi
     local -a node_binaries=("${binaries[@]}") node_start=("${default_start[@]}")
-    local -a nspawn_env=() extra_binds=()
+    local -a nspawn_env=() nspawn_opts=()
     local rootfs_script=$here/rootfs.sh units_dir=$here/units runtime_tree=''
     case $runtime in
         crio) ;;
@@ -246,7 +246,7 @@ cmd_boot() {
             nspawn_env=(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1)
             # runc puts a cgroup v2 device filter (eBPF) on every container: allow bpf(2),
             # which nspawn's seccomp filter refuses by default.
-            extra_binds=(--system-call-filter=bpf)
+            nspawn_opts=(--system-call-filter=bpf)
             ;;
         *) die "--runtime wants crio or containerd, got '$runtime'" ;;
     esac
@@ -331,7 +331,7 @@ cmd_boot() {
     done
     if [ "$runtime" = containerd ]; then
         mkdir -p "$dir/containerd-lib"
-        extra_binds+=("--bind=$dir/containerd-lib:/var/lib/containerd")
+        nspawn_opts+=("--bind=$dir/containerd-lib:/var/lib/containerd")
     fi
     echo "$runtime" >"$dir/runtime"
     rm -f "$root/etc/hostname"
@@ -347,7 +347,7 @@ cmd_boot() {
         done <"$dir/cgroups"
         exec env ${nspawn_env[@]+"${nspawn_env[@]}"} setsid systemd-nspawn --quiet -D "$root" \
             --boot --register=no --keep-unit --private-network --machine="kl-$name" \
-            --console=read-only ${binds[@]+"${binds[@]}"} ${extra_binds[@]+"${extra_binds[@]}"}
+            --console=read-only ${binds[@]+"${binds[@]}"} ${nspawn_opts[@]+"${nspawn_opts[@]}"}
     ) </dev/null >"$dir/console.log" 2>&1 &
     pid=$!
     echo "$pid" >"$dir/nspawn.pid"
