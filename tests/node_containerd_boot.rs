@@ -18,53 +18,11 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The second handler, declared the way kata-live declares its handler on containerd.
 const CANARY: &str = "kata-canary";
 
-fn main_pid(node: &Node, unit: &str) -> u32 {
-    let out = node
-        .exec_ok(&["systemctl", "show", "--property=MainPID", "--value", unit])
-        .unwrap_or_else(|e| panic!("{e}"));
-    out.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("MainPID of {unit}: {out:?}"))
-}
-
-/// The pid (in the node) that holds the server end of fake-kubelet's connection to
-/// containerd's socket, read from `ss -xp` (unix socket inode pairs): the daemon kubelet talks to.
-fn kubelet_peer(node: &Node) -> Option<u32> {
-    let kubelet = main_pid(node, "kubelet.service");
-    let out = node.exec(&["ss", "-xpn", "state", "established"]);
-    assert!(out.status.success(), "ss failed: {out:?}");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    // Netid Recv-Q Send-Q Local-Address Port Peer-Address Port Process (state filtered out).
-    let rows: Vec<Vec<&str>> = text
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .filter(|r: &Vec<&str>| r.len() >= 8)
-        .collect();
-    let pids = |row: &Vec<&str>| -> Vec<u32> {
-        row[7..]
-            .join(" ")
-            .split("pid=")
-            .skip(1)
-            .filter_map(|s| s.split(',').next()?.parse().ok())
-            .collect()
-    };
-    let peer_inodes: Vec<&str> = rows
-        .iter()
-        .filter(|r| pids(r).contains(&kubelet))
-        .map(|r| r[6])
-        .collect();
-    rows.iter()
-        .filter(|r| r[3] == ctd::SOCKET && peer_inodes.contains(&r[4]))
-        .flat_map(pids)
-        .next()
-}
-
 fn restart_containerd(node: &Node) -> u32 {
-    let before = main_pid(node, ctd::UNIT);
+    let before = ctd::main_pid(node, ctd::UNIT);
     node.exec_ok(&["systemctl", "restart", ctd::UNIT])
         .unwrap_or_else(|e| panic!("{e}"));
-    let after = main_pid(node, ctd::UNIT);
+    let after = ctd::main_pid(node, ctd::UNIT);
     assert_ne!(after, 0, "containerd.service has no main pid after restart");
     assert_ne!(
         after, before,
@@ -90,6 +48,7 @@ fn wait_ready(cri: &mut CtdCri, id: &str) {
 
 #[test]
 fn real_containerd_node_runs_sandboxes_across_restarts() {
+    let _one = support::kata::serial();
     let node = Node::boot(NodeOptions::containerd()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(node.runtime(), Runtime::Containerd);
     println!("containerd node booted in {:?}", node.boot_time());
@@ -180,12 +139,12 @@ fn real_containerd_node_runs_sandboxes_across_restarts() {
     assert_eq!(sb.runtime_handler, "runc");
 
     // kubelet talks to this containerd.
-    let old = main_pid(&node, ctd::UNIT);
+    let old = ctd::main_pid(&node, ctd::UNIT);
     node.wait_for("fake-kubelet connected to containerd", WAIT, |n| {
-        kubelet_peer(n) == Some(old)
+        ctd::kubelet_peer(n) == Some(old)
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("kubelet.service")));
-    let kubelet_pid = main_pid(&node, "kubelet.service");
+    let kubelet_pid = ctd::main_pid(&node, "kubelet.service");
 
     // Restart over systemd: the sandbox survives, kubelet (not restarted) reconnects to the
     // new containerd by itself.
@@ -201,11 +160,11 @@ fn real_containerd_node_runs_sandboxes_across_restarts() {
     node.wait_for(
         "fake-kubelet reconnected to the new containerd",
         WAIT,
-        |n| kubelet_peer(n) == Some(new),
+        |n| ctd::kubelet_peer(n) == Some(new),
     )
     .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("kubelet.service")));
     assert_eq!(
-        main_pid(&node, "kubelet.service"),
+        ctd::main_pid(&node, "kubelet.service"),
         kubelet_pid,
         "kubelet was restarted"
     );
@@ -273,8 +232,28 @@ fn real_containerd_node_runs_sandboxes_across_restarts() {
         (cri::PodSandboxState::SandboxReady, Some(pid))
     );
     node.wait_for("fake-kubelet on the newest containerd", WAIT, |n| {
-        kubelet_peer(n) == Some(newer)
+        ctd::kubelet_peer(n) == Some(newer)
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("kubelet.service")));
     cri.stop_remove(&first);
+}
+
+/// The harness scenarios use (`KataNode`) boots the containerd node too, waits for kubelet on
+/// the running containerd, and kata-live and the fake rpm-ostree run there (sid's libc).
+#[test]
+fn kata_node_boots_on_containerd() {
+    let _one = support::kata::serial();
+    let k = support::kata::KataNode::boot_with(NodeOptions::containerd(), "");
+    assert_eq!(k.node.runtime(), Runtime::Containerd);
+    let config = k.kata(&["config"]);
+    assert_eq!(config.code, 0, "{}", support::kata::show(&config));
+    let out = k.node.exec(&["rpm-ostree", "status"]);
+    assert!(
+        out.status.success(),
+        "fake rpm-ostree on the containerd node: {out:?}"
+    );
+    assert_eq!(
+        ctd::kubelet_peer(&k.node),
+        Some(ctd::main_pid(&k.node, ctd::UNIT))
+    );
 }

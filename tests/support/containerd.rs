@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
+
+use super::node::Node;
 use kata_live_standins::cri_api as cri;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -69,6 +71,64 @@ pub fn with_import(config: &str) -> String {
     }
     assert!(added, "no version line in the containerd config:\n{config}");
     out
+}
+
+/// `MainPID` of `unit` in the node (0: not running).
+pub fn main_pid(node: &Node, unit: &str) -> u32 {
+    let out = node
+        .exec_ok(&["systemctl", "show", "--property=MainPID", "--value", unit])
+        .unwrap_or_else(|e| panic!("{e}"));
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("MainPID of {unit}: {out:?}"))
+}
+
+/// The pid (in the node) that holds the server end of fake-kubelet's connection to
+/// containerd's socket, read from `ss -xp` (unix socket inode pairs): the daemon kubelet talks to.
+pub fn kubelet_peer(node: &Node) -> Option<u32> {
+    let kubelet = main_pid(node, "kubelet.service");
+    let out = node.exec(&["ss", "-xpn", "state", "established"]);
+    assert!(out.status.success(), "ss failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Netid Recv-Q Send-Q Local-Address Port Peer-Address Port Process (state filtered out).
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .filter(|r: &Vec<&str>| r.len() >= 8)
+        .collect();
+    let pids = |row: &Vec<&str>| -> Vec<u32> {
+        row[7..]
+            .join(" ")
+            .split("pid=")
+            .skip(1)
+            .filter_map(|s| s.split(',').next()?.parse().ok())
+            .collect()
+    };
+    let peer_inodes: Vec<&str> = rows
+        .iter()
+        .filter(|r| pids(r).contains(&kubelet))
+        .map(|r| r[6])
+        .collect();
+    rows.iter()
+        .filter(|r| r[3] == SOCKET && peer_inodes.contains(&r[4]))
+        .flat_map(pids)
+        .next()
+}
+
+/// Waits until kubelet answers healthz and its CRI connection's peer is the RUNNING
+/// containerd (its current main pid): a connection to a containerd since restarted does not count.
+pub fn wait_kubelet_on_running(node: &Node, deadline: Duration) {
+    node.wait_for(
+        "kubelet connected to the running containerd",
+        deadline,
+        |n| {
+            let healthz = n.exec(&["curl", "-fsS", "http://127.0.0.1:10248/healthz"]);
+            let containerd = main_pid(n, UNIT);
+            healthz.status.success() && containerd != 0 && kubelet_peer(n) == Some(containerd)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_units(&["kubelet.service", UNIT])));
 }
 
 /// A CRI connection to the node's containerd, from the host (through /proc/<leader>/root).
