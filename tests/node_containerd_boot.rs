@@ -148,7 +148,12 @@ fn real_containerd_node_runs_sandboxes_across_restarts() {
 
     // Restart over systemd: the sandbox survives, kubelet (not restarted) reconnects to the
     // new containerd by itself.
+    let t = std::time::Instant::now();
     let new = restart_containerd(&node);
+    println!(
+        "systemctl restart containerd (from the host, via nsenter): {:?}",
+        t.elapsed()
+    );
     cri.reconnect();
     wait_ready(&mut cri, &first);
     let (_, pid_after) = cri.sandbox_state_pid(&first);
@@ -157,12 +162,14 @@ fn real_containerd_node_runs_sandboxes_across_restarts() {
         Some(pid),
         "the sandbox's pause process changed over the restart"
     );
-    node.wait_for(
-        "fake-kubelet reconnected to the new containerd",
-        WAIT,
-        |n| ctd::kubelet_peer(n) == Some(new),
-    )
-    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("kubelet.service")));
+    let reconnected = node
+        .wait_for(
+            "fake-kubelet reconnected to the new containerd",
+            WAIT,
+            |n| ctd::kubelet_peer(n) == Some(new),
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("kubelet.service")));
+    println!("fake-kubelet seen on the new containerd {reconnected:?} after the checks above");
     assert_eq!(
         ctd::main_pid(&node, "kubelet.service"),
         kubelet_pid,
