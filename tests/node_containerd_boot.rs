@@ -138,6 +138,14 @@ fn real_containerd_node_runs_sandboxes_across_restarts() {
         .expect("listed");
     assert_eq!(sb.runtime_handler, "runc");
 
+    let app = cri
+        .run_container(&first, "first", "app")
+        .unwrap_or_else(|e| panic!("a container in {first}: {}", e.message()));
+    assert_eq!(
+        cri.container_state(&app),
+        cri::ContainerState::ContainerRunning
+    );
+
     // kubelet talks to this containerd.
     let old = ctd::main_pid(&node, ctd::UNIT);
     node.wait_for("fake-kubelet connected to containerd", WAIT, |n| {
@@ -232,11 +240,16 @@ fn real_containerd_node_runs_sandboxes_across_restarts() {
         "canary left behind"
     );
 
-    // The first sandbox lived through both restarts; kubelet is on the newest containerd.
+    // The first sandbox and its container lived through both restarts; kubelet is on the
+    // newest containerd.
     let (state, pid_end) = cri.sandbox_state_pid(&first);
     assert_eq!(
         (state, pid_end),
         (cri::PodSandboxState::SandboxReady, Some(pid))
+    );
+    assert_eq!(
+        cri.container_state(&app),
+        cri::ContainerState::ContainerRunning
     );
     node.wait_for("fake-kubelet on the newest containerd", WAIT, |n| {
         ctd::kubelet_peer(n) == Some(newer)

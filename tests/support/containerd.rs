@@ -234,6 +234,55 @@ impl CtdCri {
             .map(|r| r.pod_sandbox_id)
     }
 
+    /// A running container (the pause image's `/pause`) in sandbox `sandbox_id`, created with
+    /// `sandbox name` = the name given to [`CtdCri::run_sandbox`]; its id.
+    pub fn run_container(
+        &mut self,
+        sandbox_id: &str,
+        sandbox_name: &str,
+        name: &str,
+    ) -> Result<String, tonic::Status> {
+        let create = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata {
+                    name: name.into(),
+                    attempt: 0,
+                }),
+                image: Some(cri::ImageSpec {
+                    image: PAUSE_IMAGE.into(),
+                    ..Default::default()
+                }),
+                labels: HashMap::from([("io.kubernetes.container.name".into(), name.into())]),
+                ..Default::default()
+            }),
+            sandbox_config: Some(sandbox_config(sandbox_name)),
+        };
+        let id = self
+            .call("CreateContainer", async |c| {
+                c.create_container(create).await
+            })?
+            .container_id;
+        let start = cri::StartContainerRequest {
+            container_id: id.clone(),
+        };
+        self.call("StartContainer", async |c| c.start_container(start).await)?;
+        Ok(id)
+    }
+
+    /// The container's state (`cri::ContainerState`).
+    pub fn container_state(&mut self, id: &str) -> cri::ContainerState {
+        let req = cri::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        };
+        self.call("ContainerStatus", async |c| c.container_status(req).await)
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {}", e.message()))
+            .status
+            .map(|s| s.state())
+            .unwrap_or_default()
+    }
+
     pub fn sandbox_status(
         &mut self,
         id: &str,
@@ -270,6 +319,7 @@ impl CtdCri {
         .items
     }
 
+    /// Stops and removes the sandbox (and so its containers).
     pub fn stop_remove(&mut self, id: &str) {
         let stop = cri::StopPodSandboxRequest {
             pod_sandbox_id: id.into(),
