@@ -22,6 +22,9 @@
 #   --no-base-trees  do not copy the base trees tests/*/node-root/ (see below)
 #   --timeout SECS   deadline for boot and for starting the units (default 60)
 #   --owner PID      tear the node down on `gc` once PID has exited (used by the Rust harness)
+#   --runtime R      crio (default): the bookworm node with the CRI-O and kubelet stand-ins;
+#                    containerd: the sid node of rootfs-containerd.sh with Debian's REAL
+#                    containerd 2.x + runc and fake-kubelet on its socket (see README.md)
 #
 # Installed before boot: kata-live, fake-crio, fake-kubelet, fake-rpm-ostree (those built),
 # bind-mounted read-only into /usr/local/bin (kata-live also linked from /usr/bin);
@@ -29,6 +32,13 @@
 # /etc/systemd/system/; the base trees, every
 # tests/*/node-root/ directory in lexical order (files a test component needs in every node, laid
 # out as in /, e.g. tests/standins/node-root/etc/crio/crio.conf.d/00-default).
+#
+# The containerd node gets instead: its rootfs from rootfs-containerd.sh; kata-live, fake-kubelet,
+# fake-rpm-ostree (no fake-crio); the repo's systemd/ units; the base trees without their etc/crio;
+# then tests/node/containerd-root/ (containerd's config.toml, the runc wrapper, kubelet.service,
+# the pause image import); /var/lib/containerd bind-mounted from the node's directory (overlayfs
+# cannot be an upper layer for containerd's overlay snapshotter); default start:
+# containerd.service and kubelet.service.
 #
 # Environment: KATA_NODE_CACHE (default tests/node/.cache), as for rootfs.sh.
 set -euo pipefail
@@ -198,7 +208,7 @@ boot_failed() {
 }
 
 cmd_boot() {
-    local name=node bin_dir='' timeout=60 owner='' no_start=0 base_trees=1
+    local name=node bin_dir='' timeout=60 owner='' no_start=0 base_trees=1 runtime=crio
     local -a trees=()
     local -a start_units=()
     local explicit_start=0
@@ -211,6 +221,7 @@ cmd_boot() {
             --no-base-trees) base_trees=0; shift ;;
             --timeout) timeout=$2; shift 2 ;;
             --owner) owner=$2; shift 2 ;;
+            --runtime) runtime=$2; shift 2 ;;
             -*) die "unknown boot option $1" ;;
             *) name=$1; shift ;;
         esac
@@ -220,9 +231,28 @@ cmd_boot() {
     if [ -z "$bin_dir" ]; then
         bin_dir=${CARGO_TARGET_DIR:-$repo/target}/debug
     fi
+    local -a node_binaries=("${binaries[@]}") node_start=("${default_start[@]}")
+    local -a nspawn_env=() nspawn_opts=()
+    local rootfs_script=$here/rootfs.sh units_dir=$here/units runtime_tree=''
+    case $runtime in
+        crio) ;;
+        containerd)
+            rootfs_script=$here/rootfs-containerd.sh
+            node_binaries=(kata-live fake-kubelet fake-rpm-ostree)
+            node_start=(containerd.service kubelet.service)
+            units_dir=''
+            runtime_tree=$here/containerd-root
+            # sid's systemd (>= 256) refuses the host's cgroup v1 (hybrid) setup.
+            nspawn_env=(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1)
+            # runc puts a cgroup v2 device filter (eBPF) on every container: allow bpf(2),
+            # which nspawn's seccomp filter refuses by default.
+            nspawn_opts=(--system-call-filter=bpf)
+            ;;
+        *) die "--runtime wants crio or containerd, got '$runtime'" ;;
+    esac
     local t0 rootfs dir
     t0=$(now)
-    rootfs=$("$here/rootfs.sh")
+    rootfs=$("$rootfs_script")
     [ -e "$rootfs/.complete" ] || die "rootfs.sh did not produce a rootfs"
     mkdir -p "$nodes"
     cmd_gc
@@ -253,7 +283,7 @@ cmd_boot() {
     local -a binds=()
     t_install=$(now)
     [[ $bin_dir != *:* ]] || die "--bin-dir must not contain ':' (systemd-nspawn --bind-ro syntax)"
-    for b in "${binaries[@]}"; do
+    for b in "${node_binaries[@]}"; do
         if [ -x "$bin_dir/$b" ]; then
             binds+=("--bind-ro=$bin_dir/$b:/usr/local/bin/$b")
             log "installing $b ($(date -r "$bin_dir/$b" '+built %F %T'))"
@@ -266,9 +296,9 @@ cmd_boot() {
     else
         log "WARNING: no kata-live in $bin_dir: build it (cargo build --workspace --bins) or pass --bin-dir"
     fi
-    if [ -d "$here/units" ]; then
-        cp -a "$here/units/." "$root/etc/systemd/system/"
-        log "installed units: $(cd "$here/units" && echo *)"
+    if [ -n "$units_dir" ] && [ -d "$units_dir" ]; then
+        cp -a "$units_dir/." "$root/etc/systemd/system/"
+        log "installed units: $(cd "$units_dir" && echo *)"
     fi
     if [ -d "$repo/systemd" ]; then
         for f in "$repo"/systemd/*.{service,socket,timer,path,target}; do
@@ -284,13 +314,26 @@ cmd_boot() {
             [ -d "$tree" ] && all_trees+=("$tree")
         done
     fi
-    for tree in ${all_trees[@]+"${all_trees[@]}"} ${trees[@]+"${trees[@]}"}; do
+    # The containerd node runs no CRI-O: the base trees' CRI-O configuration stays out.
+    local -a tar_exclude=()
+    [ "$runtime" = containerd ] && tar_exclude=(--exclude=./etc/crio)
+    for tree in ${all_trees[@]+"${all_trees[@]}"}; do
+        tar -C "$tree" -cf - ${tar_exclude[@]+"${tar_exclude[@]}"} . |
+            tar -C "$root" -xf - --no-overwrite-dir
+        log "copied tree $tree"
+    done
+    for tree in $runtime_tree ${trees[@]+"${trees[@]}"}; do
         [ -d "$tree" ] || die "--tree $tree is not a directory"
         # tar keeps the modes of the node's existing directories (cp -a would copy the
         # tree's, and a 0700 / stops D-Bus from starting).
         tar -C "$tree" -cf - . | tar -C "$root" -xf - --no-overwrite-dir
         log "copied tree $tree"
     done
+    if [ "$runtime" = containerd ]; then
+        mkdir -p "$dir/containerd-lib"
+        nspawn_opts+=("--bind=$dir/containerd-lib:/var/lib/containerd")
+    fi
+    echo "$runtime" >"$dir/runtime"
     rm -f "$root/etc/hostname"
     log "installed in $(since "$t_install")s"
 
@@ -302,8 +345,9 @@ cmd_boot() {
         while read -r cgdir; do
             echo "$BASHPID" >"$cgdir/cgroup.procs"
         done <"$dir/cgroups"
-        exec setsid systemd-nspawn --quiet -D "$root" --boot --register=no --keep-unit \
-            --private-network --machine="kl-$name" --console=read-only "${binds[@]}"
+        exec env ${nspawn_env[@]+"${nspawn_env[@]}"} setsid systemd-nspawn --quiet -D "$root" \
+            --boot --register=no --keep-unit --private-network --machine="kl-$name" \
+            --console=read-only ${binds[@]+"${binds[@]}"} ${nspawn_opts[@]+"${nspawn_opts[@]}"}
     ) </dev/null >"$dir/console.log" 2>&1 &
     pid=$!
     echo "$pid" >"$dir/nspawn.pid"
@@ -325,8 +369,9 @@ cmd_boot() {
     fi
 
     if [ $no_start = 0 ] && [ $explicit_start = 0 ]; then
-        for f in "${default_start[@]}"; do
-            [ -e "$here/units/$f" ] && start_units+=("$f")
+        for f in "${node_start[@]}"; do
+            [ -e "$root/etc/systemd/system/$f" ] || [ -e "$root/lib/systemd/system/$f" ] &&
+                start_units+=("$f")
         done
     fi
     if [ $no_start = 0 ] && [ ${#start_units[@]} -gt 0 ]; then
@@ -344,8 +389,8 @@ cmd_boot() {
     trap - EXIT
     log "node $name up in $(since "$t0")s; shell: $0 shell $name; down: $0 down $name"
     # Machine-readable summary for the Rust harness.
-    printf 'NODE_DIR=%s\nNODE_ROOT=%s\nNODE_NSPAWN_PID=%s\nNODE_LEADER_PID=%s\nNODE_STATE=%s\n' \
-        "$dir" "$root" "$pid" "$leader" "$state"
+    printf 'NODE_DIR=%s\nNODE_ROOT=%s\nNODE_NSPAWN_PID=%s\nNODE_LEADER_PID=%s\nNODE_STATE=%s\nNODE_RUNTIME=%s\n' \
+        "$dir" "$root" "$pid" "$leader" "$state" "$runtime"
 }
 
 cmd_gc() {

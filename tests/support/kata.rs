@@ -6,7 +6,8 @@
 
 #![allow(dead_code)] // each test file uses its own part of this
 
-use super::node::{Node, NodeOptions};
+use super::containerd;
+use super::node::{Node, NodeOptions, Runtime};
 use std::process::Output;
 use std::time::Duration;
 
@@ -121,7 +122,11 @@ impl KataNode {
                 .expect("stat kubelet.service in the node"),
             "the test node has no kubelet.service (tests/node/units/)"
         );
-        k.wait_kubelet_connected(Duration::from_secs(30));
+        if k.node.runtime() == Runtime::Containerd {
+            containerd::wait_kubelet_on_running(&k.node, Duration::from_secs(30));
+        } else {
+            k.wait_kubelet_connected(Duration::from_secs(30));
+        }
         k
     }
 

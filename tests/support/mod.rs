@@ -1,3 +1,4 @@
+pub mod containerd;
 pub mod hold;
 pub mod kata;
 pub mod kubelet_node;

@@ -106,13 +106,42 @@ pub struct NodeFile {
     pub mode: u32,
 }
 
+/// The node's container runtime (`node.sh boot --runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Runtime {
+    /// The bookworm node: fake-crio as `crio.service`, fake-kubelet with `Requires=crio.service`.
+    #[default]
+    Crio,
+    /// The sid node of `tests/node/rootfs-containerd.sh`: Debian's REAL containerd 2.x
+    /// (`containerd.service`) with runc behind the test-only wrapper, fake-kubelet on
+    /// containerd's socket (a kubeadm-style unit, no `Requires=`). See tests/node/README.md.
+    Containerd,
+}
+
+impl Runtime {
+    fn arg(self) -> &'static str {
+        match self {
+            Runtime::Crio => "crio",
+            Runtime::Containerd => "containerd",
+        }
+    }
+
+    fn rootfs_script(self) -> &'static str {
+        match self {
+            Runtime::Crio => "tests/node/rootfs.sh",
+            Runtime::Containerd => "tests/node/rootfs-containerd.sh",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct NodeOptions {
     /// Readable part of the node's name; a unique suffix is always added. Default: the test's
     /// name (its thread name).
     pub label: Option<String>,
     /// Units started once the node runs. `None`: crio.service and kubelet.service when
-    /// tests/node/units/ has them. `Some(vec![])`: none.
+    /// tests/node/units/ has them (containerd node: containerd.service and kubelet.service).
+    /// `Some(vec![])`: none.
     pub start_units: Option<Vec<String>>,
     /// Files placed before boot, after the base trees.
     pub files: Vec<NodeFile>,
@@ -120,6 +149,8 @@ pub struct NodeOptions {
     pub base_trees: bool,
     /// Deadline for booting and for starting `start_units`, each.
     pub boot_timeout: Duration,
+    /// The container runtime of the node (default: the CRI-O stand-in).
+    pub runtime: Runtime,
 }
 
 impl Default for NodeOptions {
@@ -130,6 +161,7 @@ impl Default for NodeOptions {
             files: Vec::new(),
             base_trees: true,
             boot_timeout: Duration::from_secs(60),
+            runtime: Runtime::Crio,
         }
     }
 }
@@ -139,6 +171,14 @@ impl NodeOptions {
     pub fn bare() -> Self {
         NodeOptions {
             start_units: Some(Vec::new()),
+            ..NodeOptions::default()
+        }
+    }
+
+    /// The containerd node, containerd.service and kubelet.service started.
+    pub fn containerd() -> Self {
+        NodeOptions {
+            runtime: Runtime::Containerd,
             ..NodeOptions::default()
         }
     }
@@ -210,6 +250,7 @@ pub struct Node {
     leader: u32,
     boot_state: String,
     boot_time: Duration,
+    runtime: Runtime,
     down: bool,
 }
 
@@ -256,7 +297,7 @@ impl Node {
 
         // The rootfs build (minutes, once) gets its own deadline, so that the boot deadline
         // below measures the boot.
-        let rootfs = paths.repo.join("tests/node/rootfs.sh");
+        let rootfs = paths.repo.join(opts.runtime.rootfs_script());
         let out = Command::new("timeout")
             .arg("--kill-after=30")
             .arg(ROOTFS_DEADLINE.as_secs().to_string())
@@ -291,7 +332,9 @@ impl Node {
             .arg("--owner")
             .arg(std::process::id().to_string())
             .arg("--timeout")
-            .arg(opts.boot_timeout.as_secs().max(1).to_string());
+            .arg(opts.boot_timeout.as_secs().max(1).to_string())
+            .arg("--runtime")
+            .arg(opts.runtime.arg());
         if !opts.files.is_empty() {
             cmd.arg("--tree").arg(tree.path());
         }
@@ -361,6 +404,7 @@ impl Node {
             leader: 0,
             boot_state: String::new(),
             boot_time,
+            runtime: opts.runtime,
             paths,
             down: false,
         };
@@ -374,6 +418,11 @@ impl Node {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The node's container runtime, as booted.
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
     }
 
     /// Host pid of the node's systemd (PID 1 inside): `nsenter -t` target.

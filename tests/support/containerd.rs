@@ -1,0 +1,387 @@
+//! The containerd test node (`NodeOptions::containerd()`, see tests/node/README.md): its
+//! paths, and a small CRI client (the UPSTREAM CRI definition, `kata_live_standins::cri_api`,
+//! never kata-live's protocol code) that runs REAL sandboxes on the node's real containerd.
+//!
+//! ```ignore
+//! mod support;
+//! use support::containerd::{self as ctd, CtdCri};
+//! let node = Node::boot(NodeOptions::containerd())?;
+//! let mut cri = CtdCri::connect(&node.host_path(ctd::SOCKET)?);
+//! let id = cri.run_sandbox("runc", "my-pod").expect("a real sandbox on runc");
+//! ```
+//!
+//! Sandboxes run with the node's network namespace: the node has no CNI configuration, so a
+//! pod network namespace cannot be set up (containerd: `cni config load failed`).
+#![allow(dead_code)] // each test file uses its own part of this
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+
+use super::node::Node;
+use kata_live_standins::cri_api as cri;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// containerd's CRI socket inside the node (grpc address of the main config).
+pub const SOCKET: &str = "/run/containerd/containerd.sock";
+/// containerd's main configuration (version 3, no `imports` line as booted).
+pub const CONFIG: &str = "/etc/containerd/config.toml";
+/// The drop-in directory kata-live imports (`imports = ["/etc/containerd/conf.d/*.toml"]`).
+pub const DROP_IN_DIR: &str = "/etc/containerd/conf.d";
+/// The test-only OCI runtime wrapper (BinaryName of the `runc` handler): drops what the node
+/// cannot give a container, then execs /usr/bin/runc.
+pub const WRAPPER: &str = "/usr/local/bin/runc-node-limits";
+/// The static pause image, imported at boot and pinned as containerd's sandbox image.
+pub const PAUSE_IMAGE: &str = "localhost/kata-live-test/pause:1";
+/// The unit of the real containerd (Debian's, with the test node's drop-in).
+pub const UNIT: &str = "containerd.service";
+/// The main config as the node boots with it (what an uninstall must restore byte for byte).
+pub const CONFIG_AS_BOOTED: &str =
+    include_str!("../node/containerd-root/etc/containerd/config.toml");
+/// Namespace of the sandboxes this client starts.
+pub const NAMESPACE: &str = "kata-live-ctd-test";
+
+const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
+const CALL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A handler table backed by runc through the wrapper, in containerd 2.x's (version 3) names,
+/// without a `version` key (see NODE-FACTS: the form that merges right on a version 3 main file).
+pub fn runc_handler_drop_in(name: &str) -> String {
+    format!(
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'{name}']\n  \
+         runtime_type = 'io.containerd.runc.v2'\n\n\
+         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'{name}'.options]\n  \
+         BinaryName = '{WRAPPER}'\n"
+    )
+}
+
+/// `config` with `imports = [DROP_IN_DIR/*.toml]` added after its `version` line (top-level
+/// keys must come before the first table).
+pub fn with_import(config: &str) -> String {
+    let mut out = String::new();
+    let mut added = false;
+    for line in config.split_inclusive('\n') {
+        out.push_str(line);
+        if !added && line.trim_start().starts_with("version") {
+            out.push_str(&format!("imports = [\"{DROP_IN_DIR}/*.toml\"]\n"));
+            added = true;
+        }
+    }
+    assert!(added, "no version line in the containerd config:\n{config}");
+    out
+}
+
+/// `MainPID` of `unit` in the node (0: not running).
+pub fn main_pid(node: &Node, unit: &str) -> u32 {
+    let out = node
+        .exec_ok(&["systemctl", "show", "--property=MainPID", "--value", unit])
+        .unwrap_or_else(|e| panic!("{e}"));
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("MainPID of {unit}: {out:?}"))
+}
+
+/// The pid (in the node) that holds the server end of fake-kubelet's connection to
+/// containerd's socket, read from `ss -xp` (unix socket inode pairs): the daemon kubelet talks to.
+pub fn kubelet_peer(node: &Node) -> Option<u32> {
+    let kubelet = main_pid(node, "kubelet.service");
+    let out = node.exec(&["ss", "-xpn", "state", "established"]);
+    assert!(out.status.success(), "ss failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Netid Recv-Q Send-Q Local-Address Port Peer-Address Port Process (state filtered out).
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .filter(|r: &Vec<&str>| r.len() >= 8)
+        .collect();
+    let pids = |row: &Vec<&str>| -> Vec<u32> {
+        row[7..]
+            .join(" ")
+            .split("pid=")
+            .skip(1)
+            .filter_map(|s| s.split(',').next()?.parse().ok())
+            .collect()
+    };
+    let peer_inodes: Vec<&str> = rows
+        .iter()
+        .filter(|r| pids(r).contains(&kubelet))
+        .map(|r| r[6])
+        .collect();
+    rows.iter()
+        .filter(|r| r[3] == SOCKET && peer_inodes.contains(&r[4]))
+        .flat_map(pids)
+        .next()
+}
+
+/// Waits until kubelet answers healthz and its CRI connection's peer is the RUNNING
+/// containerd (its current main pid): a connection to a containerd since restarted does not count.
+pub fn wait_kubelet_on_running(node: &Node, deadline: Duration) {
+    node.wait_for(
+        "kubelet connected to the running containerd",
+        deadline,
+        |n| {
+            let healthz = n.exec(&["curl", "-fsS", "http://127.0.0.1:10248/healthz"]);
+            let containerd = main_pid(n, UNIT);
+            healthz.status.success() && containerd != 0 && kubelet_peer(n) == Some(containerd)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_units(&["kubelet.service", UNIT])));
+}
+
+/// A CRI connection to the node's containerd, from the host (through /proc/<leader>/root).
+pub struct CtdCri {
+    rt: tokio::runtime::Runtime,
+    client: cri::runtime_service_client::RuntimeServiceClient<Channel>,
+    socket: PathBuf,
+}
+
+impl CtdCri {
+    /// Connects to `socket` (a host path), waiting up to 30 s for a `Version` answer.
+    pub fn connect(socket: &Path) -> CtdCri {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let start = Instant::now();
+        loop {
+            match rt.block_on(connect_once(socket)) {
+                Ok(client) => {
+                    return CtdCri {
+                        rt,
+                        client,
+                        socket: socket.to_path_buf(),
+                    }
+                }
+                Err(e) => assert!(
+                    start.elapsed() < CONNECT_DEADLINE,
+                    "no CRI answer on {} within {CONNECT_DEADLINE:?}: {e}",
+                    socket.display()
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A fresh connection to the same socket (after containerd restarted).
+    pub fn reconnect(&mut self) {
+        *self = CtdCri::connect(&self.socket.clone());
+    }
+
+    fn call<T>(
+        &mut self,
+        what: &str,
+        f: impl AsyncFnOnce(
+            &mut cri::runtime_service_client::RuntimeServiceClient<Channel>,
+        ) -> Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, tonic::Status> {
+        let client = &mut self.client;
+        let socket = self.socket.display().to_string();
+        self.rt.block_on(async move {
+            match tokio::time::timeout(CALL_DEADLINE, f(client)).await {
+                Ok(r) => r.map(tonic::Response::into_inner),
+                Err(_) => panic!("{what} on {socket}: no answer within {CALL_DEADLINE:?}"),
+            }
+        })
+    }
+
+    pub fn version(&mut self) -> Result<cri::VersionResponse, tonic::Status> {
+        self.call("Version", async |c| {
+            c.version(cri::VersionRequest {
+                version: "v1".into(),
+            })
+            .await
+        })
+    }
+
+    pub fn status(&mut self, verbose: bool) -> Result<cri::StatusResponse, tonic::Status> {
+        self.call("Status", async |c| {
+            c.status(cri::StatusRequest { verbose }).await
+        })
+    }
+
+    /// `Status.runtime_handlers` names ("" is the default handler).
+    pub fn handlers(&mut self) -> Result<Vec<String>, tonic::Status> {
+        Ok(self
+            .status(false)?
+            .runtime_handlers
+            .into_iter()
+            .map(|h| h.name)
+            .collect())
+    }
+
+    /// The running daemon's effective CRI configuration (verbose `Status`, `info["config"]`).
+    pub fn effective_config(&mut self) -> serde_json::Value {
+        let st = self
+            .status(true)
+            .unwrap_or_else(|e| panic!("verbose Status: {}", e.message()));
+        let raw = st
+            .info
+            .get("config")
+            .unwrap_or_else(|| panic!("verbose Status has no info[\"config\"]: {:?}", st.info));
+        serde_json::from_str(raw).unwrap_or_else(|e| panic!("info[\"config\"] is no JSON: {e}"))
+    }
+
+    /// A real sandbox on `handler` ("" = default) named `name` in [`NAMESPACE`], host network.
+    pub fn run_sandbox(&mut self, handler: &str, name: &str) -> Result<String, tonic::Status> {
+        let req = cri::RunPodSandboxRequest {
+            config: Some(sandbox_config(name)),
+            runtime_handler: handler.into(),
+        };
+        self.call("RunPodSandbox", async |c| c.run_pod_sandbox(req).await)
+            .map(|r| r.pod_sandbox_id)
+    }
+
+    /// A running container (the pause image's `/pause`) in sandbox `sandbox_id`, created with
+    /// `sandbox name` = the name given to [`CtdCri::run_sandbox`]; its id.
+    pub fn run_container(
+        &mut self,
+        sandbox_id: &str,
+        sandbox_name: &str,
+        name: &str,
+    ) -> Result<String, tonic::Status> {
+        let create = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata {
+                    name: name.into(),
+                    attempt: 0,
+                }),
+                image: Some(cri::ImageSpec {
+                    image: PAUSE_IMAGE.into(),
+                    ..Default::default()
+                }),
+                labels: HashMap::from([("io.kubernetes.container.name".into(), name.into())]),
+                ..Default::default()
+            }),
+            sandbox_config: Some(sandbox_config(sandbox_name)),
+        };
+        let id = self
+            .call("CreateContainer", async |c| {
+                c.create_container(create).await
+            })?
+            .container_id;
+        let start = cri::StartContainerRequest {
+            container_id: id.clone(),
+        };
+        self.call("StartContainer", async |c| c.start_container(start).await)?;
+        Ok(id)
+    }
+
+    /// The container's state (`cri::ContainerState`).
+    pub fn container_state(&mut self, id: &str) -> cri::ContainerState {
+        let req = cri::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        };
+        self.call("ContainerStatus", async |c| c.container_status(req).await)
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {}", e.message()))
+            .status
+            .map(|s| s.state())
+            .unwrap_or_default()
+    }
+
+    pub fn sandbox_status(
+        &mut self,
+        id: &str,
+    ) -> Result<cri::PodSandboxStatusResponse, tonic::Status> {
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        };
+        self.call("PodSandboxStatus", async |c| {
+            c.pod_sandbox_status(req).await
+        })
+    }
+
+    /// The sandbox's state (`cri::PodSandboxState`) and its pause process's pid (verbose info).
+    pub fn sandbox_state_pid(&mut self, id: &str) -> (cri::PodSandboxState, Option<i64>) {
+        let st = self
+            .sandbox_status(id)
+            .unwrap_or_else(|e| panic!("PodSandboxStatus {id}: {}", e.message()));
+        let state = st.status.as_ref().map(|s| s.state()).unwrap_or_default();
+        let pid = st
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|v| v["pid"].as_i64());
+        (state, pid)
+    }
+
+    pub fn sandboxes(&mut self) -> Vec<cri::PodSandbox> {
+        self.call("ListPodSandbox", async |c| {
+            c.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+                .await
+        })
+        .unwrap_or_else(|e| panic!("ListPodSandbox: {}", e.message()))
+        .items
+    }
+
+    /// Stops and removes the sandbox (and so its containers).
+    pub fn stop_remove(&mut self, id: &str) {
+        let stop = cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.call("StopPodSandbox", async |c| c.stop_pod_sandbox(stop).await)
+            .unwrap_or_else(|e| panic!("StopPodSandbox {id}: {}", e.message()));
+        let rm = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.call("RemovePodSandbox", async |c| c.remove_pod_sandbox(rm).await)
+            .unwrap_or_else(|e| panic!("RemovePodSandbox {id}: {}", e.message()));
+    }
+}
+
+/// A pod with the node's network namespace (no CNI on the node).
+pub fn sandbox_config(name: &str) -> cri::PodSandboxConfig {
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: NAMESPACE.into(),
+            attempt: 0,
+        }),
+        labels: HashMap::from([("io.kubernetes.pod.name".into(), name.into())]),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(cri::NamespaceOption {
+                    network: cri::NamespaceMode::Node as i32,
+                    pid: cri::NamespaceMode::Pod as i32,
+                    ipc: cri::NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn connect_once(
+    socket: &Path,
+) -> Result<cri::runtime_service_client::RuntimeServiceClient<Channel>, String> {
+    let path = socket.to_path_buf();
+    let channel = Endpoint::from_static("http://[::1]:50051")
+        .connect_timeout(CALL_DEADLINE)
+        .timeout(CALL_DEADLINE)
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut client = cri::runtime_service_client::RuntimeServiceClient::new(channel);
+    client
+        .version(cri::VersionRequest {
+            version: "v1".into(),
+        })
+        .await
+        .map_err(|e| format!("Version: {}", e.message()))?;
+    Ok(client)
+}
