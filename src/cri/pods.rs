@@ -75,7 +75,13 @@ pub fn handler_from_verbose_info(info: &HashMap<String, String>) -> Option<Strin
         .and_then(|s| s.get("annotations"))
         .and_then(|a| a.get(CRIO_RUNTIME_HANDLER_ANNOTATION))
         .and_then(|h| h.as_str());
-    let containerd = v.get("runtimeHandler").and_then(|h| h.as_str());
+    // containerd 2.1 omits `runtimeHandler` for a sandbox on the default handler (measured:
+    // its `runtime_handler` field is "" then too); `runtimeType`, always there, says the
+    // answer is containerd's, so the missing key is the default handler, not an unknown one.
+    let containerd = v
+        .get("runtimeHandler")
+        .and_then(|h| h.as_str())
+        .or_else(|| v.get("runtimeType").map(|_| ""));
     crio.or(containerd).map(str::to_string)
 }
 
@@ -500,6 +506,12 @@ mod tests {
         assert_eq!(
             handler_from_verbose_info(&info(containerd)).as_deref(),
             Some("kata-remote")
+        );
+        // containerd 2.1.9 on the default handler (measured): no runtimeHandler key.
+        let containerd_default = r#"{"pid":146,"processStatus":"running","runtimeType":"io.containerd.runc.v2","runtimeOptions":{"binary_name":"/usr/local/bin/runc-node-limits"}}"#;
+        assert_eq!(
+            handler_from_verbose_info(&info(containerd_default)).as_deref(),
+            Some("")
         );
         for unknown in [
             r#"{"runtimeSpec":{"annotations":{"io.kubernetes.cri-o.Name":"x"}}}"#,

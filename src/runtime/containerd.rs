@@ -121,6 +121,39 @@ impl Runtime for Containerd {
         );
         v
     }
+    /// The shim: `runtime_path`, else `containerd-shim-NAME-vN` from `runtime_type`, looked
+    /// up as containerd does on its PATH [containerd: `core/runtime/v2/shim/util.go`
+    /// `BinaryName`/`BinaryPath`]; the others: the absolute paths among the shim's options
+    /// (Kata's `ConfigPath`, runc's `BinaryName`).
+    fn runtime_files(&self, host: &Host) -> (PathBuf, Vec<PathBuf>) {
+        let shim = match &self.handler.runtime_path {
+            Some(p) => PathBuf::from(p),
+            None => {
+                let name = shim_binary(&self.handler.runtime_type);
+                const PATH: [&str; 6] = [
+                    "/usr/local/sbin",
+                    "/usr/local/bin",
+                    "/usr/sbin",
+                    "/usr/bin",
+                    "/sbin",
+                    "/bin",
+                ];
+                PATH.iter()
+                    .map(|d| Path::new(d).join(&name))
+                    .find(|p| host.path(p).exists())
+                    .unwrap_or_else(|| Path::new("/usr/bin").join(&name))
+            }
+        };
+        let others = self
+            .handler
+            .options
+            .values()
+            .filter_map(|o| o.as_str())
+            .filter(|s| s.starts_with('/'))
+            .map(PathBuf::from)
+            .collect();
+        (shim, others)
+    }
     fn import(&self) -> Option<Import<'_>> {
         Some(Import {
             main: &self.cfg.config,
@@ -162,5 +195,31 @@ impl Runtime for Containerd {
                 ),
             }
         })
+    }
+}
+
+/// `io.containerd.NAME.vN` → `containerd-shim-NAME-vN` (containerd's shim naming).
+fn shim_binary(runtime_type: &str) -> String {
+    let rest = runtime_type
+        .strip_prefix("io.containerd.")
+        .unwrap_or(runtime_type);
+    match rest.rsplit_once('.') {
+        Some((name, v)) => format!("containerd-shim-{name}-{v}"),
+        None => format!("containerd-shim-{rest}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shim_names_follow_runtime_types() {
+        assert_eq!(
+            super::shim_binary("io.containerd.kata-remote.v2"),
+            "containerd-shim-kata-remote-v2"
+        );
+        assert_eq!(
+            super::shim_binary("io.containerd.runc.v2"),
+            "containerd-shim-runc-v2"
+        );
     }
 }

@@ -78,6 +78,13 @@ impl Runtime for Crio {
         v.extend(c.runtime_config_path.clone());
         v
     }
+    fn runtime_files(&self, _host: &Host) -> (PathBuf, Vec<PathBuf>) {
+        let c = &self.handler.crio;
+        (
+            c.runtime_path.clone(),
+            c.runtime_config_path.iter().cloned().collect(),
+        )
+    }
     fn import(&self) -> Option<Import<'_>> {
         None
     }

@@ -57,6 +57,9 @@ pub trait Runtime {
     /// Files whose change the running daemon must be newer than (beyond the drop-in and its
     /// directory).
     fn artifacts(&self) -> Vec<PathBuf>;
+    /// The handler's runtime files the daemon must be able to see: the binary it executes,
+    /// then the others (configuration files, wrapped binaries).
+    fn runtime_files(&self, host: &Host) -> (PathBuf, Vec<PathBuf>);
     /// The main file that must import the drop-in, when the runtime needs that.
     fn import(&self) -> Option<Import<'_>>;
     /// Reads the running daemon's effective definition of the handler and compares it with

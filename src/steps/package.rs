@@ -178,8 +178,11 @@ impl Step for Visibility {
     fn name(&self) -> &'static str {
         "visibility"
     }
-    fn doing(&self, _ctx: &Ctx) -> String {
-        "waiting until the runtime files are visible to CRI-O".into()
+    fn doing(&self, ctx: &Ctx) -> String {
+        format!(
+            "waiting until the runtime files are visible to {}",
+            ctx.rt.name()
+        )
     }
     fn apply<'a>(
         &'a mut self,
@@ -190,8 +193,9 @@ impl Step for Visibility {
         Box::pin(async move {
             let c = &ctx.cfg;
             let crio_pid = run.baseline()?.crio.main_pid;
-            let mut files = vec![c.handler.crio.runtime_path.as_path()];
-            files.extend(c.handler.crio.runtime_config_path.as_deref());
+            let (binary, others) = ctx.rt.runtime_files(&ctx.host);
+            let mut files = vec![binary.as_path()];
+            files.extend(others.iter().map(|p| p.as_path()));
             // A dry run looks once: it must not wait for files no package step brought.
             let deadline = if ctx.dry_run {
                 std::time::Duration::ZERO
@@ -210,17 +214,13 @@ impl Step for Visibility {
                 state: format!("during the visibility wait: {UNTOUCHED}"),
             })?;
             let seen = seen.and_then(|()| {
-                visibility::check_usable(
-                    &ctx.host,
-                    &c.handler.crio.runtime_path,
-                    &files[1..],
-                    Some(crio_pid),
-                )
+                visibility::check_usable(&ctx.host, &binary, &files[1..], Some(crio_pid))
             });
             match seen {
-                Ok(()) => Ok(Done::ran(
-                    "runtime files visible to us and in CRI-O's mount namespace",
-                )),
+                Ok(()) => Ok(Done::ran(format!(
+                    "runtime files visible to us and in {}'s mount namespace",
+                    ctx.rt.name()
+                ))),
                 Err(e) if ctx.dry_run => {
                     Ok(Done::skipped(format!("dry run: not visible yet ({e})")))
                 }

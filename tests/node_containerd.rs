@@ -1,0 +1,232 @@
+//! kata-live on a containerd node: the booted sid node of tests/node/README.md ("The
+//! containerd node"), whose runtime is Debian's REAL containerd 2.x with runc, fake-kubelet
+//! on containerd's socket with a kubeadm-style unit (not restarted with containerd).
+//!
+//! The handler under test is backed by `io.containerd.runc.v2` (through the node's runc
+//! wrapper), so that the judge of an install is a REAL sandbox run on the handler by the
+//! running containerd, asked over the upstream CRI definition (tests/support/containerd.rs),
+//! never through kata-live. The runtime is not set in the configuration: kata-live detects
+//! containerd from its socket.
+
+mod support;
+
+use std::time::Duration;
+
+use kata_live_standins::cri_api as cri;
+use support::containerd::{self as ctd, CtdCri};
+use support::kata::{outcomes, serial, show, KataNode};
+use support::node::NodeOptions;
+
+const HANDLER: &str = "kata-remote";
+const DROP_IN: &str = "/etc/containerd/conf.d/50-kata-remote.toml";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The handler as runc behind the node's wrapper; no package step (the shim is Debian's).
+const CONFIG: &str = r#"
+[package]
+skip = true
+
+[handler.containerd]
+runtime_type = "io.containerd.runc.v2"
+options = { BinaryName = "/usr/local/bin/runc-node-limits" }
+pod_annotations = []
+privileged_without_host_devices = false
+"#;
+
+fn boot(extra: &str) -> (KataNode, CtdCri) {
+    let k = KataNode::boot_with(NodeOptions::containerd(), &format!("{CONFIG}\n{extra}"));
+    let cri = CtdCri::connect(&k.node.host_path(ctd::SOCKET).expect("socket path"));
+    (k, cri)
+}
+
+fn main_file(k: &KataNode) -> String {
+    String::from_utf8(k.node.read_file(ctd::CONFIG).expect("read the main file")).unwrap()
+}
+
+fn wait_ready(cri: &mut CtdCri, id: &str) -> i64 {
+    let start = std::time::Instant::now();
+    loop {
+        let (state, pid) = cri.sandbox_state_pid(id);
+        if state == cri::PodSandboxState::SandboxReady {
+            return pid.unwrap_or_default();
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "sandbox {id} not Ready within {WAIT:?}: {state:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The whole life of the handler on containerd: install proven (a real sandbox then runs on
+/// the handler, a pod started before survives, kubelet is not restarted), a second install
+/// changes nothing, uninstall is refused while a pod uses the handler, then removes the
+/// handler and gives containerd's main file back byte for byte.
+#[test]
+fn install_is_proven_by_a_real_sandbox_and_uninstall_restores_the_main_file() {
+    let _one = serial();
+    let (k, mut cri) = boot("");
+    let refused = cri
+        .run_sandbox(HANDLER, "before-install")
+        .expect_err("the handler must not exist before the install");
+    assert!(
+        refused.message().contains("no runtime for"),
+        "{}",
+        refused.message()
+    );
+    // A pod on the default handler, running through the install.
+    let pod = cri.run_sandbox("", "survivor").expect("a sandbox on runc");
+    let pod_pid = wait_ready(&mut cri, &pod);
+    let containerd_before = ctd::main_pid(&k.node, ctd::UNIT);
+    let kubelet_before = k.unit("kubelet.service");
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(
+        run.stdout
+            .contains("handler kata-remote is served by the running containerd"),
+        "{}",
+        show(&run)
+    );
+    let st = k.status_json();
+    assert_eq!(outcomes(&st, "containerd-config"), ["ran"], "{st:#}");
+    assert_eq!(outcomes(&st, "import"), ["ran"], "{st:#}");
+    assert_eq!(outcomes(&st, "activate"), ["ran"], "{st:#}");
+    assert_eq!(outcomes(&st, "prove"), ["ran"], "{st:#}");
+
+    // Judged by the running containerd itself: a new process, our definition, a REAL
+    // sandbox on the handler, the earlier pod untouched, kubelet not restarted.
+    assert_ne!(ctd::main_pid(&k.node, ctd::UNIT), containerd_before);
+    cri.reconnect();
+    assert!(
+        main_file(&k).contains("/etc/containerd/conf.d/*.toml"),
+        "{}",
+        main_file(&k)
+    );
+    let eff = cri.effective_config();
+    let table = &eff["containerd"]["runtimes"][HANDLER];
+    assert_eq!(table["runtimeType"], "io.containerd.runc.v2", "{table:#}");
+    let canary = cri
+        .run_sandbox(HANDLER, "canary")
+        .unwrap_or_else(|e| panic!("a real sandbox on the handler: {}", e.message()));
+    wait_ready(&mut cri, &canary);
+    assert_eq!(wait_ready(&mut cri, &pod), pod_pid, "the pod was restarted");
+    assert_eq!(k.unit("kubelet.service").main_pid, kubelet_before.main_pid);
+
+    // Again: nothing to do, containerd not restarted.
+    let containerd_after = ctd::main_pid(&k.node, ctd::UNIT);
+    let again = k.install();
+    assert_eq!(again.code, 0, "{}", show(&again));
+    let st = k.status_json();
+    assert_eq!(outcomes(&st, "activate"), ["skipped"], "{st:#}");
+    assert_eq!(outcomes(&st, "import"), ["skipped"], "{st:#}");
+    assert_eq!(ctd::main_pid(&k.node, ctd::UNIT), containerd_after);
+
+    // A pod on the handler: refused, named, nothing changed (containerd tells the handler).
+    let refused = k.uninstall(&[]);
+    assert_eq!(refused.code, 10, "{}", show(&refused));
+    assert!(refused.stderr.contains("canary"), "{}", show(&refused));
+    assert!(k.node.exists(DROP_IN).unwrap());
+    assert_eq!(ctd::main_pid(&k.node, ctd::UNIT), containerd_after);
+
+    cri.stop_remove(&canary);
+    let un = k.uninstall(&[]);
+    assert_eq!(un.code, 0, "{}", show(&un));
+    cri.reconnect();
+    assert!(
+        !k.node.exists(DROP_IN).unwrap(),
+        "the drop-in is still there"
+    );
+    assert_eq!(
+        main_file(&k),
+        ctd::CONFIG_AS_BOOTED,
+        "the main file is not as it was"
+    );
+    let gone = cri
+        .run_sandbox(HANDLER, "after-uninstall")
+        .expect_err("the handler must be gone after the uninstall");
+    assert!(
+        gone.message().contains("no runtime for"),
+        "{}",
+        gone.message()
+    );
+    assert_eq!(wait_ready(&mut cri, &pod), pod_pid, "the pod was restarted");
+    k.node
+        .wait_for("no state left", WAIT, |n| {
+            !n.exists("/var/lib/kata-live/backup/drop-in.json")
+                .unwrap_or(true)
+                && !n
+                    .exists("/var/lib/kata-live/backup/runtime-main.json")
+                    .unwrap_or(true)
+        })
+        .expect("backups cleared");
+    cri.stop_remove(&pod);
+}
+
+/// containerd failing to start with the change (here: a unit drop-in that makes its start
+/// fail while kata-live's drop-in exists): the drop-in and the main file are put back,
+/// containerd started again and the node proven as it was (exit 12), the pod still running.
+#[test]
+fn containerd_failing_to_start_with_the_change_is_rolled_back() {
+    let _one = serial();
+    let (k, mut cri) = boot("");
+    let pod = cri.run_sandbox("", "survivor").expect("a sandbox on runc");
+    let pod_pid = wait_ready(&mut cri, &pod);
+    k.unit_drop_in(
+        ctd::UNIT,
+        "50-fail-with-kata",
+        &format!("[Service]\nExecStartPre=/bin/sh -c '! test -e {DROP_IN}'\n"),
+    );
+    let run = k.install();
+    assert_eq!(run.code, 12, "{}", show(&run));
+    assert!(!k.node.exists(DROP_IN).unwrap(), "the drop-in was left");
+    assert_eq!(
+        main_file(&k),
+        ctd::CONFIG_AS_BOOTED,
+        "the main file was left edited"
+    );
+    assert_eq!(k.unit(ctd::UNIT).active, "active");
+    cri.reconnect();
+    assert_eq!(wait_ready(&mut cri, &pod), pod_pid, "the pod was restarted");
+    assert!(cri.run_sandbox(HANDLER, "after").is_err());
+    cri.stop_remove(&pod);
+}
+
+/// Refusals that change nothing: containerd not running (found as the node's runtime from
+/// its unit), and a containerd whose configuration k3s generates.
+#[test]
+fn stopped_containerd_and_generated_configurations_are_refused() {
+    let _one = serial();
+    let (k, _cri) = boot("");
+    k.node
+        .write_file(
+            "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl",
+            b"# k3s template\n",
+        )
+        .unwrap();
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert!(run.stderr.contains("k3s"), "{}", show(&run));
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+    assert!(!k.node.exists(DROP_IN).unwrap());
+    k.node
+        .exec_ok(&["rm", "-r", "/var/lib/rancher"])
+        .expect("rm k3s");
+
+    k.node
+        .exec_ok(&["systemctl", "stop", ctd::UNIT])
+        .expect("stop containerd");
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert!(
+        run.stderr.contains("containerd is not running"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(
+        k.unit(ctd::UNIT).active,
+        "inactive",
+        "containerd was started"
+    );
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+}
