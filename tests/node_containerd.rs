@@ -230,3 +230,125 @@ fn stopped_containerd_and_generated_configurations_are_refused() {
     );
     assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
 }
+
+/// The handler's shim does not exist on the node: the visibility wait runs out before any
+/// file is written (exit 11, nothing of containerd's configuration touched).
+#[test]
+fn a_missing_shim_is_refused_before_anything_is_written() {
+    let _one = serial();
+    let (k, _cri) = boot("[deadlines]\nvisibility = 2.0\n");
+    k.node
+        .write_file(
+            "/etc/kata-live/config.d/95-shim.toml",
+            b"[handler.containerd]\nruntime_type = \"io.containerd.nowhere.v2\"\n",
+        )
+        .unwrap();
+    let pid = ctd::main_pid(&k.node, ctd::UNIT);
+    let run = k.install();
+    assert_eq!(run.code, 11, "{}", show(&run));
+    assert!(
+        run.stderr.contains("containerd-shim-nowhere-v2"),
+        "{}",
+        show(&run)
+    );
+    assert!(!k.node.exists(DROP_IN).unwrap());
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+    assert_eq!(
+        ctd::main_pid(&k.node, ctd::UNIT),
+        pid,
+        "containerd was restarted"
+    );
+}
+
+/// kubelet (not restarted with containerd) stays disconnected once containerd restarts (a
+/// containerd drop-in raises fake-kubelet's hold at each start): the proof's connection
+/// evidence runs out, and so does the rollback's: exit 14, with the drop-in and the main
+/// file put back. Once the hold goes, a re-run is proven.
+#[test]
+fn kubelet_never_reconnecting_to_the_new_containerd_is_not_proven() {
+    let _one = serial();
+    let (k, _cri) = boot("[deadlines]\nkubelet = 6.0\n");
+    k.unit_drop_in(
+        ctd::UNIT,
+        "50-hold-kubelet",
+        "[Service]\nExecStartPost=/usr/bin/touch /run/fake-kubelet/hold-disconnected\n",
+    );
+    let kubelet = k.unit("kubelet.service").main_pid;
+    let run = k.install();
+    assert_eq!(run.code, 14, "{}", show(&run));
+    let st = k.status_json();
+    assert_eq!(outcomes(&st, "prove"), ["failed"], "{st:#}");
+    assert_eq!(outcomes(&st, "prove-rollback"), ["failed"], "{st:#}");
+    assert_eq!(
+        st["evidence"]["kubelet_restarts_with_crio"], false,
+        "{st:#}"
+    );
+    assert_eq!(
+        st["evidence"]["kubelet"]["connection"]["ok"], false,
+        "{st:#}"
+    );
+    assert!(!k.node.exists(DROP_IN).unwrap(), "the drop-in was left");
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+    assert_eq!(
+        k.unit("kubelet.service").main_pid,
+        kubelet,
+        "kubelet restarted"
+    );
+
+    k.remove_unit_drop_in(ctd::UNIT, "50-hold-kubelet");
+    k.node
+        .exec_ok(&["rm", "-f", "/run/fake-kubelet/hold-disconnected"])
+        .expect("release kubelet");
+    ctd::wait_kubelet_on_running(&k.node, WAIT);
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+}
+
+/// Killed while writing containerd's main file (the temp file of its atomic write created,
+/// the rename not done): the file is intact, containerd untouched; the re-run converges
+/// (the leftover temp file removed), and uninstall still knows the import is kata-live's
+/// and gives the file back byte for byte.
+#[test]
+fn install_killed_mid_main_file_write_then_rerun_and_uninstall_converge() {
+    let _one = serial();
+    let (k, _cri) = boot("");
+    let pid = ctd::main_pid(&k.node, ctd::UNIT);
+    let dir = k.node.host_path("/etc/containerd").expect("dir");
+    let hold = support::hold::OpenHold::start(&dir, 1, |name| {
+        name.starts_with(".config.toml.") && name.ends_with(".tmp")
+    });
+    let _ = k.node.exec(&["rm", "-f", support::kata::STATUS]);
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let held = hold.wait(Duration::from_secs(120));
+    hold.kill(&held);
+    let killed = k.wait_run(child, Duration::from_secs(30));
+    hold.release();
+    assert_ne!(killed.code, 0, "{}", show(&killed));
+    assert_eq!(
+        main_file(&k),
+        ctd::CONFIG_AS_BOOTED,
+        "the main file half written"
+    );
+    let leftovers = |k: &KataNode| {
+        String::from_utf8_lossy(&k.node.exec(&["ls", "-A", "/etc/containerd"]).stdout)
+            .lines()
+            .filter(|n| n.ends_with(".tmp"))
+            .count()
+    };
+    assert_eq!(leftovers(&k), 1, "the kill did not land mid-write");
+    assert!(k.node.exists(DROP_IN).unwrap(), "the drop-in comes first");
+    assert_eq!(
+        ctd::main_pid(&k.node, ctd::UNIT),
+        pid,
+        "containerd was restarted"
+    );
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_eq!(leftovers(&k), 0, "the killed write's temp file was left");
+    assert!(main_file(&k).contains("/etc/containerd/conf.d/*.toml"));
+    let un = k.uninstall(&[]);
+    assert_eq!(un.code, 0, "{}", show(&un));
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+    assert!(!k.node.exists(DROP_IN).unwrap());
+}

@@ -72,9 +72,14 @@ fn read_main(ctx: &Ctx, main: &Path) -> Result<Main, FlowError> {
     })
 }
 
+/// Atomically, with the file's own mode; first removes what a killed earlier write left
+/// beside it.
 fn write_main(ctx: &Ctx, m: &Main, text: &str) -> Result<(), FlowError> {
-    fsutil::write_atomic(&ctx.host.root, &m.path, text.as_bytes(), m.mode)
-        .map_err(|e| internal("containerd's main configuration")(&e))
+    let err = |e: fsutil::FsError| internal("containerd's main configuration")(&e);
+    for name in fsutil::remove_stale_temps(&ctx.host.root, &m.path).map_err(err)? {
+        tracing::warn!(path = %m.shown.display(), "removed {name}, left beside it by an interrupted write");
+    }
+    fsutil::write_atomic(&ctx.host.root, &m.path, text.as_bytes(), m.mode).map_err(err)
 }
 
 /// Keeps the main file's bytes before this operation's first edit (a resumed run keeps the
