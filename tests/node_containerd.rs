@@ -80,6 +80,22 @@ fn install_is_proven_by_a_real_sandbox_and_uninstall_restores_the_main_file() {
     let containerd_before = ctd::main_pid(&k.node, ctd::UNIT);
     let kubelet_before = k.unit("kubelet.service");
 
+    // A dry run says what it would do and changes nothing.
+    let dry = k.kata(&["install", "--no-detach", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", show(&dry));
+    assert!(
+        dry.stdout
+            .contains("would add /etc/containerd/conf.d/*.toml to the imports")
+            || dry
+                .stderr
+                .contains("would add /etc/containerd/conf.d/*.toml to the imports"),
+        "{}",
+        show(&dry)
+    );
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+    assert!(!k.node.exists(DROP_IN).unwrap());
+    assert_eq!(ctd::main_pid(&k.node, ctd::UNIT), containerd_before);
+
     let run = k.install();
     assert_eq!(run.code, 0, "{}", show(&run));
     assert!(
@@ -112,6 +128,24 @@ fn install_is_proven_by_a_real_sandbox_and_uninstall_restores_the_main_file() {
     wait_ready(&mut cri, &canary);
     assert_eq!(wait_ready(&mut cri, &pod), pod_pid, "the pod was restarted");
     assert_eq!(k.unit("kubelet.service").main_pid, kubelet_before.main_pid);
+    // verify proves it again; status says which runtime and why.
+    let verify = k.kata(&["verify"]);
+    assert_eq!(verify.code, 0, "{}", show(&verify));
+    assert!(
+        verify
+            .stdout
+            .contains("PROVEN: the running containerd serves the handler"),
+        "{}",
+        show(&verify)
+    );
+    let status = k.kata(&["status"]);
+    assert!(
+        status
+            .stdout
+            .contains("containerd (detected: containerd.service is active"),
+        "{}",
+        show(&status)
+    );
 
     // Again: nothing to do, containerd not restarted.
     let containerd_after = ctd::main_pid(&k.node, ctd::UNIT);
@@ -212,6 +246,37 @@ fn stopped_containerd_and_generated_configurations_are_refused() {
     k.node
         .exec_ok(&["rm", "-r", "/var/lib/rancher"])
         .expect("rm k3s");
+
+    // Files the new import would bring in, found before anything is written: one that is
+    // not TOML (containerd would not start), one that declares the handler after ours.
+    k.node
+        .write_file("/etc/containerd/conf.d/10-broken.toml", b"[plugins\n")
+        .unwrap();
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert!(run.stderr.contains("10-broken.toml"), "{}", show(&run));
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+    k.node
+        .exec_ok(&["rm", "/etc/containerd/conf.d/10-broken.toml"])
+        .unwrap();
+    k.node
+        .write_file(
+            "/etc/containerd/conf.d/99-other.toml",
+            format!("[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{HANDLER}]\nruntime_type = 'io.containerd.other.v2'\n").as_bytes(),
+        )
+        .unwrap();
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert!(
+        run.stderr.contains("99-other.toml") && run.stderr.contains("sort(s) after"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+    assert!(!k.node.exists(DROP_IN).unwrap());
+    k.node
+        .exec_ok(&["rm", "/etc/containerd/conf.d/99-other.toml"])
+        .unwrap();
 
     k.node
         .exec_ok(&["systemctl", "stop", ctd::UNIT])

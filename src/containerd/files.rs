@@ -86,6 +86,15 @@ fn expand(pattern: &str) -> Vec<PathBuf> {
 /// The files containerd reads from `main`, in its order (files that do not exist are
 /// skipped, as containerd 2.1.9 does for a missing import).
 pub fn config_files(main: &Path) -> Result<Vec<(PathBuf, String)>, FilesError> {
+    config_files_with(main, None)
+}
+
+/// [`config_files`] as containerd would read them if `main` held `main_text` (what an
+/// edit of its `imports` would bring in, before the edit is made).
+pub fn config_files_with(
+    main: &Path,
+    main_text: Option<&str>,
+) -> Result<Vec<(PathBuf, String)>, FilesError> {
     let mut seen = Vec::new();
     let mut out = Vec::new();
     let mut pending = VecDeque::from([main.to_path_buf()]);
@@ -94,7 +103,11 @@ pub fn config_files(main: &Path) -> Result<Vec<(PathBuf, String)>, FilesError> {
             continue;
         }
         seen.push(path.clone());
-        let text = match std::fs::read_to_string(&path) {
+        let read = match main_text {
+            Some(t) if path == main => Ok(t.to_string()),
+            _ => std::fs::read_to_string(&path),
+        };
+        let text = match read {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && path != main => continue,
             Err(source) => return Err(FilesError::Read { path, source }),

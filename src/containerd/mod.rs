@@ -87,7 +87,7 @@ pub mod imports;
 pub use config::{ConfigVersion, ContainerdHandler, ImportMerge};
 pub use detect::{detect_generator, detect_runtime, Detected, Generator, NodeFacts, Runtime};
 pub use effective::{compare_dump, compare_effective, Definition, Mismatch};
-pub use files::{config_files, declarations, Declarations};
+pub use files::{config_files, config_files_with, declarations, Declarations};
 pub use imports::{ensure_import, import_covering, remove_import, Edit, ImportError};
 
 /// containerd's default main file (`--config`).

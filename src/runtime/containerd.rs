@@ -85,10 +85,33 @@ impl Runtime for Containerd {
         let v = self.version(host).ok()?;
         ctrd::config::written_table(drop_in_text, v, &self.handler.name)
     }
+    /// The files as containerd will read them once the main file imports the drop-in: a file
+    /// the new import brings in that would break containerd, or override our table, is
+    /// found now, before anything is written.
     fn shadowing(&self, host: &Host) -> Result<Shadowing, String> {
         let main = host.path(&self.cfg.config);
-        let files = ctrd::config_files(&main).map_err(|e| e.to_string())?;
+        let text = self.main_text(host)?;
+        let edited =
+            match ctrd::ensure_import(&text, &self.cfg.config, &self.cfg.import, &self.cfg.drop_in)
+                .map_err(|e| format!("{}: {e}", self.cfg.config.display()))?
+            {
+                ctrd::Edit::Changed { text } => Some(text),
+                ctrd::Edit::AlreadyCovered { .. } => None,
+            };
+        let mut files =
+            ctrd::config_files_with(&main, edited.as_deref()).map_err(|e| e.to_string())?;
         let ours = host.path(&self.cfg.drop_in);
+        // Not written yet: where containerd will read it, among the sorted matches of its
+        // directory (the import's glob), so that "before" and "after" are right already.
+        if !files.iter().any(|(p, _)| *p == ours) {
+            let same_dir = |p: &PathBuf| p.parent() == ours.parent();
+            let at = files
+                .iter()
+                .position(|(p, _)| same_dir(p) && *p > ours)
+                .or_else(|| files.iter().rposition(|(p, _)| same_dir(p)).map(|i| i + 1))
+                .unwrap_or(files.len());
+            files.insert(at, (ours.clone(), String::new()));
+        }
         let d = ctrd::declarations(&files, &ours, &self.handler.name).map_err(|e| e.to_string())?;
         let unprefix = |p: PathBuf| match p.strip_prefix(&host.root) {
             Ok(rel) => Path::new("/").join(rel),

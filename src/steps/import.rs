@@ -115,7 +115,10 @@ pub fn restore_main(ctx: &Ctx, rep: &mut Reporter) -> Result<(), Rollback> {
             )))
         }
     };
-    rep.begin("rollback", &format!("restoring {}", imp.main.display()));
+    rep.begin(
+        "rollback-main-file",
+        &format!("restoring {}", imp.main.display()),
+    );
     let file = crate::crio::DropIn::new(&ctx.host.root, ctx.host.path(imp.main));
     let mode = std::fs::metadata(ctx.host.path(imp.main))
         .map(|m| m.permissions().mode() & 0o7777)
