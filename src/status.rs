@@ -158,7 +158,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         handler: c.handler.name.clone(),
         package,
         drop_in,
-        drop_in_path: ctx.host.path(&c.handler.drop_in).display().to_string(),
+        drop_in_path: ctx.host.path(ctx.rt.drop_in_path()).display().to_string(),
         crio: crio.into(),
         runtime: runtime.into(),
         pods_on_handler: pods_on_handler.into(),

@@ -102,7 +102,7 @@ fn verdict_after_a_plain_restart_names_the_new_processes() {
             && ev
                 .connection
                 .detail
-                .contains(&format!("CRI-O pid {} ", crio.main_pid)),
+                .contains(&format!("the runtime's pid {} ", crio.main_pid)),
         "{ev:#?}"
     );
     let first = standin_times(&node, kubelet.main_pid, "first successful call at ");

@@ -77,6 +77,16 @@
 //!   `runtimePath`, `options`, `privileged_without_host_devices`, `PodAnnotations`,
 //!   `snapshotter`, …) — see [`effective`].
 //! - **No reload.** Runtime tables are read at start only: a restart is needed (NODE-FACTS).
+//! - **A sandbox's handler.** `PodSandbox.runtime_handler` is filled for a named handler;
+//!   for the default handler it is "" and the verbose `PodSandboxStatus` info has no
+//!   `runtimeHandler` key (but has `runtimeType`), measured on 2.1.9 on the test node:
+//!   [`crate::cri::handler_from_verbose_info`] reads that as the default handler.
+//! - **Files the import brings in.** Before the import exists, files of the drop-in
+//!   directory are not read by containerd; once it exists, they are, in glob order. So
+//!   preflight walks the files *as the edited main file would import them*
+//!   ([`files::config_files_with`]): a broken or shadowing file there is found before any
+//!   write (measured otherwise: a conf.d file declaring the handler after ours was only
+//!   caught by the effective-definition proof, then rolled back).
 
 pub mod config;
 pub mod detect;

@@ -134,9 +134,9 @@ pub fn describe_missing(e: &Evidence) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
     #[error(
-        "kubelet ({unit}) did not prove within {:.1} s that it reconnected to CRI-O \
+        "kubelet ({unit}) did not prove within {:.1} s that it reconnected to the runtime \
          (pid {crio_pid}, socket {socket}); missing {missing}. Check `journalctl -u {unit}` \
-         and CRI-O's journal; do not move on to another node",
+         and the runtime's journal; do not move on to another node",
         deadline.as_secs_f64()
     )]
     NotReconnected {
@@ -306,7 +306,7 @@ pub fn judge_connection(o: &ConnectionObservation) -> Check {
         let Some(k) = by_inode.get(&p) else { continue };
         if k.is_live_stream() && k.peer == Some(c.inode) {
             return Check::ok(format!(
-                "kubelet pid {} socket:[{}] is connected to CRI-O pid {} socket:[{}] on {}",
+                "kubelet pid {} socket:[{}] is connected to the runtime's pid {} socket:[{}] on {}",
                 o.kubelet_pid,
                 p,
                 o.crio_pid,
@@ -338,9 +338,9 @@ pub fn judge_connection(o: &ConnectionObservation) -> Check {
         })
         .collect();
     Check::missing(format!(
-        "no live connection between kubelet pid {} and CRI-O pid {} on the CRI socket: \
-         kubelet holds {} sockets, live unix peers [{}]; CRI-O holds {} live connections on \
-         the CRI socket",
+        "no live connection between kubelet pid {} and the runtime's pid {} on the CRI socket: \
+         kubelet holds {} sockets, live unix peers [{}]; the runtime holds {} live connections \
+         on the CRI socket",
         o.kubelet_pid,
         o.crio_pid,
         o.kubelet_sockets.len(),
@@ -613,7 +613,7 @@ where
                     unit = %evidence.unit.detail,
                     healthz = %evidence.healthz.detail,
                     connection = %evidence.connection.detail,
-                    "kubelet reconnected to CRI-O: {}",
+                    "kubelet reconnected to the runtime: {}",
                     evidence.describe()
                 );
                 return Ok(evidence);
