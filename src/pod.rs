@@ -770,13 +770,23 @@ fn ready(a: &ReadyArgs) -> Result<ExitCode, PodError> {
     let op = a.operation;
     let root = &a.paths.host_root;
     let host = Host::new(root, "/proc");
-    let cfg = config::load(&host)?.config;
+    let loaded = config::load(&host)?;
+    let cfg = &loaded.config;
+    // The runtime's socket (CRI-O's or containerd's), decided as a run decides it; a node
+    // whose runtime cannot be told (no socket serving) is not ready.
+    let socket_in_host = match crate::runtime::resolve(&loaded, &host, None) {
+        Ok((kind, _)) => crate::runtime::for_config(cfg, kind).socket().to_path_buf(),
+        Err(why) => {
+            println!("not ready:\n  - {why}");
+            return Ok(ExitCode::NotProven);
+        }
+    };
     let outcome: Option<Outcome> = fsutil::read_nofollow(&a.paths.pod_state.join(OUTCOME_FILE))
         .ok()
         .flatten()
         .and_then(|b| serde_json::from_slice(&b).ok());
     let last = read_status(&host.path(STATUS_PATH));
-    let socket = resolve_in_root(root, &cfg.cri.socket)?;
+    let socket = resolve_in_root(root, &socket_in_host)?;
     let name = cfg.handler.name.clone();
     // A probe runs every few seconds: the whole CRI look stays under a second.
     let runtime_seen = runtime()?.block_on(async {

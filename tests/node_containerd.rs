@@ -417,3 +417,28 @@ fn install_killed_mid_main_file_write_then_rerun_and_uninstall_converge() {
     assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
     assert!(!k.node.exists(DROP_IN).unwrap());
 }
+
+/// A main file that already imports the drop-in directory (the operator's own import):
+/// kata-live adds nothing, and uninstall leaves that import where it is.
+#[test]
+fn an_import_the_operator_wrote_is_used_and_kept() {
+    let _one = serial();
+    let (k, _cri) = boot("");
+    let theirs = ctd::with_import(ctd::CONFIG_AS_BOOTED);
+    k.node.write_file(ctd::CONFIG, theirs.as_bytes()).unwrap();
+    k.node
+        .exec_ok(&["systemctl", "restart", ctd::UNIT])
+        .expect("restart containerd");
+    ctd::wait_kubelet_on_running(&k.node, WAIT);
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let st = k.status_json();
+    assert_eq!(outcomes(&st, "import"), ["skipped"], "{st:#}");
+    assert_eq!(main_file(&k), theirs);
+    let un = k.uninstall(&[]);
+    assert_eq!(un.code, 0, "{}", show(&un));
+    let st = k.status_json();
+    assert_eq!(outcomes(&st, "import"), ["skipped"], "{st:#}");
+    assert_eq!(main_file(&k), theirs, "the operator's import was touched");
+    assert!(!k.node.exists(DROP_IN).unwrap());
+}

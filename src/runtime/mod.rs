@@ -85,10 +85,15 @@ pub fn for_config(cfg: &Config, kind: RuntimeKind) -> Box<dyn Runtime> {
     }
 }
 
-/// Whether `p` (under the root) is a socket: a leftover regular file is not.
+/// Whether `p` (under the root) is a socket: a leftover regular file is not. `/var/run` is
+/// also tried as `/run`: under a root prefix (a pod's host mount) an absolute `/var/run ->
+/// /run` symlink would point outside it.
 fn is_socket(host: &Host, p: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(host.path(p)).is_ok_and(|m| m.file_type().is_socket())
+    let sock = |p: &Path| std::fs::metadata(host.path(p)).is_ok_and(|m| m.file_type().is_socket());
+    sock(p)
+        || p.strip_prefix("/var/run")
+            .is_ok_and(|rest| sock(&Path::new("/run").join(rest)))
 }
 
 /// What systemd says of a runtime's unit.
