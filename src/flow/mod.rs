@@ -61,11 +61,11 @@ pub enum FlowError {
     Refused(String),
     #[error(transparent)]
     Lock(#[from] crate::lock::LockError),
-    #[error("package step failed, CRI-O configuration untouched: {0}")]
+    #[error("package step failed, the runtime's configuration untouched: {0}")]
     Package(String),
     #[error("{0}")]
     Internal(String),
-    #[error("CRI-O could not be activated with the change ({error}); {rollback}")]
+    #[error("the runtime could not be activated with the change ({error}); {rollback}")]
     Activation { error: String, rollback: Rollback },
     #[error("the change is not proven: {missing}; {rollback}")]
     NotProven { missing: String, rollback: Rollback },

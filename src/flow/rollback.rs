@@ -94,9 +94,9 @@ pub async fn reactivate_and_prove_back(
             Rollback::Done
         }
         Err(missing) => Rollback::Failed(format!(
-            "the previous drop-in is restored and CRI-O restarted, but the node is not proven back to its preflight state: {missing}. \
+            "the previous drop-in is restored and {} restarted, but the node is not proven back to its preflight state: {missing}. \
              Do not move on to another node; check `journalctl -u {} -u {}`",
-            ctx.rt.unit(), c.units.kubelet
+            ctx.rt.name(), ctx.rt.unit(), c.units.kubelet
         )),
     }
 }
@@ -110,11 +110,12 @@ pub async fn stop_before_activation(
     baseline: &Baseline,
     signal: &'static str,
 ) -> FlowError {
+    let rt = ctx.rt.name();
     let backup = match ctx.backups().load() {
         Ok(b) => b,
         Err(e) => {
             return FlowError::NotProven {
-                missing: format!("a stop ({signal}) came before CRI-O was activated"),
+                missing: format!("a stop ({signal}) came before {rt} was activated"),
                 rollback: Rollback::Failed(format!("the drop-in backup cannot be read: {e}")),
             }
         }
@@ -127,12 +128,13 @@ pub async fn stop_before_activation(
         return match rollback(ctx, rep, baseline, backup.as_ref()).await {
             Rollback::Done => FlowError::Stopped {
                 signal,
-                state: "before CRI-O was activated; CRI-O had restarted meanwhile, so the \
-                        previous drop-in was restored and the node proven back"
-                    .into(),
+                state: format!(
+                    "before {rt} was activated; {rt} had restarted meanwhile, so the \
+                     previous drop-in was restored and the node proven back"
+                ),
             },
             failed => FlowError::NotProven {
-                missing: format!("a stop ({signal}) came before CRI-O was activated"),
+                missing: format!("a stop ({signal}) came before {rt} was activated"),
                 rollback: failed,
             },
         };
@@ -142,19 +144,19 @@ pub async fn stop_before_activation(
     if let Err(e) = drop_in.restore_backup(backup.as_ref()) {
         let msg = format!(
             "the previous drop-in could not be restored ({e}); {} holds the new content, which \
-             the running CRI-O has not read; the saved original is under {}/backup/",
+             the running {rt} has not read; the saved original is under {}/backup/",
             drop_in.path().display(),
             ctx.host.path(STATE_DIR).display()
         );
         rep.end(StepOutcome::Failed, msg.clone());
         return FlowError::NotProven {
-            missing: format!("a stop ({signal}) came before CRI-O was activated"),
+            missing: format!("a stop ({signal}) came before {rt} was activated"),
             rollback: Rollback::Failed(msg),
         };
     }
     if let Err(failed) = crate::steps::restore_main(ctx, rep) {
         return FlowError::NotProven {
-            missing: format!("a stop ({signal}) came before the runtime was activated"),
+            missing: format!("a stop ({signal}) came before {rt} was activated"),
             rollback: failed,
         };
     }
@@ -171,13 +173,14 @@ pub async fn stop_before_activation(
     }
     rep.end(
         StepOutcome::Ran,
-        "previous drop-in restored; the running CRI-O never read the change",
+        format!("previous drop-in restored; the running {rt} never read the change"),
     );
     FlowError::Stopped {
         signal,
-        state: "before CRI-O was activated: the previous drop-in is back and the running \
-                CRI-O (unchanged since preflight) never read the change"
-            .into(),
+        state: format!(
+            "before {rt} was activated: the previous drop-in is back and the running \
+             {rt} (unchanged since preflight) never read the change"
+        ),
     }
 }
 
@@ -205,7 +208,11 @@ async fn restart_kubelet_if_down(
     rep.add_step();
     rep.begin(
         "start-kubelet",
-        &format!("starting {} (it went down with CRI-O)", c.units.kubelet),
+        &format!(
+            "starting {} (it went down with {})",
+            c.units.kubelet,
+            ctx.rt.name()
+        ),
     );
     match ctx
         .systemd

@@ -143,6 +143,18 @@ pub fn restore_main(ctx: &Ctx, rep: &mut Reporter) -> Result<(), Rollback> {
             imp.main.display()
         );
     }
+    // The record says the import in the file is kata-live's: once the file is back without
+    // an import of the drop-in, there is none to claim (a later import may be the operator's).
+    let covered = backup
+        .content
+        .as_deref()
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .map(|t| ctrd::import_covering(t, imp.main, ctx.rt.drop_in_path()));
+    if !matches!(covered, Some(Ok(Some(_)))) {
+        if let Err(e) = set_record(ctx, false) {
+            tracing::warn!("the import record could not be removed: {e}");
+        }
+    }
     rep.end(
         crate::report::StepOutcome::Ran,
         format!("previous {} restored", imp.main.display()),
@@ -151,13 +163,11 @@ pub fn restore_main(ctx: &Ctx, rep: &mut Reporter) -> Result<(), Rollback> {
 }
 
 /// Install: the main file imports the drop-in.
-pub struct EnsureImport {
-    added_now: bool,
-}
+pub struct EnsureImport;
 
 impl EnsureImport {
     pub fn new() -> Self {
-        EnsureImport { added_now: false }
+        EnsureImport
     }
 
     fn edit(ctx: &Ctx) -> Result<(Main, Edit), FlowError> {
@@ -201,14 +211,9 @@ impl Step for EnsureImport {
         }
         Ok(())
     }
+    /// The main file back as before; the record goes with the import (see [`restore_main`]).
     fn undo(&mut self, ctx: &Ctx, _run: &Run, rep: &mut Reporter) -> Result<(), Rollback> {
-        restore_main(ctx, rep)?;
-        if self.added_now {
-            if let Err(e) = set_record(ctx, false) {
-                tracing::warn!("the import record could not be removed: {e}");
-            }
-        }
-        Ok(())
+        restore_main(ctx, rep)
     }
     fn plan<'a>(
         &'a mut self,
@@ -252,7 +257,6 @@ impl Step for EnsureImport {
                     // that is not there, which uninstall then finds nothing to remove for.
                     if !recorded(ctx) {
                         set_record(ctx, true)?;
-                        self.added_now = true;
                     }
                     write_main(ctx, &m, &text)?;
                     run.drop_in_changed = true;

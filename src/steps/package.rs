@@ -7,7 +7,7 @@ use crate::scriptlets;
 use crate::state::{Journal, Phase};
 use crate::visibility;
 
-const UNTOUCHED: &str = "the package step is done; CRI-O's configuration untouched";
+const UNTOUCHED: &str = "the package step is done; the runtime's configuration untouched";
 
 /// `rpm-ostree install --apply-live` (or nothing when the package is live already).
 pub struct InstallPackage;
@@ -97,7 +97,7 @@ impl Step for InstallPackage {
                     return Err(FlowError::Stopped {
                         signal,
                         state: "during the package step: the rpm-ostree client was interrupted \
-                                (its transaction cancelled); CRI-O's configuration untouched"
+                                (its transaction cancelled); the runtime's configuration untouched"
                             .into(),
                     }
                     .into())
