@@ -156,5 +156,75 @@ pub fn resolve(
             loaded.source_of("activation.strategy")
         ));
     }
+    if kind == RuntimeKind::Containerd && cfg.kubelet.check_relists {
+        return Err(format!(
+            "kubelet.check_relists = true ({}) reads CRI-O's metrics, but this node runs containerd ({why}): set it to false",
+            loaded.source_of("kubelet.check_relists")
+        ));
+    }
     Ok((kind, why))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_fragments;
+
+    fn loaded(text: &str) -> crate::config::Loaded {
+        load_fragments(&[("/etc/kata-live/config.d/60.toml".into(), text.into())]).unwrap()
+    }
+
+    #[test]
+    fn the_runtime_is_set_detected_or_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let host = Host::new(d.path(), "/proc");
+        let (k, why) = resolve(&loaded("runtime = \"containerd\"\n"), &host, None).unwrap();
+        assert_eq!(k, RuntimeKind::Containerd);
+        assert_eq!(why, "set by /etc/kata-live/config.d/60.toml");
+        // Nothing serves, nothing installed: refused with what to set.
+        let e = resolve(&loaded(""), &host, None).unwrap_err();
+        assert!(e.contains("runtime = \"containerd\""), "{e}");
+        // Only containerd.service installed (stopped): a containerd node.
+        let units = Some((
+            UnitFacts::default(),
+            UnitFacts {
+                installed: true,
+                active: false,
+            },
+        ));
+        assert_eq!(
+            resolve(&loaded(""), &host, units).unwrap().0,
+            RuntimeKind::Containerd
+        );
+        // CRI-O's socket under /var/run is found at /run under a root prefix.
+        std::fs::create_dir_all(d.path().join("run/crio")).unwrap();
+        let _l =
+            std::os::unix::net::UnixListener::bind(d.path().join("run/crio/crio.sock")).unwrap();
+        assert_eq!(
+            resolve(&loaded(""), &host, None).unwrap().0,
+            RuntimeKind::Crio
+        );
+    }
+
+    #[test]
+    fn crio_only_settings_are_refused_on_containerd() {
+        let d = tempfile::tempdir().unwrap();
+        let host = Host::new(d.path(), "/proc");
+        let units = Some((
+            UnitFacts::default(),
+            UnitFacts {
+                installed: true,
+                active: false,
+            },
+        ));
+        let e = resolve(
+            &loaded("[activation]\nstrategy = \"reload-with-canary\"\n"),
+            &host,
+            units,
+        )
+        .unwrap_err();
+        assert!(e.contains("no configuration reload"), "{e}");
+        let e = resolve(&loaded("[kubelet]\ncheck_relists = true\n"), &host, units).unwrap_err();
+        assert!(e.contains("CRI-O's metrics"), "{e}");
+    }
 }
