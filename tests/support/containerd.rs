@@ -18,11 +18,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
-
 use super::node::Node;
 use kata_live_standins::cri_api as cri;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 /// containerd's CRI socket inside the node (grpc address of the main config).
 pub const SOCKET: &str = "/run/containerd/containerd.sock";
@@ -147,7 +145,7 @@ impl CtdCri {
             .expect("tokio runtime");
         let start = Instant::now();
         loop {
-            match rt.block_on(connect_once(socket)) {
+            match rt.block_on(super::referee::connect_once(socket, CALL_DEADLINE)) {
                 Ok(client) => {
                     return CtdCri {
                         rt,
@@ -358,30 +356,4 @@ pub fn sandbox_config(name: &str) -> cri::PodSandboxConfig {
         }),
         ..Default::default()
     }
-}
-
-async fn connect_once(
-    socket: &Path,
-) -> Result<cri::runtime_service_client::RuntimeServiceClient<Channel>, String> {
-    let path = socket.to_path_buf();
-    let channel = Endpoint::from_static("http://[::1]:50051")
-        .connect_timeout(CALL_DEADLINE)
-        .timeout(CALL_DEADLINE)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let mut client = cri::runtime_service_client::RuntimeServiceClient::new(channel);
-    client
-        .version(cri::VersionRequest {
-            version: "v1".into(),
-        })
-        .await
-        .map_err(|e| format!("Version: {}", e.message()))?;
-    Ok(client)
 }

@@ -121,7 +121,7 @@ impl Cri {
         let start = Instant::now();
         let mut last;
         loop {
-            match rt.block_on(connect_once(socket)) {
+            match rt.block_on(connect_once(socket, CALL_DEADLINE)) {
                 Ok(client) => {
                     return Cri {
                         rt,
@@ -241,13 +241,17 @@ impl Cri {
     }
 }
 
-async fn connect_once(
+/// One connection to a CRI socket with the upstream definition, checked by a `Version`
+/// call; every call on it times out after `call_deadline`. The containerd node's client
+/// (tests/support/containerd.rs) connects with it too.
+pub async fn connect_once(
     socket: &Path,
+    call_deadline: Duration,
 ) -> Result<cri::runtime_service_client::RuntimeServiceClient<Channel>, String> {
     let path = socket.to_path_buf();
     let channel = Endpoint::from_static("http://[::1]:50051")
-        .connect_timeout(CALL_DEADLINE)
-        .timeout(CALL_DEADLINE)
+        .connect_timeout(call_deadline)
+        .timeout(call_deadline)
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move {
