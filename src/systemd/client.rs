@@ -16,8 +16,6 @@ use super::{window, RestartProof, SystemdError, UnitState};
 pub const DEFAULT_SYSTEM_BUS_ADDRESS: &str = "unix:path=/run/dbus/system_bus_socket";
 
 const SYSTEMD_DEST: &str = "org.freedesktop.systemd1";
-const UNIT_IFACE: &str = "org.freedesktop.systemd1.Unit";
-const SERVICE_IFACE: &str = "org.freedesktop.systemd1.Service";
 /// How often unit state is re-read while waiting for it to change.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -40,6 +38,8 @@ pub struct UnitSnapshot {
     /// ExecMainCode: 0 still running / never ran, 1 exited, 2 killed, 3 dumped.
     pub exec_main_code: i32,
     pub exec_main_status: i32,
+    /// ExecMainPID: the main process's pid, kept after it exited (0 before it started).
+    pub exec_main_pid: u32,
     /// Units this one `Requires=` or `BindsTo=`: stopping or restarting one of them
     /// restarts this unit too (kubelet with CRI-O on OpenShift).
     pub restarts_with: Vec<String>,
@@ -189,6 +189,31 @@ impl Systemd {
             .map_err(|e| jobs::map_call_error(unit, "GetAll", e.into()))
     }
 
+    /// `Properties.GetAll` with the empty interface name on `path`: every interface's
+    /// properties in one reply (sd-bus reads "" as "all interfaces"; zbus's typed proxy
+    /// accepts only a valid interface name, hence the raw call).
+    async fn get_all_interfaces(
+        &self,
+        path: &str,
+        unit: &str,
+    ) -> Result<HashMap<String, OwnedVariant>, SystemdError> {
+        let reply = self
+            .conn
+            .call_method(
+                Some(SYSTEMD_DEST),
+                path,
+                Some("org.freedesktop.DBus.Properties"),
+                "GetAll",
+                &(""),
+            )
+            .await
+            .map_err(|e| jobs::map_call_error(unit, "GetAll", e))?;
+        reply
+            .body()
+            .deserialize()
+            .map_err(|e| jobs::map_call_error(unit, "GetAll", e))
+    }
+
     /// The unit's object path, loading the unit if needed. `not-found` -> [`SystemdError::NoSuchUnit`].
     async fn unit_path(&self, unit: &str) -> Result<OwnedObjectPath, SystemdError> {
         let manager = self.manager().await?;
@@ -201,7 +226,10 @@ impl Systemd {
     /// Fresh state of `unit` plus load state, reloadability, status text and exit code.
     pub async fn snapshot(&self, unit: &str) -> Result<UnitSnapshot, SystemdError> {
         let path = self.unit_path(unit).await?;
-        let u = self.get_all(path.as_str(), UNIT_IFACE, unit).await?;
+        // One reply for the Unit and Service interfaces: systemd answers a call from its
+        // single-threaded loop, so the state is one moment's. Two calls mixed moments (seen:
+        // "active/running, Result=exit-code, MainPID=0" across a crash and auto-restart).
+        let u = self.get_all_interfaces(path.as_str(), unit).await?;
         let load_state = prop_string(&u, "LoadState");
         if load_state == "not-found" {
             return Err(SystemdError::NoSuchUnit {
@@ -226,15 +254,15 @@ impl Systemd {
             ..UnitSnapshot::default()
         };
         if unit.ends_with(".service") {
-            let s = self.get_all(path.as_str(), SERVICE_IFACE, unit).await?;
-            snap.state.result = prop_string(&s, "Result");
-            snap.state.main_pid = prop_u32(&s, "MainPID");
-            snap.state.exec_main_start_us = prop_u64(&s, "ExecMainStartTimestamp");
-            snap.state.exec_main_start_mono_us = prop_u64(&s, "ExecMainStartTimestampMonotonic");
-            snap.state.n_restarts = prop_u32(&s, "NRestarts");
-            snap.status_text = prop_string(&s, "StatusText");
-            snap.exec_main_code = prop_i32(&s, "ExecMainCode");
-            snap.exec_main_status = prop_i32(&s, "ExecMainStatus");
+            snap.state.result = prop_string(&u, "Result");
+            snap.state.main_pid = prop_u32(&u, "MainPID");
+            snap.state.exec_main_start_us = prop_u64(&u, "ExecMainStartTimestamp");
+            snap.state.exec_main_start_mono_us = prop_u64(&u, "ExecMainStartTimestampMonotonic");
+            snap.state.n_restarts = prop_u32(&u, "NRestarts");
+            snap.status_text = prop_string(&u, "StatusText");
+            snap.exec_main_code = prop_i32(&u, "ExecMainCode");
+            snap.exec_main_status = prop_i32(&u, "ExecMainStatus");
+            snap.exec_main_pid = prop_u32(&u, "ExecMainPID");
         }
         Ok(snap)
     }

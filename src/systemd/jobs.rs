@@ -134,30 +134,48 @@ pub fn map_call_error(unit: &str, call: &'static str, e: zbus::Error) -> Systemd
 
 /// Is the unit failing? `baseline` is a state seen after our own job completed (a manual
 /// start resets NRestarts, so the state before the job is no baseline for it).
-/// Returns the reason, for the operator.
+/// Returns the reason, for the operator. Each reason that comes from the main process
+/// ending says "process exited", however far systemd had got when we looked (failed,
+/// auto-restart, restarted, or only its Result left behind).
 pub fn crash_loop(baseline: &UnitState, now: &UnitState) -> Option<String> {
     if now.active_state == "failed" {
-        return Some(format!(
-            "the unit failed (Result={})",
-            non_empty(&now.result)
-        ));
+        return Some(format!("the unit failed: {}", result_words(&now.result)));
     }
     if now.sub_state == "auto-restart" {
         return Some(format!(
-            "the unit's process exited (Result={}) and systemd is restarting it automatically",
-            non_empty(&now.result)
+            "{}, and systemd is restarting it automatically",
+            result_words(&now.result)
         ));
     }
     if now.n_restarts > baseline.n_restarts {
         return Some(format!(
-            "automatic restarts climbed from {} to {}",
+            "the unit's process exited and systemd restarted it automatically (NRestarts {} to {})",
             baseline.n_restarts, now.n_restarts
         ));
     }
     if !now.result.is_empty() && now.result != "success" {
-        return Some(format!("Result={}", now.result));
+        return Some(result_words(&now.result));
     }
     None
+}
+
+/// systemd's service `Result` in words (systemd.exec(5), "$SERVICE_RESULT"), the raw value
+/// kept for a search in the journal.
+fn result_words(result: &str) -> String {
+    let words = match result {
+        "exit-code" => "the unit's process exited with an error",
+        "signal" => "the unit's process exited, killed by a signal",
+        "core-dump" => "the unit's process exited, dumping core",
+        "oom-kill" => "the unit's process exited, killed by the OOM killer",
+        "watchdog" => "the unit's watchdog fired",
+        "timeout" => "the unit timed out",
+        "start-limit-hit" => "the unit hit its start limit",
+        "protocol" => "the unit broke its service protocol",
+        "resources" => "systemd could not set the unit up",
+        "success" | "" => "the unit's process exited",
+        _ => "the unit did not stay up",
+    };
+    format!("{words} (Result={})", non_empty(result))
 }
 
 fn non_empty(s: &str) -> &str {
@@ -384,13 +402,21 @@ mod tests {
         let base = st("active", "running", "success", "bb", 11, 0);
         assert_eq!(crash_loop(&base, &base), None);
         let climbing = st("active", "running", "success", "cc", 12, 2);
-        assert!(crash_loop(&base, &climbing)
-            .unwrap()
-            .contains("climbed from 0 to 2"));
         let auto = st("activating", "auto-restart", "exit-code", "bb", 0, 0);
-        assert!(crash_loop(&base, &auto).unwrap().contains("automatically"));
         let failed = st("failed", "failed", "exit-code", "bb", 0, 0);
-        assert!(crash_loop(&base, &failed).unwrap().contains("exit-code"));
+        // Only its Result left behind (a look after the auto-restart began the new one).
+        let left = st("active", "running", "exit-code", "bb", 11, 0);
+        for (now, says) in [
+            (&climbing, "NRestarts 0 to 2"),
+            (&auto, "automatically"),
+            (&failed, "the unit failed"),
+            (&left, "with an error (Result=exit-code)"),
+        ] {
+            let reason = crash_loop(&base, now).unwrap();
+            assert!(reason.contains(says), "{reason}");
+            // However far systemd had got, the operator reads the same cause.
+            assert!(reason.contains("process exited"), "{reason}");
+        }
         assert!(matches!(
             restart_verdict(
                 &st("active", "running", "success", "aa", 1, 0),

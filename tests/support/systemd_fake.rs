@@ -272,6 +272,62 @@ impl ServiceObj {
     }
 }
 
+/// The unit object's `org.freedesktop.DBus.Properties`, in place of zbus's: like sd-bus,
+/// `GetAll("")` answers every interface's properties in one reply (kata-live reads a unit's
+/// state that way, one moment's state); zbus's own refuses the empty interface name.
+struct UnitProps(UnitObj);
+
+impl UnitProps {
+    fn unit(&self, u: &FakeUnit) -> Vec<(&'static str, zbus::Variant<'static>)> {
+        vec![
+            ("LoadState", u.load_state.clone().into()),
+            ("ActiveState", u.active_state.clone().into()),
+            ("SubState", u.sub_state.clone().into()),
+            ("InvocationID", u.invocation.to_vec().into()),
+            ("CanReload", u.can_reload.into()),
+        ]
+    }
+    fn service(&self, u: &FakeUnit) -> Vec<(&'static str, zbus::Variant<'static>)> {
+        vec![
+            ("Result", u.result.clone().into()),
+            ("MainPID", u.main_pid.into()),
+            ("NRestarts", u.n_restarts.into()),
+            ("ExecMainStartTimestamp", 1u64.into()),
+            ("StatusText", String::new().into()),
+            ("ExecMainCode", 0i32.into()),
+            ("ExecMainStatus", 0i32.into()),
+        ]
+    }
+}
+
+#[interface(name = "org.freedesktop.DBus.Properties")]
+impl UnitProps {
+    async fn get_all(
+        &self,
+        interface_name: String,
+    ) -> zbus::fdo::Result<HashMap<String, zbus::OwnedVariant>> {
+        let u = self.0.get();
+        let props = match interface_name.as_str() {
+            "" => [self.unit(&u), self.service(&u)].concat(),
+            "org.freedesktop.systemd1.Unit" => self.unit(&u),
+            "org.freedesktop.systemd1.Service" => self.service(&u),
+            other => {
+                return Err(zbus::fdo::Error::UnknownInterface(format!(
+                    "Unknown interface '{other}'"
+                )))
+            }
+        };
+        props
+            .into_iter()
+            .map(|(k, v)| {
+                zbus::OwnedVariant::try_from(v)
+                    .map(|v| (k.to_string(), v))
+                    .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+            })
+            .collect()
+    }
+}
+
 /// A running fake and a [`Systemd`] client connected to it.
 pub struct Fake {
     pub state: Shared,
@@ -320,10 +376,28 @@ impl Fake {
         }
         let client = zbus::connection::Builder::unix_stream(s1).p2p();
         let (server, client) = tokio::join!(server.build(), client.build());
+        let server = server.expect("fake server");
+        for name in &names {
+            let objects = server.object_server();
+            objects
+                .remove::<zbus::fdo::Properties, _>(unit_path(name))
+                .await
+                .expect("drop zbus's Properties");
+            objects
+                .at(
+                    unit_path(name),
+                    UnitProps(UnitObj {
+                        state: state.clone(),
+                        name: name.clone(),
+                    }),
+                )
+                .await
+                .expect("serve the unit's Properties");
+        }
         Fake {
             state,
             client: Systemd::from_connection(client.expect("fake client"), "fake p2p"),
-            _server: server.expect("fake server"),
+            _server: server,
         }
     }
 
