@@ -1,7 +1,9 @@
 //! The DaemonSet pod's life on a booted test node that has neither kata-live nor its units:
-//! `kata-live pod install` runs as a pod would (its own mount namespace, an image-like root
-//! holding only kata-live and the libraries it links, the node's / at /host, in a
-//! crio-*.scope cgroup), is killed when CRI-O restarts and started again; the host must end
+//! `kata-live pod install` runs as a pod would (its own mount namespace, the root of the
+//! DaemonSet image that `tests/run` builds, whose only file is a statically linked
+//! kata-live, the node's / at /host, in a crio-*.scope cgroup); that kata-live, copied onto
+//! the node, is what the node's unit runs. The pod is killed when CRI-O restarts and
+//! started again; the host must end
 //! proven, `pod ready` answers not-ready then ready, a third start changes nothing, and a
 //! node whose proof fails stays not-ready with the reason in the pod's output.
 //!
@@ -22,22 +24,16 @@ const OUTCOME: &str = "/var/lib/pod-image/run/kata-live-pod/outcome.json";
 const UNIT: &str = "kata-live-install.service";
 
 /// `pod-exec ROOT CMD...`: CMD in its own mount namespace, ROOT as /, the node's / at /host
-/// (the manifest's hostPath mount), /proc and /dev as a container runtime gives them.
+/// (the manifest's hostPath mount), /proc and /dev as a container runtime gives them (and,
+/// as runc does, their mount points made when the image has none).
 const POD_EXEC: &str = r#"#!/bin/sh
 set -eu
-exec unshare --mount --propagation private /bin/sh -eu -c 'R=$1; shift; mount --rbind / "$R/host"; mount -t proc proc "$R/proc"; mount --rbind /dev "$R/dev"; exec chroot "$R" "$@"' pod-exec "$@"
+exec unshare --mount --propagation private /bin/sh -eu -c 'R=$1; shift; mkdir -p "$R/proc" "$R/dev"; mount --rbind / "$R/host"; mount -t proc proc "$R/proc"; mount --rbind /dev "$R/dev"; exec chroot "$R" "$@"' pod-exec "$@"
 "#;
 
-/// The image: kata-live and what it links, nothing else. Then the node loses kata-live
-/// (the harness bind-mounts it read-only) and its units: a node that has neither.
-const MAKE_IMAGE_AND_FORGET_KATA_LIVE: &str = r#"set -eu
-R=/var/lib/pod-image
-mkdir -p "$R/host" "$R/proc" "$R/dev" "$R/run/kata-live-pod"
-cp /usr/local/bin/kata-live "$R/kata-live"
-for lib in $(ldd /usr/local/bin/kata-live | grep -o '/[^ ]*'); do
-  mkdir -p "$R$(dirname "$lib")"
-  cp -L "$lib" "$R$lib"
-done
+/// The node loses kata-live (the harness bind-mounts it read-only) and its units: a node
+/// that has neither.
+const FORGET_KATA_LIVE: &str = r#"set -eu
 umount /usr/local/bin/kata-live
 rm -f /usr/local/bin/kata-live /usr/bin/kata-live /etc/systemd/system/kata-live-install.service /etc/systemd/system/kata-live-uninstall.service
 systemctl daemon-reload
@@ -48,10 +44,12 @@ fn boot() -> KataNode {
         NodeOptions::default().file("/usr/local/sbin/pod-exec", POD_EXEC, 0o755),
         "",
     );
-    let o = k.node.sh(MAKE_IMAGE_AND_FORGET_KATA_LIVE);
+    // The image's root, unpacked where the pod's runtime would have it.
+    support::image::unpack_rootfs(&k.node.host_path(IMAGE).expect("the image's place"));
+    let o = k.node.sh(FORGET_KATA_LIVE);
     assert!(
         o.status.success(),
-        "image setup: {}",
+        "forgetting kata-live: {}",
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(!k.node.exists("/usr/local/bin/kata-live").unwrap());
@@ -215,6 +213,14 @@ fn a_pod_installs_a_bare_node_survives_the_crio_restart_and_gates_readiness() {
     let st = k.status_json();
     assert_eq!(st["result"], "succeeded", "{st:#}");
     assert_eq!(st["operation"], "install");
+    // The run the node's unit made was the image's static kata-live, byte for byte.
+    k.node
+        .exec_ok(&[
+            "cmp",
+            "/usr/local/bin/kata-live",
+            &format!("{IMAGE}/kata-live"),
+        ])
+        .expect("the node's kata-live must be the image's");
     k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 

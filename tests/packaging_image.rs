@@ -1,19 +1,15 @@
 //! The DaemonSet image written by packaging/image/build.sh: its files listed and checked, and
 //! its kata-live (statically linked) run in a rootfs that is not the build host's: the
-//! image's own, which holds no library at all.
+//! image's own, which holds no library at all. (tests/node_pod.rs runs the same image's
+//! kata-live as the pod and as the node's unit, in the test node.)
 //!
-//! Ignored by default: building the image is a full static release build (minutes on a small
-//! machine). Run `packaging/image/build.sh` (default output target/image), then
-//! `cargo test --test packaging_image -- --ignored` (as root: it chroots).
+//! `tests/run` builds the image first (`packaging/image/build.sh --profile dev`: the same
+//! static link as the shipped release build, in a fraction of its time); on its own, build
+//! it, then `cargo test --test packaging_image` (as root: it chroots).
 
-use std::path::{Path, PathBuf};
+mod support;
+use std::path::Path;
 use std::process::Command;
-
-fn image_dir() -> PathBuf {
-    std::env::var_os("KATA_LIVE_IMAGE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/image"))
-}
 
 fn files_under(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -35,22 +31,16 @@ fn files_under(root: &Path) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs the image: run packaging/image/build.sh first (a static release build)"]
 fn image_holds_a_static_kata_live_that_runs_without_the_hosts_libraries() {
-    let dir = image_dir();
-    let layout = dir.join("oci");
-    assert!(
-        layout.join("index.json").is_file(),
-        "no OCI layout at {}: run packaging/image/build.sh",
-        layout.display()
-    );
+    let dir = support::image::dir();
+    let reference = support::image::reference();
     assert!(dir.join("kata-live.oci.tar").is_file());
     let version = env!("CARGO_PKG_VERSION");
     let tmp = tempfile::tempdir().unwrap();
     let bundle = tmp.path().join("bundle");
     let st = Command::new("umoci")
         .args(["unpack", "--image"])
-        .arg(format!("{}:kata-live:{version}", layout.display()))
+        .arg(&reference)
         .arg(&bundle)
         .status()
         .expect("umoci");
@@ -76,6 +66,35 @@ fn image_holds_a_static_kata_live_that_runs_without_the_hosts_libraries() {
         args,
         ["/kata-live", "pod", "install", "--host-root", "/host"]
     );
+
+    // Which build it is, for whoever pulls it.
+    let labels = &cfg["annotations"];
+    assert_eq!(
+        labels["org.opencontainers.image.version"], version,
+        "{cfg:#}"
+    );
+    assert!(
+        labels["io.kata-live.cargo-profile"].is_string(),
+        "the image must say which cargo profile built it: {cfg:#}"
+    );
+
+    // Statically linked, checked apart from the build script: no program interpreter and no
+    // NEEDED library (a static-pie keeps a dynamic section, so ldd's answer is no proof).
+    let bin_path = rootfs.join("kata-live");
+    for (flag, forbidden) in [("-lW", "program interpreter"), ("-dW", "(NEEDED)")] {
+        let out = Command::new("readelf")
+            .arg(flag)
+            .arg(&bin_path)
+            .output()
+            .expect("readelf (binutils)");
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains(forbidden),
+            "{forbidden} in {}:\n{text}",
+            bin_path.display()
+        );
+    }
 
     // No interpreter, no library: runs in a root that has nothing else.
     let out = Command::new("chroot")

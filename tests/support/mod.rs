@@ -1,5 +1,6 @@
 pub mod containerd;
 pub mod hold;
+pub mod image;
 pub mod kata;
 pub mod kubelet_node;
 pub mod node;
