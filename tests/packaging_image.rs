@@ -4,7 +4,7 @@
 //! kata-live as the pod and as the node's unit, in the test node.)
 //!
 //! `tests/run` builds the image first (`packaging/image/build.sh --profile dev`: the same
-//! static link as the shipped release build, in a fraction of its time); on its own, build
+//! static link as the shipped release build, in about half its time); on its own, build
 //! it, then `cargo test --test packaging_image` (as root: it chroots).
 
 mod support;

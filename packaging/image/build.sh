@@ -10,7 +10,7 @@
 # Ubuntu hosts alike; the binary carries its units and default configuration
 # (src/pod.rs). With --rpm-dir, DIR's *.rpm go to /rpms in the image; run the pod with
 # `--rpm-dir /rpms` then. --profile: the cargo profile (default release, what ships; the
-# test suite builds with `dev`, the same static link in a third of the time, and labels the
+# test suite builds with `dev`, the same static link in about half the time, and labels the
 # image so). Needs: cargo, glibc's static libraries (libc6-dev), umoci.
 set -euo pipefail
 
