@@ -72,11 +72,7 @@ fn unit_stopped_during_the_package_step_changes_nothing() {
         ])
         .expect("start the install unit");
     k.wait_phase("package", Duration::from_secs(60));
-    k.node
-        .wait_for("rpm-ostree running", Duration::from_secs(30), |_| {
-            rpm_ostree_client_running(&k)
-        })
-        .expect("the package step must be running rpm-ostree");
+    k.wait_rpm_ostree_hanging(Duration::from_secs(30));
 
     k.node
         .exec_ok(&["systemctl", "stop", "kata-live-install.service"])
@@ -205,6 +201,7 @@ fn second_signal_exits_at_once_and_the_next_run_converges() {
     k.rpm_ostree_fault("slow-cancel");
     let child = k.spawn_kata(&["install", "--no-detach"]);
     let pid = k.wait_phase("package", Duration::from_secs(60));
+    k.wait_rpm_ostree_hanging(Duration::from_secs(30));
     k.node
         .exec_ok(&["kill", "-INT", &pid.to_string()])
         .expect("first signal");

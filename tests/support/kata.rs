@@ -488,6 +488,17 @@ impl KataNode {
             .expect("write rpm-ostree fault marker");
     }
 
+    /// Waits until a client hung by the `hang` fault catches SIGINT (its `hanging` file):
+    /// a signal sent earlier kills it instead of cancelling, as it would the real client.
+    pub fn wait_rpm_ostree_hanging(&self, deadline: Duration) {
+        self.node
+            .wait_for("rpm-ostree to hang in its transaction", deadline, |n| {
+                n.exists("/var/lib/fake-rpm-ostree/hanging")
+                    .unwrap_or(false)
+            })
+            .expect("the package step must be running rpm-ostree, hung");
+    }
+
     pub fn clear_rpm_ostree_fault(&self, name: &str) {
         self.node
             .exec_ok(&["rm", "-f", &format!("/var/lib/fake-rpm-ostree/{name}")])

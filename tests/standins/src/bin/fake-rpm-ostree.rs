@@ -15,7 +15,10 @@
 //!   real client: `Caught SIGINT, cancelling transaction`, exit 1, logged in `cancelled`;
 //!   with `slow-cancel` as well, the cancellation never completes), `fail-status`,
 //!   `hang-status` (the same for `status`), `interrupt` (a live apply records
-//!   `live-inprogress` and exits 1, as an interrupted apply leaves it).
+//!   `live-inprogress` and exits 1, as an interrupted apply leaves it);
+//! - `hanging`: written (the client's pid) once a hanging client catches SIGINT. Before
+//!   that a SIGINT kills it, as it kills the real client before its transaction runs: a
+//!   test that needs the cancellation signals only after this exists.
 //!
 //! The CLI surface follows rpm-ostree: `install` (`--idempotent`, `--allow-inactive`,
 //! `-A/--apply-live`, `-y/--assumeyes`, `-C/--cache-only`), `uninstall` (`--idempotent`;
@@ -240,6 +243,7 @@ impl Fake {
             // With `slow-cancel` too, the cancellation never completes (the real client then
             // waits for the daemon: `Awaiting transaction cancellation...`).
             catch_sigint();
+            let _ = std::fs::write(self.path("hanging"), format!("{}\n", std::process::id()));
             let mut said = false;
             loop {
                 if SIGINT_SEEN.load(Ordering::SeqCst) && !said {
