@@ -382,34 +382,32 @@ async fn second_handoff_is_refused_while_one_runs() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let mut seen = Vec::new();
-    let code = handoff::run_transient_following(
-        &sd,
-        unit,
-        &sh("echo line one; sleep 0.5; echo line two; exit 3"),
-        Duration::from_secs(20),
-        Some(&journalctl),
-        &mut |l: &str| seen.push(l.to_string()),
-    )
-    .await
-    .unwrap();
+    // One handed-off run of `script`, followed: its exit status and the lines it wrote.
+    let follow = |script: &'static str| {
+        let (sd, journalctl) = (&sd, &journalctl);
+        async move {
+            let mut seen = Vec::new();
+            let code = handoff::run_transient_following(
+                sd,
+                unit,
+                &sh(script),
+                Duration::from_secs(20),
+                Some(journalctl),
+                &mut |l: &str| seen.push(l.to_string()),
+            )
+            .await
+            .unwrap();
+            (code, seen)
+        }
+    };
+    let (code, seen) = follow("echo line one; sleep 0.5; echo line two; exit 3").await;
     assert_eq!(code, 3);
     assert_eq!(seen, ["line one", "line two"]);
     // A run that fails at once (a config error, say) still shows its message. journald
     // stores about one in ten such lines without the run's InvocationID (measured: 3 of
     // 30): ten runs, so that matching by InvocationID alone fails here most of the time.
     for _ in 0..10 {
-        let mut seen = Vec::new();
-        let code = handoff::run_transient_following(
-            &sd,
-            unit,
-            &sh("echo bad config >&2; exit 2"),
-            Duration::from_secs(20),
-            Some(&journalctl),
-            &mut |l: &str| seen.push(l.to_string()),
-        )
-        .await
-        .unwrap();
+        let (code, seen) = follow("echo bad config >&2; exit 2").await;
         assert_eq!(code, 2);
         assert_eq!(seen, ["bad config"]);
     }
