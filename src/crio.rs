@@ -283,6 +283,11 @@ impl BackupStore {
         self.dir.join(format!("{}.json", self.name))
     }
 
+    /// The files a save writes (metadata, content), for the checks before a run.
+    pub fn paths(&self) -> [PathBuf; 2] {
+        [self.meta_path(), self.content_path()]
+    }
+
     fn content_path(&self) -> PathBuf {
         self.dir.join(format!("{}.orig", self.name))
     }

@@ -32,8 +32,10 @@ pub enum ExitCode {
     /// A stop was requested (SIGTERM/SIGINT) and the run ended early, leaving the node in a
     /// proven state: as found, or with what was applied undone (status.json says which).
     Stopped = 17,
-    /// A second signal ended the run at once, possibly mid-step: run kata-live again, it
-    /// resumes from the state journal and converges.
+    /// The run ended before it could prove anything: a second signal ended it at once,
+    /// possibly mid-step, or systemd took the runtime down meanwhile (shutdown, isolate, a
+    /// stop of it), and kata-live put the previous files back without queuing a job against
+    /// that stop. Run kata-live again: it resumes from the state journal and converges.
     StoppedAtOnce = 18,
 }
 
@@ -76,7 +78,7 @@ impl ExitCode {
                 "stopped by a signal; the node was left in a proven state (as found, or the change undone)"
             }
             ExitCode::StoppedAtOnce => {
-                "stopped at once by a second signal; run kata-live again to resume and converge"
+                "stopped before finishing (a second signal, or systemd took the runtime down); run again"
             }
         }
     }

@@ -113,6 +113,38 @@ fn without_a_system_bus_install_is_refused_and_changes_nothing() {
     );
 }
 
+/// An inherited DBUS_SYSTEM_BUS_ADDRESS that names the host's own bus (a debug shell exports
+/// it) is no choice made for a run under --root: refused (exit 2) before anything is read
+/// or written, for every command that talks to systemd; --bus-address still overrides.
+#[test]
+fn another_root_refuses_an_inherited_address_of_the_hosts_bus() {
+    let r = tempfile::tempdir().unwrap();
+    for cmd in [
+        &["install", "--no-detach"][..],
+        &["uninstall", "--no-detach"],
+        &["status"],
+        &["verify"],
+    ] {
+        kata_live()
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                "unix:path=/run/dbus/system_bus_socket",
+            )
+            .arg("--root")
+            .arg(r.path())
+            .args(cmd)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("(inherited)"))
+            .stderr(predicate::str::contains("--bus-address"));
+    }
+    assert_eq!(
+        fs::read_dir(r.path()).unwrap().count(),
+        0,
+        "wrote something"
+    );
+}
+
 #[test]
 fn another_root_without_a_bus_address_exits_2_and_changes_nothing() {
     let r = tempfile::tempdir().unwrap();

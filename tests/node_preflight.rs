@@ -317,3 +317,85 @@ fn dry_run_changes_nothing_where_a_real_run_would() {
     k.assert_healthy();
     k.referee_assert_serves("kata-remote");
 }
+
+// -----------------------------------------------------------------------------------------
+// Paths kata-live writes, symlinked (issue 21, section 2): refused before any step changes
+// the node (exit 10), never met half-way as an internal error (exit 1).
+
+/// Each case: a path kata-live writes made a symlink to a file elsewhere; the install is
+/// refused with words naming it, the target is untouched, and nothing else changed.
+#[test]
+fn symlinked_paths_kata_live_writes_are_refused_before_any_change() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let crio_before = k.unit("crio.service");
+    let cases: [(&str, &str, &str); 4] = [
+        // (the symlink, its target, the words that name it)
+        (
+            DROP_IN,
+            "/srv/foreign/50-kata-remote",
+            "drop-in for the handler",
+        ),
+        (
+            "/var/lib/kata-live/backup",
+            "/srv/foreign/backup",
+            "sits under a symlinked directory",
+        ),
+        (
+            "/var/lib/kata-live/state.json",
+            "/srv/foreign/state.json",
+            "state journal",
+        ),
+        ("/run/kata-live/lock", "/srv/foreign/lock", "run lock"),
+    ];
+    for (link, target, words) in cases {
+        let setup = k.node.sh(&format!(
+            "set -e; rm -rf /srv/foreign {link}; mkdir -p /srv/foreign/backup $(dirname {link}); \
+             [ -d {target} ] || printf 'foreign\\n' > {target}; ln -s {target} {link}"
+        ));
+        assert!(setup.status.success(), "{link}: setup failed: {setup:?}");
+        let target_before = k.node.sh(&format!(
+            "ls -la --time-style=full-iso {target}; cat {target}"
+        ));
+        let _ = k.node.exec(&["rm", "-f", STATUS]);
+        let run = k.install();
+        assert_eq!(run.code, 10, "{link}: {}", show(&run));
+        for w in [words, link, "symlink", "re-run"] {
+            assert!(run.stderr.contains(w), "{link}: no {w:?} in {}", show(&run));
+        }
+        assert!(!run.stderr.contains("internal error"), "{}", show(&run));
+        let target_after = k.node.sh(&format!(
+            "ls -la --time-style=full-iso {target}; cat {target}"
+        ));
+        assert_eq!(
+            target_after.stdout, target_before.stdout,
+            "{link}: its target changed"
+        );
+        assert!(
+            rpm_ostree_changes(&k).is_empty(),
+            "{link}: rpm-ostree was called"
+        );
+        if link != DROP_IN {
+            assert!(
+                !k.node.exists(DROP_IN).expect("stat"),
+                "{link}: a drop-in was written"
+            );
+        }
+        assert_eq!(
+            k.unit("crio.service"),
+            crio_before,
+            "{link}: CRI-O was touched"
+        );
+        // Where the run got as far as its status file, it says refused at preflight.
+        if let Ok(bytes) = k.node.read_file(STATUS) {
+            let st: Value = serde_json::from_slice(&bytes).expect("status.json");
+            assert_eq!(st["exit_code"], 10, "{st:#}");
+            assert_eq!(st["result"], "refused", "{st:#}");
+        }
+        k.node.sh(&format!("rm -rf {link} /srv/foreign"));
+    }
+    // With the node fixed, the install goes through.
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    k.referee_assert_serves("kata-remote");
+}

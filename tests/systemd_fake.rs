@@ -35,9 +35,30 @@ async fn restart_is_proven_by_new_identity_even_when_the_signal_beats_the_reply(
     assert!(fake.calls().contains(&format!("RestartUnit {U}")));
 }
 
+/// A restart job of ours that ends `canceled` was replaced by someone else's stop
+/// (shutdown, isolate, `systemctl stop`): TakenDown, which no caller answers with a job.
+#[tokio::test]
+async fn a_canceled_restart_is_the_unit_taken_down() {
+    let fake = Fake::start(vec![FakeUnit::running(U, 1, 100)]).await;
+    fake.script(JobScript {
+        result: Some("canceled".into()),
+        after: None,
+        foreign_job_first: true,
+    });
+    match fake.client.restart_unit(U, Duration::from_secs(5)).await {
+        Err(e @ SystemdError::TakenDown { .. }) => {
+            assert_eq!(e.unit(), U);
+            let words = e.to_string();
+            assert!(words.contains("canceled"), "{words}");
+            assert!(words.contains("queues no job"), "{words}");
+        }
+        other => panic!("expected TakenDown, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn each_job_result_is_a_typed_failure() {
-    for result in ["canceled", "timeout", "failed", "dependency", "skipped"] {
+    for result in ["timeout", "failed", "dependency", "skipped"] {
         let fake = Fake::start(vec![FakeUnit::running(U, 1, 100)]).await;
         fake.script(JobScript {
             result: Some(result.into()),

@@ -35,7 +35,13 @@ pub struct Activated {
 
 /// Carries out the activation decision. Reload is only ever followed by a canary on the
 /// handler itself; a failed canary falls back to a restart.
-pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<Activated, String> {
+/// A [`SystemdError::TakenDown`] means systemd is stopping the runtime for someone else: the
+/// caller must not answer it with a job of its own.
+pub async fn activate(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    act: Activation,
+) -> Result<Activated, SystemdError> {
     let c = &ctx.cfg;
     match &act {
         Activation::Nothing(why) => {
@@ -47,9 +53,7 @@ pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<
             })
         }
         Activation::Restart(why) => {
-            restart_crio(ctx, rep, why)
-                .await
-                .map_err(|e| e.to_string())?;
+            restart_crio(ctx, rep, why).await?;
             Ok(Activated {
                 restarted: true,
                 action: act,
@@ -86,9 +90,7 @@ pub async fn activate(ctx: &Ctx, rep: &mut Reporter, act: Activation) -> Result<
                         StepOutcome::Failed,
                         format!("reload not proven ({e}); restarting instead"),
                     );
-                    restart_crio(ctx, rep, "the reload could not be proven")
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    restart_crio(ctx, rep, "the reload could not be proven").await?;
                     Ok(Activated {
                         restarted: true,
                         action: act,

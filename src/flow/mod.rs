@@ -3,12 +3,14 @@
 //! what the observations mean, and reports through [`Reporter`].
 
 mod activate;
+mod paths;
 mod preflight;
 mod prove;
 mod rollback;
 pub mod step;
 
 pub use activate::{activate, newest_artifact_us, Activated};
+pub use paths::refuse_unwritable;
 pub use preflight::{preflight, Baseline};
 pub use prove::{prove, ProofSpec};
 pub use rollback::{reactivate_and_prove_back, restore_drop_in, rollback, stop_before_activation};
@@ -81,6 +83,10 @@ pub enum Rollback {
     Done,
     /// It failed: the node is in the state described, and needs a human.
     Failed(String),
+    /// systemd is taking the runtime down for someone else (shutdown, isolate, a stop of
+    /// it): the files were put back as far as the text says, and no job was queued against
+    /// that stop. The runtime reads them at its next start; a later run converges.
+    Yielded(String),
 }
 
 impl std::fmt::Display for Rollback {
@@ -90,6 +96,7 @@ impl std::fmt::Display for Rollback {
                 f.write_str("rolled back: the previous configuration is restored and proven")
             }
             Rollback::Failed(s) => write!(f, "ROLLBACK FAILED: {s}"),
+            Rollback::Yielded(s) => write!(f, "not rolled back by a restart: {s}"),
         }
     }
 }
@@ -102,6 +109,14 @@ impl FlowError {
             FlowError::Lock(_) | FlowError::Internal(_) => ExitCode::Internal,
             FlowError::Package(_) => ExitCode::PackageStep,
             FlowError::Stopped { .. } => ExitCode::Stopped,
+            FlowError::Activation {
+                rollback: Rollback::Yielded(_),
+                ..
+            }
+            | FlowError::NotProven {
+                rollback: Rollback::Yielded(_),
+                ..
+            } => ExitCode::StoppedAtOnce,
             FlowError::Activation {
                 rollback: Rollback::Done,
                 ..
@@ -119,7 +134,7 @@ impl FlowError {
             ExitCode::PreflightRefused | ExitCode::LockBusy => RunResult::Refused,
             ExitCode::Activation | ExitCode::RolledBack => RunResult::RolledBack,
             ExitCode::RollbackFailed => RunResult::RollbackFailed,
-            ExitCode::Stopped => RunResult::Stopped,
+            ExitCode::Stopped | ExitCode::StoppedAtOnce => RunResult::Stopped,
             _ => RunResult::Failed,
         }
     }
@@ -177,6 +192,24 @@ impl Ctx {
     }
 }
 
+/// Resolves once a stop of this run was requested and systemd is taking the runtime or
+/// kubelet down for someone else (a shutdown or an isolate stops them beside kata-live's
+/// unit); pending otherwise. Polled every 200 ms, only after the stop request.
+pub async fn taken_down_after_stop(ctx: &Ctx) -> String {
+    crate::stop::wait().await;
+    loop {
+        for unit in [ctx.rt.unit(), ctx.cfg.units.kubelet.as_str()] {
+            if let Ok(Some(by)) = ctx.systemd.taken_down(unit).await {
+                return format!(
+                    "{unit} is being taken down by systemd ({by}) after this run was asked to \
+                     stop; kata-live queues no job against that stop"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// What the report says when a stop arrived while activation or the proof was under way:
 /// those were finished (they are what brings the node to a proven state).
 pub fn note_stop_during_activation(rep: &mut Reporter) -> Option<&'static str> {
@@ -222,16 +255,20 @@ pub async fn begin(
 ) -> Result<(Lock, Reporter), ExitCode> {
     let op = operation.to_string();
     let started = Instant::now();
-    let lock = match lock::acquire(
-        &ctx.host.path(lock::LOCK_PATH),
-        &op,
-        Ctx::deadline(ctx.cfg.deadlines.lock),
-    )
-    .await
-    {
+    let lock_path = ctx.host.path(lock::LOCK_PATH);
+    let lock_problem = paths::problem(
+        &ctx.host.root,
+        &[("kata-live's run lock".to_string(), lock_path.clone())],
+    );
+    let acquired = match lock_problem {
+        Some(why) => Err(FlowError::Refused(why)),
+        None => lock::acquire(&lock_path, &op, Ctx::deadline(ctx.cfg.deadlines.lock))
+            .await
+            .map_err(FlowError::from),
+    };
+    let lock = match acquired {
         Ok(l) => l,
         Err(e) => {
-            let e = FlowError::from(e);
             let code = e.exit_code();
             tracing::warn!(target: crate::logging::PROGRESS_TARGET, message_id = ids::REFUSED, operation = %op, exit_code = code.code(), "kata-live {op} refused, nothing changed: {e}");
             eprint!(

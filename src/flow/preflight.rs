@@ -37,8 +37,10 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
     let deadline = Ctx::deadline(c.deadlines.preflight);
     let until = Instant::now() + deadline;
     let refuse = |what: &str, e: &dyn std::fmt::Display| FlowError::Refused(format!("{what}: {e}"));
-    // A unit still starting (e.g. the restart of a run that was killed) is waited for within
-    // the preflight deadline, then judged: refusing it would only make the rollout retry.
+    // A unit still starting (at boot, where kata-live's unit has no After= on CRI-O or
+    // kubelet and their start jobs are queued beside its own, or the restart of a run that
+    // was killed) is waited for within the preflight deadline, then judged: refusing it
+    // would only make the rollout retry.
     let crio = settled(ctx, ctx.rt.unit(), until)
         .await
         .map_err(|e| refuse(ctx.rt.unit(), &e))?;

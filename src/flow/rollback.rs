@@ -51,7 +51,16 @@ pub async fn reactivate_and_prove_back(
     baseline: &Baseline,
 ) -> Rollback {
     let c = &ctx.cfg;
+    let yielded = |e: &dyn std::fmt::Display| {
+        Rollback::Yielded(format!(
+            "the previous configuration files are back, but {e}; {} reads them at its next start",
+            ctx.rt.name()
+        ))
+    };
     if let Err(e) = restart_crio_for_rollback(ctx, rep).await {
+        if let SystemdError::TakenDown { .. } = e {
+            return yielded(&e);
+        }
         return Rollback::Failed(format!(
             "the previous drop-in is restored but {} did not restart cleanly: {e}. \
              Check `systemctl status {}` and `journalctl -u {}`",
@@ -81,7 +90,14 @@ pub async fn reactivate_and_prove_back(
         unknown_as_found: baseline.view.handler_presence == HandlerPresence::Unknown,
         definition: None,
     };
-    match prove(ctx, rep, spec).await {
+    let proof = tokio::select! {
+        r = prove(ctx, rep, spec) => r,
+        why = taken_down_after_stop(ctx) => {
+            rep.end(StepOutcome::Failed, why.clone());
+            return yielded(&why);
+        }
+    };
+    match proof {
         Ok(()) => {
             for store in [ctx.backups(), ctx.main_backups()] {
                 if let Err(e) = store.clear() {

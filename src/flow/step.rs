@@ -44,6 +44,9 @@ pub enum Failure {
     Activation(String),
     /// The change is not proven on the running node: roll back (exit 13).
     NotProven(String),
+    /// systemd is taking the runtime down for someone else (shutdown, isolate, a stop of
+    /// it): the files are put back, no job is queued against that stop (exit 18).
+    Yield(String),
 }
 
 impl From<FlowError> for Failure {
@@ -58,7 +61,7 @@ impl Failure {
             // The run's last line says "refused, nothing was changed"; the step says why.
             Failure::End(FlowError::Refused(why)) => why.clone(),
             Failure::End(e) => e.to_string(),
-            Failure::Activation(s) | Failure::NotProven(s) => s.clone(),
+            Failure::Activation(s) | Failure::NotProven(s) | Failure::Yield(s) => s.clone(),
         }
     }
 }
@@ -176,10 +179,14 @@ async fn run_steps(
     rep: &mut Reporter,
 ) -> Result<String, FlowError> {
     let journals = ctx.journals();
-    let (journal, interrupted) = Journal::resume(
-        journals.load().map_err(|e| internal("state journal")(&e))?,
-        operation,
-    );
+    // A symlinked state journal is the node's condition, not a bug: refused in words.
+    let loaded = journals.load().map_err(|e| {
+        match super::paths::problem(&ctx.host.root, &super::paths::written(ctx)) {
+            Some(why) => FlowError::Refused(why),
+            None => internal("state journal")(&e),
+        }
+    })?;
+    let (journal, interrupted) = Journal::resume(loaded, operation);
     if let Some(p) = &interrupted {
         tracing::warn!(
             phase = %p.phase,
@@ -257,6 +264,10 @@ async fn run_steps(
                         let rollback = roll_back(ctx, rep, &mut run, done_steps).await;
                         FlowError::NotProven { missing, rollback }
                     }
+                    Failure::Yield(error) => {
+                        let rollback = put_files_back(ctx, rep, &mut run, done_steps);
+                        FlowError::Activation { error, rollback }
+                    }
                 });
             }
         }
@@ -308,6 +319,49 @@ async fn roll_back(
         }
     }
     reactivate_and_prove_back(ctx, rep, &base).await
+}
+
+/// The runtime is being taken down by systemd for someone else: the applied steps' file
+/// changes are undone in reverse, as a rollback would, but nothing is restarted (a job of
+/// ours would cancel that stop, and is refused during a shutdown). The runtime reads the
+/// previous configuration at its next start, so the backups and the state journal go.
+fn put_files_back(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    run: &mut Run,
+    applied: &mut [Box<dyn Step + '_>],
+) -> Rollback {
+    let undone: Vec<usize> = (0..applied.len())
+        .rev()
+        .filter(|&i| applied[i].changes_runtime_config())
+        .collect();
+    rep.begin_rollback(undone.len());
+    for i in undone {
+        if let Err(failed) = applied[i].undo(ctx, run, rep) {
+            return failed;
+        }
+    }
+    for (what, r) in [
+        ("backup", ctx.backups().clear().map_err(|e| e.to_string())),
+        (
+            "backup",
+            ctx.main_backups().clear().map_err(|e| e.to_string()),
+        ),
+        (
+            "state journal",
+            ctx.journals().clear().map_err(|e| e.to_string()),
+        ),
+    ] {
+        if let Err(e) = r {
+            tracing::warn!("the previous files are back, but the {what} could not be removed: {e}");
+        }
+    }
+    let rt = ctx.rt.name();
+    Rollback::Yielded(format!(
+        "the previous configuration files are back; {rt} was left to that stop and reads them \
+         at its next start; run kata-live again once {} is up",
+        ctx.rt.unit()
+    ))
 }
 
 /// A stop was requested before `next`: the run ends there. A change of the runtime's

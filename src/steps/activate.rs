@@ -68,9 +68,15 @@ impl Step for Activate {
     ) -> StepResult<'a> {
         Box::pin(async move {
             let decision = self.decide(ctx, run)?;
-            let activated = crate::flow::activate(ctx, rep, decision)
-                .await
-                .map_err(Failure::Activation)?;
+            let activated =
+                crate::flow::activate(ctx, rep, decision)
+                    .await
+                    .map_err(|e| match e {
+                        crate::systemd::SystemdError::TakenDown { .. } => {
+                            Failure::Yield(e.to_string())
+                        }
+                        e => Failure::Activation(e.to_string()),
+                    })?;
             let words = if activated.restarted {
                 format!("{} restarted", ctx.rt.name())
             } else {
@@ -144,9 +150,17 @@ impl Step for Prove {
                 unknown_as_found: false,
                 definition: run.wrote.as_ref().filter(|_| self.want_listed),
             };
-            crate::flow::prove(ctx, rep, spec)
-                .await
-                .map_err(Failure::NotProven)?;
+            // A proof whose runtime or kubelet systemd is taking down (a stop of this run
+            // during a shutdown or an isolate) could only fail at its deadline, holding the
+            // shutdown that long: it yields as soon as that is seen.
+            let proof = tokio::select! {
+                r = crate::flow::prove(ctx, rep, spec) => r.map_err(Failure::NotProven),
+                why = crate::flow::taken_down_after_stop(ctx) => Err(Failure::Yield(why)),
+            };
+            if let Err(Failure::Yield(why)) = &proof {
+                rep.end(crate::report::StepOutcome::Failed, why.clone());
+            }
+            proof?;
             ctx.backups().clear().map_err(|e| internal("backup")(&e))?;
             ctx.main_backups()
                 .clear()

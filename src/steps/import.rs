@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 /// The record that the import in the main file was added by kata-live.
 const RECORD: &str = "containerd-import-added";
 
-fn record_path(ctx: &Ctx) -> PathBuf {
+/// Where kata-live records that the import is its own.
+pub fn record_path(ctx: &Ctx) -> PathBuf {
     ctx.host.path(STATE_DIR).join(RECORD)
 }
 

@@ -10,7 +10,7 @@ mod preflight;
 
 pub use activate::{Activate, Prove};
 pub use drop_in::{RemoveDropIn, WriteDropIn};
-pub use import::{restore_main, EnsureImport, RemoveImport};
+pub use import::{record_path, restore_main, EnsureImport, RemoveImport};
 pub use package::{InstallPackage, PostInstall, RemovePackage, Visibility};
 pub use preflight::{PodsOnHandler, Preflight, RuntimeFiles};
 

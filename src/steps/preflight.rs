@@ -25,6 +25,8 @@ impl Step for Preflight {
             if let Some(why) = &ctx.rt_problem {
                 return Err(FlowError::Refused(why.clone()).into());
             }
+            // Before anything changes: a path kata-live would have to write through a symlink.
+            crate::flow::refuse_unwritable(ctx)?;
             let (base, detail) = crate::flow::preflight(ctx).await?;
             rep.evidence("preflight", &base);
             if !ctx.dry_run {

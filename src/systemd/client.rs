@@ -46,6 +46,8 @@ pub struct UnitSnapshot {
     /// The id of a job queued or running on the unit (`Job` property), 0 when none: a
     /// kubelet whose start waits for CRI-O's is still `inactive` but about to start.
     pub pending_job: u32,
+    /// That job's object path ("" when none).
+    pub pending_job_path: String,
 }
 
 /// The four job-producing Manager calls.
@@ -68,30 +70,54 @@ impl JobKind {
     }
 }
 
-/// Which bus to reach systemd at. An explicit address (`--bus-address`, else a non-empty
-/// `DBUS_SYSTEM_BUS_ADDRESS`) always wins. Without one, the host's standard socket, but only
-/// when `root` is the host's `/`: under another root every file path moves and the host's bus
-/// would not, so a run meant for `root` would restart the real host's CRI-O.
+/// Which bus to reach systemd at. `--bus-address` always wins. Then a non-empty
+/// `DBUS_SYSTEM_BUS_ADDRESS`, then the host's standard socket, but under a `root` that is not
+/// the host's `/` neither may name the host's own bus: every file path moves with the root
+/// and that bus would not, so a run meant for `root` would restart the real host's CRI-O. An
+/// inherited variable is not a decision the operator made for this run (a debug shell
+/// exports the host's address), so it is refused there too.
 pub fn choose_bus_address(
     root: &std::path::Path,
     option: Option<&str>,
     env: Option<&str>,
 ) -> Result<String, SystemdError> {
-    let explicit = option
-        .filter(|a| !a.is_empty())
-        .or(env.filter(|a| !a.is_empty()));
-    if let Some(addr) = explicit {
+    if let Some(addr) = option.filter(|a| !a.is_empty()) {
         return Ok(addr.to_string());
     }
+    let env = env.filter(|a| !a.is_empty());
     // `/host` may be a symlink to `/`: that is the host's own root.
     let resolved = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     if resolved == std::path::Path::new("/") {
-        Ok(DEFAULT_SYSTEM_BUS_ADDRESS.to_string())
-    } else {
-        Err(SystemdError::HostBusUnderRoot {
-            root: root.to_path_buf(),
-        })
+        return Ok(env.unwrap_or(DEFAULT_SYSTEM_BUS_ADDRESS).to_string());
     }
+    match env {
+        Some(addr) if !names_host_bus(addr) => Ok(addr.to_string()),
+        Some(addr) => Err(SystemdError::HostBusUnderRoot {
+            root: root.to_path_buf(),
+            given: format!(
+                "DBUS_SYSTEM_BUS_ADDRESS={addr} (inherited) names the host's own bus, which \
+                 --root does not move (only --bus-address overrides this)"
+            ),
+        }),
+        None => Err(SystemdError::HostBusUnderRoot {
+            root: root.to_path_buf(),
+            given: "no bus address was given".to_string(),
+        }),
+    }
+}
+
+/// Whether a D-Bus address is the host's standard system bus socket (`/var/run` is `/run`).
+fn names_host_bus(addr: &str) -> bool {
+    addr.split(';').any(|one| {
+        one.strip_prefix("unix:").is_some_and(|kv| {
+            kv.split(',').any(|p| {
+                matches!(
+                    p.strip_prefix("path="),
+                    Some("/run/dbus/system_bus_socket" | "/var/run/dbus/system_bus_socket")
+                )
+            })
+        })
+    })
 }
 
 impl Systemd {
@@ -250,7 +276,8 @@ impl Systemd {
                 .iter()
                 .flat_map(|k| prop_strings(&u, k))
                 .collect(),
-            pending_job: prop_job_id(&u),
+            pending_job: prop_job(&u).0,
+            pending_job_path: prop_job(&u).1,
             ..UnitSnapshot::default()
         };
         if unit.ends_with(".service") {
@@ -441,6 +468,64 @@ impl Systemd {
         Ok(snap)
     }
 
+    /// Whether systemd is taking `unit` down for someone else (see [`jobs::taken_down`]):
+    /// the system's state and the type of the unit's job, read fresh. A job that ended
+    /// between the two reads is no job.
+    pub async fn taken_down(&self, unit: &str) -> Result<Option<String>, SystemdError> {
+        let m = self
+            .get_all(
+                "/org/freedesktop/systemd1",
+                "org.freedesktop.systemd1.Manager",
+                unit,
+            )
+            .await?;
+        let system_state = prop_string(&m, "SystemState");
+        let snap = self.snapshot(unit).await?;
+        let job_type = if snap.pending_job_path.is_empty() {
+            None
+        } else {
+            self.get_all(&snap.pending_job_path, "org.freedesktop.systemd1.Job", unit)
+                .await
+                .ok()
+                .map(|j| prop_string(&j, "JobType"))
+        };
+        Ok(jobs::taken_down(&system_state, unit, job_type.as_deref()))
+    }
+
+    /// Refuses to queue a job on `unit` while systemd takes it down for someone else.
+    async fn refuse_if_taken_down(&self, unit: &str) -> Result<(), SystemdError> {
+        match self.taken_down(unit).await? {
+            Some(by) => Err(SystemdError::TakenDown {
+                unit: unit.to_string(),
+                by,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// A start job of ours that ended `canceled` was replaced by someone else's conflicting
+    /// job (a stop: shutdown, isolate, `systemctl stop`): that is [`SystemdError::TakenDown`],
+    /// so that no caller answers it with a job that would cancel that stop in turn.
+    async fn canceled_means_taken_down(
+        &self,
+        unit: &str,
+        r: Result<(String, String), SystemdError>,
+    ) -> Result<(String, String), SystemdError> {
+        match r {
+            Err(SystemdError::JobFailed { result, job, .. }) if result == "canceled" => {
+                let by = match self.taken_down(unit).await {
+                    Ok(Some(by)) => by,
+                    _ => format!("another request replaced kata-live's job {job} (canceled)"),
+                };
+                Err(SystemdError::TakenDown {
+                    unit: unit.to_string(),
+                    by,
+                })
+            }
+            other => other,
+        }
+    }
+
     /// Restart `unit` and prove it: the job ends `done`, then within `deadline` (counted from
     /// the call) the unit shows a new InvocationID, a new MainPID and active/running.
     pub async fn restart_unit(
@@ -465,9 +550,11 @@ impl Systemd {
         let started = Instant::now();
         let until = started + deadline;
         let before = self.preflight(unit).await?.state;
-        let (job, job_result) = self
+        self.refuse_if_taken_down(unit).await?;
+        let run = self
             .run_start_job(JobKind::Restart, unit, &before, deadline)
-            .await?;
+            .await;
+        let (job, job_result) = self.canceled_means_taken_down(unit, run).await?;
         tracing::debug!(%unit, %job, "restart job done");
         let baseline = self.unit_state(unit).await?;
         let mut now = baseline.clone();
@@ -556,8 +643,11 @@ impl Systemd {
         deadline: Duration,
     ) -> Result<UnitState, SystemdError> {
         let before = self.preflight(unit).await?.state;
-        self.run_start_job(JobKind::Start, unit, &before, deadline)
-            .await?;
+        self.refuse_if_taken_down(unit).await?;
+        let run = self
+            .run_start_job(JobKind::Start, unit, &before, deadline)
+            .await;
+        self.canceled_means_taken_down(unit, run).await?;
         let now = self.unit_state(unit).await?;
         if now.active_state == "failed" {
             return Err(SystemdError::CrashLoop {
@@ -665,13 +755,14 @@ fn prop_strings(m: &HashMap<String, OwnedVariant>, k: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The id of the `Job` property, a `(uo)` pair: (0, "/") when no job is pending.
-fn prop_job_id(m: &HashMap<String, OwnedVariant>) -> u32 {
+/// The `Job` property, a `(uo)` pair: (0, "") when no job is pending (systemd sends "/").
+fn prop_job(m: &HashMap<String, OwnedVariant>) -> (u32, String) {
     m.get("Job")
         .and_then(|v| v.try_clone().ok())
         .and_then(|v| <(u32, OwnedObjectPath)>::try_from(v).ok())
-        .map(|(id, _)| id)
-        .unwrap_or(0)
+        .filter(|(id, _)| *id != 0)
+        .map(|(id, path)| (id, path.to_string()))
+        .unwrap_or_default()
 }
 
 fn prop_bool(m: &HashMap<String, OwnedVariant>, k: &str) -> bool {
@@ -735,6 +826,24 @@ mod tests {
         assert!(msg.contains("DBUS_SYSTEM_BUS_ADDRESS"), "{msg}");
         // An empty variable is no address.
         assert!(choose_bus_address(r.path(), None, Some("")).is_err());
+        // An inherited variable naming the host's own bus is refused under another root;
+        // --bus-address can still say so on purpose.
+        for host in [
+            DEFAULT_SYSTEM_BUS_ADDRESS,
+            "unix:path=/var/run/dbus/system_bus_socket",
+            "unix:guid=x,path=/run/dbus/system_bus_socket",
+        ] {
+            let e = choose_bus_address(r.path(), None, Some(host)).unwrap_err();
+            assert!(e.to_string().contains("(inherited)"), "{e}");
+            assert_eq!(
+                choose_bus_address(r.path(), Some(host), None).unwrap(),
+                host
+            );
+            assert_eq!(
+                choose_bus_address(Path::new("/"), None, Some(host)).unwrap(),
+                host
+            );
+        }
         assert!(choose_bus_address(r.path(), Some(""), None).is_err());
         let ok = choose_bus_address(r.path(), None, Some("unix:path=/n")).unwrap();
         assert_eq!(ok, "unix:path=/n");

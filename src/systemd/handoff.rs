@@ -8,7 +8,9 @@
 //! readable even if the process that started it is gone; the follower cleans it up after
 //! reading. (`CollectMode=inactive-or-failed` would garbage-collect a failed run at once and
 //! lose its result.) The fixed unit name makes systemd refuse a second concurrent run
-//! (`UnitExists`).
+//! (`UnitExists`). It has no `After=`/`Before=` on CRI-O or kubelet, for the reason the
+//! shipped units have none (see [the module docs](super)): a stop of it during CRI-O's
+//! restart would otherwise hold CRI-O's start.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

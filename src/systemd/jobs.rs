@@ -49,6 +49,20 @@ pub fn start_limit_refused(before: &UnitState, after: &UnitState) -> bool {
             && after.invocation_id == before.invocation_id)
 }
 
+/// Whether systemd is taking `unit` down on someone else's behalf, and why in words:
+/// the whole system is stopping (Manager `SystemState`), or a `stop` job is queued or
+/// running on the unit (`isolate`, a `systemctl stop`, a `Conflicts=` partner started).
+/// `job_type` is the `JobType` of the unit's job, if it has one. Pure over what was read.
+pub fn taken_down(system_state: &str, unit: &str, job_type: Option<&str>) -> Option<String> {
+    if system_state == "stopping" {
+        return Some("the system is shutting down (SystemState=stopping)".to_string());
+    }
+    match job_type {
+        Some("stop") => Some(format!("a stop job is queued on {unit}")),
+        _ => None,
+    }
+}
+
 /// A unit on its way between states (a start, stop or reload in progress, or an automatic
 /// restart pending): nothing about its health can be judged until it settles.
 pub fn is_transitional(s: &UnitState) -> bool {
@@ -265,6 +279,30 @@ pub fn transient_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn taken_down_by_a_shutdown_or_a_stop_job_only() {
+        let down = taken_down("stopping", "crio.service", None).unwrap();
+        assert!(down.contains("shutting down"), "{down}");
+        let stop = taken_down("running", "crio.service", Some("stop")).unwrap();
+        assert_eq!(stop, "a stop job is queued on crio.service");
+        // Our own restart, a start waiting for another unit, a reload: not a stop.
+        for job in [
+            None,
+            Some("restart"),
+            Some("start"),
+            Some("reload"),
+            Some(""),
+        ] {
+            for state in ["running", "degraded", "starting", "initializing", ""] {
+                assert_eq!(
+                    taken_down(state, "crio.service", job),
+                    None,
+                    "{state} {job:?}"
+                );
+            }
+        }
+    }
 
     fn st(active: &str, sub: &str, result: &str, inv: &str, pid: u32, nr: u32) -> UnitState {
         UnitState {

@@ -6,6 +6,25 @@
 //! - [`handoff`]: run `kata-live` as a transient unit when it would die with CRI-O.
 //! - [`notify`]: `STATUS=` / `EXTEND_TIMEOUT_USEC=` for `systemctl status`.
 //! - [`window`]: stability windows anchored at systemd's start timestamp of the main process.
+//!
+//! ## Ordering and stops: why kata-live's units are not ordered against CRI-O or kubelet
+//!
+//! systemd.unit(5), on `After=`/`Before=`: "If one unit with an ordering dependency on another
+//! unit is shut down while the latter is started up, the shut-down is ordered before the
+//! start-up regardless of whether the ordering dependency is actually of type After= or
+//! Before=." kata-live restarts CRI-O from inside its own unit. Had that unit any ordering
+//! with crio.service or kubelet.service, a stop of it (`systemctl stop`, its `Conflicts=`
+//! partner started, `systemctl restart` of it, `isolate`, shutdown) landing during CRI-O's
+//! restart would order CRI-O's start (and kubelet's) after the unit's stop, while the unit's
+//! process waits for CRI-O: measured on systemd 262, CRI-O and kubelet stayed down until
+//! kata-live's restart deadline passed. So the units carry no `After=`/`Before=` on either
+//! (`systemd/*.service`), the transient hand-off unit none either ([`handoff`]), and the boot
+//! order that `After=` gave is kept in code: preflight waits, within its deadline, for a
+//! runtime or kubelet that is still starting or has a job queued.
+//!
+//! A stop that systemd carries out on the runtime itself (shutdown, isolate, `systemctl stop
+//! crio`) cancels kata-live's restart job. kata-live then queues no job against it
+//! ([`SystemdError::TakenDown`]): in mode `replace` a restart would cancel that stop in turn.
 
 pub mod client;
 pub mod handoff;
@@ -97,14 +116,18 @@ pub enum SystemdError {
         source: zbus::Error,
     },
     #[error(
-        "--root {} is not the host's /, and no bus address was given: over the host's system \
-         bus kata-live would restart the host's own units. Give the system bus of the system \
-         under that root with --bus-address ADDRESS or DBUS_SYSTEM_BUS_ADDRESS (e.g. \
+        "--root {} is not the host's /, and {given}: over the host's system bus kata-live \
+         would restart the host's own units. Give the system bus of the system under that root \
+         with --bus-address ADDRESS or DBUS_SYSTEM_BUS_ADDRESS (e.g. \
          unix:path={}/run/dbus/system_bus_socket), or run without --root",
         root.display(),
         root.display()
     )]
-    HostBusUnderRoot { root: std::path::PathBuf },
+    HostBusUnderRoot {
+        root: std::path::PathBuf,
+        /// What was given: nothing, or an inherited address naming the host's own bus.
+        given: String,
+    },
     #[error("unit {unit} does not exist (not found by systemd); check the unit name in the configuration")]
     NoSuchUnit { unit: String },
     #[error(
@@ -160,6 +183,12 @@ pub enum SystemdError {
     HandOffBusy { unit: String, state: Box<UnitState> },
     #[error("invalid hand-off command for unit {unit}: {reason}")]
     BadCommand { unit: String, reason: String },
+    #[error(
+        "{unit} is being taken down by systemd ({by}): kata-live queues no job against it, since \
+         a job of its own would undo that stop (or be refused during a shutdown); run kata-live \
+         again once {unit} is wanted up"
+    )]
+    TakenDown { unit: String, by: String },
     #[error("D-Bus call {call} for unit {unit} failed: {source}")]
     Dbus {
         unit: String,
@@ -186,6 +215,7 @@ impl SystemdError {
             | SystemdError::StartLimitHit { unit, .. }
             | SystemdError::HandOffBusy { unit, .. }
             | SystemdError::BadCommand { unit, .. }
+            | SystemdError::TakenDown { unit, .. }
             | SystemdError::Dbus { unit, .. } => unit,
         }
     }

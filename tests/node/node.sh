@@ -94,6 +94,8 @@ nspawn_pid() {
     # Compare real paths: the same cache can be reached through a symlink (another checkout
     # sharing it), and a node must never look dead to a gc run from there.
     local arg prev='' root=''
+    # Gone already (a node that powered itself off): not alive, and no error to print.
+    [ -r "/proc/$pid/cmdline" ] || return 1
     while IFS= read -r -d '' arg; do
         [ "$prev" = -D ] && root=$arg
         prev=$arg

@@ -500,7 +500,8 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
         .accept_http1(true)
         .add_routes(tonic::service::Routes::from(router))
         .serve_with_incoming(incoming);
-    tokio::pin!(server);
+    // Boxed, so that it can be dropped (the socket closed) before a held stop.
+    let mut server = Box::pin(server);
 
     logrus(
         "info",
@@ -546,7 +547,22 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
     }
     logrus("info", "Received signal to stop, shutting down fake-crio");
     notify(&[sd_notify::NotifyState::Stopping]);
+    drop(server);
     let _ = std::fs::remove_file(&args.listen);
+    // hold-stop: stay `deactivating` (no longer serving) for as long as the marker exists, so
+    // that a test can queue jobs while CRI-O's restart is in its stop half. Real CRI-O takes
+    // time to shut down too (0.26-1.5 s for a whole restart, NODE-FACTS); this makes the
+    // window as wide as a test needs.
+    let hold = args.fault_dir.join("hold-stop");
+    if hold.exists() {
+        logrus(
+            "info",
+            "fake-crio fault hold-stop: waiting for the marker to go before exiting",
+        );
+        while hold.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     Ok(())
 }
 

@@ -1,0 +1,183 @@
+//! The paths a run writes, checked before the first step that changes the node. kata-live
+//! never writes through a symlink ([`crate::fsutil`]); met only at the write, a symlinked
+//! drop-in or backup directory stopped a run half-way, after the package step, as an
+//! internal error. It is a condition of the node that the operator fixes: refused up front
+//! (exit 10, nothing changed), naming the path, what it is for, where it points, and what to do.
+
+use super::*;
+use crate::fsutil::{self, FsError};
+use std::path::PathBuf;
+
+/// Every path the run may write, with what it is in words. The lock and status.json are
+/// written before the steps; they are checked again here so that the words are the same.
+pub fn written(ctx: &Ctx) -> Vec<(String, PathBuf)> {
+    let rt = ctx.rt.name();
+    let mut v = vec![
+        (
+            format!("{rt}'s drop-in for the handler"),
+            ctx.drop_in().path().to_path_buf(),
+        ),
+        (
+            "kata-live's state journal".to_string(),
+            ctx.journals().path().to_path_buf(),
+        ),
+        (
+            "kata-live's run status".to_string(),
+            ctx.host.path(STATUS_PATH),
+        ),
+        (
+            "kata-live's run lock".to_string(),
+            ctx.host.path(lock::LOCK_PATH),
+        ),
+    ];
+    for p in ctx.backups().paths() {
+        v.push(("the drop-in's backup".to_string(), p));
+    }
+    if let Some(import) = ctx.rt.import() {
+        v.push((
+            format!("{rt}'s main configuration file"),
+            ctx.host.path(import.main),
+        ));
+        for p in ctx.main_backups().paths() {
+            v.push((format!("the backup of {rt}'s main file"), p));
+        }
+        v.push((
+            "kata-live's record of the import it added".to_string(),
+            crate::steps::record_path(ctx),
+        ));
+    }
+    v
+}
+
+/// The first written path that is a symlink (itself or a directory on the way to it) or not
+/// a regular file, in words that say what to do; `None` when every one can be written.
+pub fn problem(root: &Path, written: &[(String, PathBuf)]) -> Option<String> {
+    written.iter().find_map(|(what, path)| {
+        let e = check_one(root, path).err()?;
+        Some(match e {
+            FsError::Symlink { path: link } => {
+                let target = std::fs::read_link(&link)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_else(|_| "an unreadable target".to_string());
+                let (kind, fix) = if &link == path {
+                    (
+                        "is a symlink",
+                        "replace it with a regular file (`cp --remove-destination \"$(readlink -f PATH)\" PATH` keeps the content) or remove it",
+                    )
+                } else {
+                    (
+                        "sits under a symlinked directory",
+                        "replace the symlink with a real directory holding the same files",
+                    )
+                };
+                format!(
+                    "{what} {} {kind} ({} points to {target}): kata-live never writes through a \
+                     symlink, which would change a file it did not check. Fix: {}, then re-run",
+                    path.display(),
+                    link.display(),
+                    fix.replace("PATH", &link.display().to_string())
+                )
+            }
+            FsError::NotRegular { .. } => format!(
+                "{what} {} exists but is not a regular file: kata-live writes a regular file \
+                 there. Move it away, then re-run",
+                path.display()
+            ),
+            other => format!("{what} {} cannot be checked: {other}", path.display()),
+        })
+    })
+}
+
+fn check_one(root: &Path, path: &Path) -> Result<(), FsError> {
+    fsutil::refuse_symlinks(root, path)?;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.is_file() => Err(FsError::NotRegular {
+            path: path.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// [`problem`] for this run, as the preflight's refusal.
+pub fn refuse_unwritable(ctx: &Ctx) -> Result<(), FlowError> {
+    match problem(&ctx.host.root, &written(ctx)) {
+        Some(why) => Err(FlowError::Refused(why)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn paths(root: &Path) -> Vec<(String, PathBuf)> {
+        vec![
+            (
+                "CRI-O's drop-in for the handler".into(),
+                root.join("etc/crio/crio.conf.d/50-kata-remote"),
+            ),
+            (
+                "the drop-in's backup".into(),
+                root.join("var/lib/kata-live/backup/drop-in.json"),
+            ),
+        ]
+    }
+
+    #[test]
+    fn missing_paths_and_regular_files_are_fine() {
+        let r = tempfile::tempdir().unwrap();
+        assert_eq!(problem(r.path(), &paths(r.path())), None);
+        std::fs::create_dir_all(r.path().join("etc/crio/crio.conf.d")).unwrap();
+        std::fs::write(r.path().join("etc/crio/crio.conf.d/50-kata-remote"), "x").unwrap();
+        assert_eq!(problem(r.path(), &paths(r.path())), None);
+    }
+
+    #[test]
+    fn a_symlinked_file_is_named_with_its_target_and_the_fix() {
+        let r = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(r.path().join("etc/crio/crio.conf.d")).unwrap();
+        std::fs::write(r.path().join("elsewhere"), "x").unwrap();
+        let link = r.path().join("etc/crio/crio.conf.d/50-kata-remote");
+        symlink(r.path().join("elsewhere"), &link).unwrap();
+        let why = problem(r.path(), &paths(r.path())).unwrap();
+        assert!(why.starts_with("CRI-O's drop-in for the handler"), "{why}");
+        assert!(why.contains("is a symlink"), "{why}");
+        assert!(why.contains("elsewhere"), "{why}");
+        assert!(why.contains("cp --remove-destination"), "{why}");
+        assert!(why.contains(&link.display().to_string()), "{why}");
+        // A dangling one too: the write would create its target.
+        std::fs::remove_file(r.path().join("elsewhere")).unwrap();
+        assert!(problem(r.path(), &paths(r.path())).is_some());
+    }
+
+    #[test]
+    fn a_symlinked_directory_on_the_way_is_named() {
+        let r = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(r.path().join("var/lib")).unwrap();
+        std::fs::create_dir_all(r.path().join("srv/kl")).unwrap();
+        symlink(r.path().join("srv/kl"), r.path().join("var/lib/kata-live")).unwrap();
+        let why = problem(r.path(), &paths(r.path())).unwrap();
+        assert!(why.starts_with("the drop-in's backup"), "{why}");
+        assert!(why.contains("sits under a symlinked directory"), "{why}");
+        assert!(why.contains("real directory"), "{why}");
+    }
+
+    #[test]
+    fn a_directory_where_a_file_goes_is_refused() {
+        let r = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(r.path().join("etc/crio/crio.conf.d/50-kata-remote")).unwrap();
+        let why = problem(r.path(), &paths(r.path())).unwrap();
+        assert!(why.contains("not a regular file"), "{why}");
+    }
+
+    #[test]
+    fn a_symlinked_root_itself_is_not_a_problem() {
+        // `--root /host` where /host is a symlink: only what is below the root counts.
+        let r = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(r.path().join("real")).unwrap();
+        symlink(r.path().join("real"), r.path().join("host")).unwrap();
+        let root = r.path().join("host");
+        assert_eq!(problem(&root, &paths(&root)), None);
+    }
+}

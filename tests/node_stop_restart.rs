@@ -1,0 +1,376 @@
+//! A stop of kata-live's unit that lands while CRI-O's restart is in its stop half (issue 21),
+//! on a booted test node with the real units. systemd.unit(5): "If one unit with an ordering
+//! dependency on another unit is shut down while the latter is started up, the shut-down is
+//! ordered before the start-up regardless of whether the ordering dependency is actually of
+//! type After= or Before=." With `After=crio.service kubelet.service` on the unit, CRI-O's
+//! start (and kubelet's) waited for the unit's stop while kata-live waited for CRI-O: the node
+//! had neither until kata-live's restart deadline. fake-crio's `hold-stop` fault keeps CRI-O
+//! `deactivating` until the test has queued its job, so the stop always lands in that window
+//! (the stand-in otherwise stops in milliseconds and the window is never hit).
+//!
+//! Each case is judged by systemd's own view (unit states, `systemctl list-jobs`, the unit's
+//! exit status), the drop-in on disk, and kubelet's own log (its running process connected to
+//! the running CRI-O), not by kata-live's word.
+
+mod support;
+use std::time::{Duration, Instant};
+use support::kata::{serial, show, KataNode, DROP_IN, STATUS};
+
+/// How long CRI-O may stay down once its stop half ends: the stand-in starts in milliseconds,
+/// so anything near this bound means its start waited for something.
+const BACK_WITHIN: Duration = Duration::from_secs(20);
+
+fn systemctl(k: &KataNode, args: &[&str]) {
+    let mut argv = vec!["systemctl"];
+    argv.extend_from_slice(args);
+    k.node
+        .exec_ok(&argv)
+        .unwrap_or_else(|e| panic!("systemctl {args:?}: {e:?}"));
+}
+
+fn jobs(k: &KataNode) -> String {
+    let o = k
+        .node
+        .exec(&["systemctl", "list-jobs", "--no-legend", "--no-pager"]);
+    assert!(o.status.success(), "systemctl list-jobs: {o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn show_prop(k: &KataNode, unit: &str, prop: &str) -> String {
+    let out = k
+        .node
+        .exec_ok(&["systemctl", "show", "-p", prop, "--value", unit])
+        .expect("systemctl show");
+    out.trim().to_string()
+}
+
+fn kata_journal(k: &KataNode) -> String {
+    k.node.journal_units(&[
+        "kata-live-install.service",
+        "kata-live-uninstall.service",
+        "crio.service",
+        "kubelet.service",
+    ])
+}
+
+/// Starts the install unit with CRI-O's stop held, and returns once CRI-O's restart job is in
+/// its stop half (crio.service `deactivating`, kata-live in its activation).
+fn install_unit_held_in_crio_stop(k: &KataNode) {
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    k.crio_fault("hold-stop", "");
+    systemctl(k, &["start", "--no-block", "kata-live-install.service"]);
+    k.wait_phase("activate", Duration::from_secs(60));
+    k.node
+        .wait_for("crio.service deactivating", Duration::from_secs(30), |_| {
+            k.unit("crio.service").active == "deactivating"
+        })
+        .unwrap_or_else(|e| panic!("CRI-O's restart never reached its stop half: {e:?}"));
+}
+
+/// Waits until `unit` has a job of `kind` queued or running (the request landed).
+fn wait_job(k: &KataNode, unit: &str, kind: &str) {
+    k.node
+        .wait_for(
+            &format!("a {kind} job on {unit}"),
+            Duration::from_secs(30),
+            |_| {
+                jobs(k).lines().any(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    w.get(1) == Some(&unit) && w.get(2) == Some(&kind)
+                })
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", jobs(k)));
+}
+
+/// Releases CRI-O's held stop and returns how long CRI-O then took to be running again,
+/// failing (with systemd's job list, which shows what waits for what) past [`BACK_WITHIN`].
+fn release_and_time_crio_back(k: &KataNode) -> Duration {
+    let released = Instant::now();
+    k.clear_crio_fault("hold-stop");
+    let r = k
+        .node
+        .wait_for("crio.service running again", BACK_WITHIN, |_| {
+            k.unit("crio.service").sub == "running"
+        });
+    if let Err(e) = r {
+        panic!(
+            "CRI-O did not come back within {BACK_WITHIN:?} of its stop half ending ({e:?}); \
+             systemctl list-jobs:\n{}\n{}",
+            jobs(k),
+            kata_journal(k)
+        );
+    }
+    released.elapsed()
+}
+
+/// Stopped: `inactive`, or `failed` for a unit whose process exited non-zero.
+fn wait_inactive(k: &KataNode, unit: &str, within: Duration) {
+    k.node
+        .wait_for(&format!("{unit} inactive"), within, |_| {
+            matches!(k.unit(unit).active.as_str(), "inactive" | "failed")
+        })
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", jobs(k), kata_journal(k)));
+}
+
+/// kubelet's current process connected to the current CRI-O, by their own journal lines.
+fn assert_kubelet_on_current_crio(k: &KataNode) {
+    k.node
+        .wait_for(
+            "kubelet's running process connected to the running CRI-O",
+            Duration::from_secs(30),
+            |_| k.kubelet_connected_since_crio_start(),
+        )
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", kata_journal(k)));
+}
+
+fn assert_no_jobs_left(k: &KataNode) {
+    k.node
+        .wait_for("no systemd job left", Duration::from_secs(30), |_| {
+            jobs(k).trim().is_empty()
+        })
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", jobs(k)));
+}
+
+/// `systemctl stop kata-live-install.service` during CRI-O's restart: CRI-O and kubelet come
+/// back at once, kata-live finishes the activation and proves it, and the stop returns.
+#[test]
+fn unit_stopped_during_the_restart_never_holds_crio() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let starts = k.crio_starts();
+    install_unit_held_in_crio_stop(&k);
+    systemctl(&k, &["stop", "--no-block", "kata-live-install.service"]);
+    wait_job(&k, "kata-live-install.service", "stop");
+
+    let back = release_and_time_crio_back(&k);
+    wait_inactive(&k, "kata-live-install.service", Duration::from_secs(60));
+    eprintln!(
+        "stop during the restart: crio.service running {:.3} s after its stop half ended",
+        back.as_secs_f64()
+    );
+    // Finished and proven before stopping: exit 0, the stop recorded.
+    assert_eq!(
+        show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
+        "0",
+        "{}",
+        kata_journal(&k)
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "succeeded", "{st:#}");
+    assert_eq!(st["evidence"]["stop"]["signal"], "SIGTERM", "{st:#}");
+    assert!(k.node.exists(DROP_IN).expect("stat the drop-in"));
+    assert_eq!(k.crio_starts(), starts + 1, "one restart, by the run");
+    k.referee_assert_serves("kata-remote");
+    assert_no_jobs_left(&k);
+    assert_kubelet_on_current_crio(&k);
+    k.assert_healthy();
+}
+
+/// `systemctl restart kata-live-install.service` (a MachineConfig's Restart action) during
+/// CRI-O's restart: the first run finishes and proves, the second finds nothing to do.
+#[test]
+fn unit_restarted_during_the_restart_never_holds_crio() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let starts = k.crio_starts();
+    install_unit_held_in_crio_stop(&k);
+    let first = k.unit("kata-live-install.service").invocation_id;
+    systemctl(&k, &["restart", "--no-block", "kata-live-install.service"]);
+    wait_job(&k, "kata-live-install.service", "restart");
+
+    let back = release_and_time_crio_back(&k);
+    eprintln!(
+        "restart of the unit during the restart: crio.service running {:.3} s after its stop \
+         half ended",
+        back.as_secs_f64()
+    );
+    k.node
+        .wait_for(
+            "the unit's second run finished",
+            Duration::from_secs(120),
+            |_| {
+                let u = k.unit("kata-live-install.service");
+                u.invocation_id != first && u.active == "active"
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", jobs(&k), kata_journal(&k)));
+    assert_eq!(
+        show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
+        "0",
+        "{}",
+        kata_journal(&k)
+    );
+    // The second run saw the handler served by a CRI-O newer than the drop-in: no restart.
+    assert_eq!(k.crio_starts(), starts + 1, "{}", kata_journal(&k));
+    k.referee_assert_serves("kata-remote");
+    assert_no_jobs_left(&k);
+    assert_kubelet_on_current_crio(&k);
+    k.assert_healthy();
+}
+
+/// `systemctl start kata-live-uninstall.service` during the install's CRI-O restart
+/// (`Conflicts=`: the install unit is stopped first): the install finishes and proves, then
+/// the uninstall runs and removes the handler.
+#[test]
+fn the_other_unit_started_during_the_restart_never_holds_crio() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let starts = k.crio_starts();
+    install_unit_held_in_crio_stop(&k);
+    systemctl(&k, &["start", "--no-block", "kata-live-uninstall.service"]);
+    wait_job(&k, "kata-live-install.service", "stop");
+
+    let back = release_and_time_crio_back(&k);
+    eprintln!(
+        "the other unit started during the restart: crio.service running {:.3} s after its \
+         stop half ended",
+        back.as_secs_f64()
+    );
+    k.node
+        .wait_for(
+            "the uninstall unit finished",
+            Duration::from_secs(120),
+            |_| k.unit("kata-live-uninstall.service").active == "active",
+        )
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", jobs(&k), kata_journal(&k)));
+    assert_eq!(k.unit("kata-live-install.service").active, "inactive");
+    assert_eq!(
+        show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
+        "0",
+        "the install was finished and proven before it stopped: {}",
+        kata_journal(&k)
+    );
+    assert_eq!(
+        show_prop(&k, "kata-live-uninstall.service", "ExecMainStatus"),
+        "0",
+        "{}",
+        kata_journal(&k)
+    );
+    assert!(!k.node.exists(DROP_IN).expect("stat the drop-in"));
+    k.referee_assert_refuses("kata-remote");
+    assert_eq!(k.crio_starts(), starts + 2, "one restart each");
+    assert_no_jobs_left(&k);
+    assert_kubelet_on_current_crio(&k);
+    k.assert_healthy();
+}
+
+/// A shutdown-like stop of everything (`systemctl stop` of kata-live's unit, kubelet and CRI-O
+/// in one transaction) during CRI-O's restart: systemd replaces kata-live's restart job with
+/// its stop. kata-live queues no job against that stop (a restart in mode `replace` would
+/// cancel it and bring CRI-O back against the request), puts the previous drop-in back and
+/// exits 18; the whole stop completes at once. Started again, the node is as found, and an
+/// install converges.
+#[test]
+fn a_stop_of_everything_during_the_restart_is_not_fought() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    install_unit_held_in_crio_stop(&k);
+    systemctl(
+        &k,
+        &[
+            "stop",
+            "--no-block",
+            "kata-live-install.service",
+            "kubelet.service",
+            "crio.service",
+        ],
+    );
+    wait_job(&k, "crio.service", "stop");
+    let released = Instant::now();
+    k.clear_crio_fault("hold-stop");
+    for u in [
+        "kata-live-install.service",
+        "kubelet.service",
+        "crio.service",
+    ] {
+        wait_inactive(&k, u, Duration::from_secs(30));
+    }
+    eprintln!(
+        "stop of everything during the restart: all three units inactive {:.3} s after CRI-O's \
+         stop half ended",
+        released.elapsed().as_secs_f64()
+    );
+    let starts = k.crio_starts();
+    // Nothing brings CRI-O back behind the stop's back.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        k.unit("crio.service").active,
+        "inactive",
+        "{}",
+        kata_journal(&k)
+    );
+    assert_eq!(k.crio_starts(), starts);
+    assert_eq!(
+        show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
+        "18",
+        "{}",
+        kata_journal(&k)
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "stopped", "{st:#}");
+    assert_eq!(st["exit_code"], 18, "{st:#}");
+    let error = st["error"].as_str().unwrap_or_default();
+    assert!(error.contains("taken down by systemd"), "{st:#}");
+    // The previous configuration (no drop-in) is back for CRI-O's next start.
+    assert!(!k.node.exists(DROP_IN).expect("stat the drop-in"), "{st:#}");
+    k.assert_no_leftover_state();
+    assert_no_jobs_left(&k);
+
+    systemctl(&k, &["start", "crio.service", "kubelet.service"]);
+    assert_kubelet_on_current_crio(&k);
+    k.referee_assert_refuses("kata-remote");
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_kubelet_on_current_crio(&k);
+    k.assert_healthy();
+}
+
+/// A node shutdown (`systemctl poweroff`) during CRI-O's restart: systemd stops kata-live's
+/// unit beside CRI-O and kubelet. kata-live queues no job against the shutdown, puts the
+/// previous drop-in back (CRI-O's next start, at the next boot, reads the configuration the
+/// node had) and exits; the node is down within seconds, not after the unit's
+/// TimeoutStopSec= (22 min).
+#[test]
+fn a_shutdown_during_the_restart_is_not_held() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    install_unit_held_in_crio_stop(&k);
+    let nspawn = k.node.nspawn_pid();
+    systemctl(&k, &["poweroff", "--no-block"]);
+    wait_job(&k, "crio.service", "stop");
+    let released = Instant::now();
+    let marker = k
+        .node
+        .host_path("/etc/fake-crio/faults/hold-stop")
+        .expect("the marker's host path");
+    std::fs::remove_file(&marker).expect("release CRI-O's stop");
+    let alive = || std::path::Path::new(&format!("/proc/{nspawn}")).exists();
+    let within = Duration::from_secs(60);
+    while alive() && released.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !alive(),
+        "the node was still shutting down after {within:?}"
+    );
+    eprintln!(
+        "shutdown during the restart: the node was down {:.3} s after CRI-O's stop half ended",
+        released.elapsed().as_secs_f64()
+    );
+    // What the next boot starts from: the node's persistent files.
+    let root = k.node.overlay_root().to_path_buf();
+    assert!(
+        root.join("etc/crio/crio.conf.d/00-default").exists(),
+        "{} is not the node's persistent root",
+        root.display()
+    );
+    assert!(
+        !root.join(DROP_IN.trim_start_matches('/')).exists(),
+        "the drop-in was left for the next boot's CRI-O"
+    );
+    assert!(
+        !root.join("var/lib/kata-live/state.json").exists(),
+        "a state journal was left although the files were put back"
+    );
+}
