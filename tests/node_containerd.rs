@@ -48,7 +48,8 @@ fn wait_ready(cri: &mut CtdCri, id: &str) -> i64 {
     loop {
         let (state, pid) = cri.sandbox_state_pid(id);
         if state == cri::PodSandboxState::SandboxReady {
-            return pid.unwrap_or_default();
+            // A Ready sandbox without a pid would make "the pod was not restarted" 0 == 0.
+            return pid.unwrap_or_else(|| panic!("sandbox {id} is Ready but reports no pid"));
         }
         assert!(
             start.elapsed() < WAIT,
@@ -222,7 +223,16 @@ fn containerd_failing_to_start_with_the_change_is_rolled_back() {
     assert_eq!(k.unit(ctd::UNIT).active, "active");
     cri.reconnect();
     assert_eq!(wait_ready(&mut cri, &pod), pod_pid, "the pod was restarted");
-    assert!(cri.run_sandbox(HANDLER, "after").is_err());
+    // containerd's own refusal of an unknown handler, not any error (a dead socket too).
+    let refused = cri
+        .run_sandbox(HANDLER, "after")
+        .expect_err("the handler is still served after the rollback");
+    assert!(
+        refused
+            .message()
+            .contains(&format!("no runtime for \"{HANDLER}\" is configured")),
+        "not containerd's unknown-handler answer: {refused:?}"
+    );
     cri.stop_remove(&pod);
 }
 
@@ -323,6 +333,51 @@ fn a_missing_shim_is_refused_before_anything_is_written() {
         pid,
         "containerd was restarted"
     );
+}
+
+/// containerd's main file or kata-live's drop-in a symlink (issue 21, section 2): refused
+/// before any change (exit 10) in words that name the file and the fix; the file the
+/// symlink points to is untouched and containerd keeps running as it was.
+#[test]
+fn a_symlinked_main_file_or_drop_in_is_refused_before_any_change() {
+    let _one = serial();
+    let (k, _cri) = boot("");
+    let pid = ctd::main_pid(&k.node, ctd::UNIT);
+    for (link, words) in [
+        (ctd::CONFIG, "containerd's main configuration file"),
+        (DROP_IN, "containerd's drop-in for the handler"),
+    ] {
+        let setup = k.node.sh(&format!(
+            "set -e; mkdir -p /srv/real $(dirname {link}); \
+             if [ -e {link} ]; then mv {link} /srv/real/file; else printf '' > /srv/real/file; fi; \
+             ln -s /srv/real/file {link}"
+        ));
+        assert!(setup.status.success(), "{link}: {setup:?}");
+        let before = k.node.read_file("/srv/real/file").unwrap();
+        let run = k.install();
+        assert_eq!(run.code, 10, "{link}: {}", show(&run));
+        for w in [words, link, "symlink", "re-run"] {
+            assert!(run.stderr.contains(w), "{link}: no {w:?} in {}", show(&run));
+        }
+        assert_eq!(
+            k.node.read_file("/srv/real/file").unwrap(),
+            before,
+            "{link}"
+        );
+        assert_eq!(
+            ctd::main_pid(&k.node, ctd::UNIT),
+            pid,
+            "containerd was restarted"
+        );
+        let undo = k.node.sh(&format!(
+            "set -e; rm {link}; if [ -s /srv/real/file ] || [ {link} = {main} ]; then \
+             mv /srv/real/file {link}; else rm /srv/real/file; fi",
+            main = ctd::CONFIG
+        ));
+        assert!(undo.status.success(), "{link}: {undo:?}");
+    }
+    assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
+    assert!(!k.node.exists(DROP_IN).unwrap());
 }
 
 /// kubelet (not restarted with containerd) stays disconnected once containerd restarts (a

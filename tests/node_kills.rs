@@ -51,8 +51,9 @@ fn state_journal(k: &KataNode) -> Value {
     .expect("state journal is JSON")
 }
 
+/// The backup's bytes, `None` only when there is none: a read error fails the test.
 fn backup(k: &KataNode) -> Option<Vec<u8>> {
-    k.node.read_file(BACKUP).ok()
+    k.node.read_if_exists(BACKUP)
 }
 
 fn is_ours(bytes: &[u8]) -> bool {

@@ -578,6 +578,20 @@ impl Node {
         })
     }
 
+    /// A file's bytes, `None` only when it does not exist (not even as a dangling symlink):
+    /// any other error fails the test, so that "no file" is never a read error in disguise.
+    pub fn read_if_exists(&self, path: impl AsRef<Path>) -> Option<Vec<u8>> {
+        let path = path.as_ref();
+        match self.exists(path) {
+            Ok(true) => Some(
+                self.read_file(path)
+                    .unwrap_or_else(|e| panic!("cannot read {}: {e:?}", path.display())),
+            ),
+            Ok(false) => None,
+            Err(e) => panic!("cannot check {}: {e:?}", path.display()),
+        }
+    }
+
     /// Whether `path` exists inside the node.
     pub fn exists(&self, path: impl AsRef<Path>) -> Result<bool, NodeError> {
         Ok(self.host_path(path)?.symlink_metadata().is_ok())
@@ -597,6 +611,30 @@ impl Node {
     pub fn journal_units(&self, units: &[&str]) -> String {
         let args: Vec<&str> = units.iter().flat_map(|u| ["-u", *u]).collect();
         self.journal_args(&args)
+    }
+
+    /// The journal of one unit this boot, for counting: a journalctl that fails fails the
+    /// test (a count from its empty output would pass a "no restart" check).
+    pub fn journal_unit_strict(&self, unit: &str) -> String {
+        let out = self.exec_timeout(
+            &[
+                "journalctl",
+                "-b",
+                "--no-pager",
+                "-o",
+                "short-precise",
+                "-u",
+                unit,
+            ],
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "journalctl -u {unit} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn journal_args(&self, extra: &[&str]) -> String {
