@@ -315,7 +315,10 @@ fn dry_run_changes_nothing_where_a_real_run_would() {
         .contains("/run/vc-changed"));
     assert!(k.node.read_file(DROP_IN).is_ok());
     k.assert_healthy();
-    k.referee_assert_serves("kata-remote");
+    // The running CRI-O serves the changed definition, not the one it had.
+    let mut changed = support::referee::kata_remote_definition();
+    changed.insert("runtime_root".into(), "/run/vc-changed".into());
+    k.referee_assert_serves_as("kata-remote", &changed);
 }
 
 // -----------------------------------------------------------------------------------------

@@ -157,7 +157,9 @@ impl KataNode {
     }
 
     /// In the journal's order: the running CRI-O's "listening" line, then a "connected to
-    /// CRI" line of the running kubelet.
+    /// CRI" line of the running kubelet, not followed by one of its disconnections
+    /// ("holding disconnected", "lost CRI connection"): a kubelet that connected and then
+    /// dropped the connection is not connected.
     pub fn kubelet_connected_since_crio_start(&self) -> bool {
         let (crio, kubelet) = (self.unit("crio.service"), self.unit("kubelet.service"));
         if crio.main_pid == 0 || kubelet.main_pid == 0 {
@@ -180,6 +182,7 @@ impl KataNode {
             String::from_utf8_lossy(&o.stderr)
         );
         let mut crio_listening = false;
+        let mut connected = false;
         for line in String::from_utf8_lossy(&o.stdout).lines() {
             let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
                 continue;
@@ -188,14 +191,17 @@ impl KataNode {
             let msg = v["MESSAGE"].as_str().unwrap_or_default();
             if pid == crio.main_pid.to_string() && msg.contains("fake-crio listening on") {
                 crio_listening = true;
-            } else if crio_listening
-                && pid == kubelet.main_pid.to_string()
-                && msg.contains("connected to CRI at")
-            {
-                return true;
+            } else if crio_listening && pid == kubelet.main_pid.to_string() {
+                if msg.contains("connected to CRI at") {
+                    connected = true;
+                } else if msg.contains("holding disconnected at")
+                    || msg.contains("lost CRI connection at")
+                {
+                    connected = false;
+                }
             }
         }
-        false
+        connected
     }
 
     /// Runs `kata-live ARGS` inside the node, in place (no hand-off), within `deadline`.
@@ -312,10 +318,18 @@ impl KataNode {
             .exec(&["rm", "-f", &format!("/etc/fake-crio/faults/{name}")]);
     }
 
-    /// The node is as healthy as a rollout needs: CRI-O and kubelet running, CRI ready,
-    /// kubelet connected to the running CRI-O (kata-live's own observation).
+    /// The node is as healthy as a rollout needs, judged without kata-live: CRI-O (or
+    /// containerd) and kubelet running per systemd; kubelet's healthz answering and its
+    /// RUNNING process connected to the RUNNING runtime (on CRI-O, the stand-ins' own log
+    /// lines in journal order; on containerd, the socket's peer is containerd's main pid);
+    /// the runtime's CRI `Status` ready, asked by the test's own client. Then kata-live's
+    /// `status` must agree (its own view, checked last, never the judge).
     pub fn assert_healthy(&self) {
-        for u in ["crio.service", "kubelet.service"] {
+        let runtime_unit = match self.node.runtime() {
+            Runtime::Containerd => containerd::UNIT,
+            _ => "crio.service",
+        };
+        for u in [runtime_unit, "kubelet.service"] {
             let deadline = Duration::from_secs(30);
             self.node
                 .wait_for(&format!("{u} active/running"), deadline, |n| {
@@ -323,6 +337,30 @@ impl KataNode {
                     String::from_utf8_lossy(&o.stdout).trim() == "SubState=running"
                 })
                 .unwrap_or_else(|e| panic!("{u} is not running: {e:?}"));
+        }
+        let conditions = if self.node.runtime() == Runtime::Containerd {
+            containerd::wait_kubelet_on_running(&self.node, Duration::from_secs(30));
+            let socket = self
+                .node
+                .host_path(containerd::SOCKET)
+                .expect("socket path");
+            let mut cri = containerd::CtdCri::connect(&socket);
+            cri.status(false)
+                .unwrap_or_else(|e| panic!("containerd Status: {}", e.message()))
+                .status
+        } else {
+            self.wait_kubelet_connected(Duration::from_secs(30));
+            self.referee_cri().status().status
+        };
+        let conditions = conditions.expect("CRI Status carries the runtime's conditions");
+        for wanted in ["RuntimeReady", "NetworkReady"] {
+            assert!(
+                conditions
+                    .conditions
+                    .iter()
+                    .any(|c| c.r#type == wanted && c.status),
+                "{wanted} is not true in the runtime's own Status: {conditions:?}"
+            );
         }
         let st = self.kata(&["status", "--json"]);
         assert_eq!(st.code, 0, "status failed: {}", st.stderr);
@@ -332,7 +370,7 @@ impl KataNode {
         for piece in ["unit", "healthz", "connection"] {
             assert_eq!(
                 k[piece]["ok"], true,
-                "kubelet {piece} missing: {}",
+                "kata-live disagrees with the node: kubelet {piece} missing: {}",
                 st.stdout
             );
         }

@@ -22,8 +22,11 @@
 //! sandbox is stopped and removed at once, so probes never count as pods. fake-crio's
 //! `RunPodSandbox` checks the runtime table captured when the process started (the table
 //! CRI-O's reload bug does not update), so "accepted" means the running CRI-O serves it.
-//! An answer other than success or CRI-O's "failed to find runtime handler" (socket gone,
-//! another error) fails the test: the referee never guesses. Side effects to keep in mind:
+//! An accepted probe tells which definition ran (fake-crio records the handler's effective
+//! table in the probe's verbose status): success means OUR definition is served, not a
+//! foreign or stale table under the same name. CRI-O's `fork/exec …` answer (a runtime that
+//! is not executable) is [`Probe::Failed`]. Any other answer (socket gone, another error)
+//! fails the test: the referee never guesses. Side effects to keep in mind:
 //! a refused probe leaves CRI-O's "RunPodSandbox failed: failed to find runtime handler" line
 //! in crio.service's journal, and probes count in fake-crio's operation metrics.
 #![allow(dead_code)] // each test file uses its own part of this
@@ -56,15 +59,58 @@ static PROBES: AtomicU32 = AtomicU32::new(0);
 /// What the running CRI-O answered to a `RunPodSandbox` probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
-    Accepted,
+    /// Run. `definition`: the handler's table fake-crio ran it with (TOML, every key with
+    /// CRI-O's defaults, as `crio status config` shows it), from the probe's verbose status.
+    Accepted { definition: String },
     /// CRI-O's "failed to find runtime handler ..." text.
     Refused(String),
+    /// The handler is known but its runtime could not be started (CRI-O's `fork/exec PATH:
+    /// permission denied` for a runtime_path that exists but is not executable).
+    Failed(String),
 }
 
 impl Probe {
     pub fn accepted(&self) -> bool {
-        matches!(self, Probe::Accepted)
+        matches!(self, Probe::Accepted { .. })
     }
+
+    /// The served definition, parsed (`None` unless accepted).
+    pub fn definition(&self) -> Option<toml::Table> {
+        match self {
+            Probe::Accepted { definition } => {
+                Some(definition.parse().unwrap_or_else(|e| {
+                    panic!("referee: the served definition: {e}: {definition}")
+                }))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The kata-remote handler as OpenShift's sandboxed-containers operator declares it
+/// (NODE-FACTS; kata-live's default configuration), spelled here, not taken from the
+/// product: what the scenarios expect the running CRI-O to serve after an install.
+pub fn kata_remote_definition() -> toml::Table {
+    r#"
+runtime_path = "/usr/bin/containerd-shim-kata-v2"
+runtime_type = "vm"
+runtime_root = "/run/vc"
+runtime_config_path = "/opt/kata/configuration-remote.toml"
+privileged_without_host_devices = true
+runtime_pull_image = true
+allowed_annotations = ["io.kubernetes.cri-o.Devices"]
+"#
+    .parse()
+    .expect("the expected definition parses")
+}
+
+/// The keys of `expected` that `served` does not hold with the same value, in words.
+pub fn definition_mismatches(expected: &toml::Table, served: &toml::Table) -> Vec<String> {
+    expected
+        .iter()
+        .filter(|(k, v)| served.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}: expected {v}, served {:?}", served.get(k)))
+        .collect()
 }
 
 /// One pod as the stand-in reports it (probes excluded).
@@ -206,6 +252,20 @@ impl Cri {
             Ok(resp) => {
                 let id = resp.pod_sandbox_id;
                 assert!(!id.is_empty(), "referee: RunPodSandbox returned no id");
+                let status = self
+                    .call("PodSandboxStatus", async |c| {
+                        c.pod_sandbox_status(cri::PodSandboxStatusRequest {
+                            pod_sandbox_id: id.clone(),
+                            verbose: true,
+                        })
+                        .await
+                    })
+                    .unwrap_or_else(|e| panic!("referee: PodSandboxStatus {id}: {}", e.message()));
+                let definition = status
+                    .info
+                    .get("fake-crio.definition")
+                    .cloned()
+                    .unwrap_or_else(|| panic!("referee: probe {id} carries no definition"));
                 self.call("StopPodSandbox", async |c| {
                     c.stop_pod_sandbox(cri::StopPodSandboxRequest {
                         pod_sandbox_id: id.clone(),
@@ -226,11 +286,12 @@ impl Cri {
                     .filter(|s| s.id == id)
                     .collect();
                 assert!(left.is_empty(), "referee: probe sandbox {id} not removed");
-                Probe::Accepted
+                Probe::Accepted { definition }
             }
             Err(e) if e.message().contains(UNKNOWN_HANDLER) => {
                 Probe::Refused(e.message().to_string())
             }
+            Err(e) if e.message().contains("fork/exec ") => Probe::Failed(e.message().to_string()),
             Err(e) => panic!(
                 "referee: RunPodSandbox on handler {handler:?} failed with neither success nor \
                  CRI-O's unknown-handler answer: {:?}: {}",
@@ -339,19 +400,34 @@ impl KataNode {
         }
     }
 
-    /// After a success: the running CRI-O accepts `handler`, and the default handler still
-    /// works. Returns the picture for further checks.
+    /// After a success: the running CRI-O accepts `handler` with OpenShift's kata-remote
+    /// definition ([`kata_remote_definition`]), and the default handler still works.
+    /// Returns the picture for further checks.
     pub fn referee_assert_serves(&self, handler: &str) -> NodeView {
+        self.referee_assert_serves_as(handler, &kata_remote_definition())
+    }
+
+    /// [`Self::referee_assert_serves`] for a scenario that configured another definition:
+    /// every key of `expected` must be served with that value (a foreign or stale table
+    /// declaring the same handler fails).
+    pub fn referee_assert_serves_as(&self, handler: &str, expected: &toml::Table) -> NodeView {
         let v = self.referee_for(handler);
-        assert_eq!(
-            v.handler_probe,
-            Probe::Accepted,
-            "referee: the running CRI-O refuses a RunPodSandbox on {handler}"
+        let served = v.handler_probe.definition().unwrap_or_else(|| {
+            panic!(
+                "referee: the running CRI-O does not run a sandbox on {handler}: {:?}",
+                v.handler_probe
+            )
+        });
+        let wrong = definition_mismatches(expected, &served);
+        assert!(
+            wrong.is_empty(),
+            "referee: {handler} is served with another definition than expected: {}",
+            wrong.join("; ")
         );
-        assert_eq!(
-            v.default_probe,
-            Probe::Accepted,
-            "referee: the default handler no longer works"
+        assert!(
+            v.default_probe.accepted(),
+            "referee: the default handler no longer works: {:?}",
+            v.default_probe
         );
         v
     }
@@ -361,13 +437,14 @@ impl KataNode {
     pub fn referee_assert_refuses(&self, handler: &str) -> NodeView {
         let v = self.referee_for(handler);
         assert!(
-            !v.handler_probe.accepted(),
-            "referee: the running CRI-O still accepts a RunPodSandbox on {handler}"
+            matches!(v.handler_probe, Probe::Refused(_)),
+            "referee: the running CRI-O still knows {handler}: {:?}",
+            v.handler_probe
         );
-        assert_eq!(
-            v.default_probe,
-            Probe::Accepted,
-            "referee: the default handler no longer works"
+        assert!(
+            v.default_probe.accepted(),
+            "referee: the default handler no longer works: {:?}",
+            v.default_probe
         );
         v
     }
@@ -377,13 +454,16 @@ impl KataNode {
     /// container (ids and states) are as before.
     pub fn referee_assert_as_before(&self, before: &NodeView) -> NodeView {
         let now = self.referee_for(&before.handler);
-        assert_eq!(
-            now.handler_probe.accepted(),
-            before.handler_probe.accepted(),
+        // Accepted with the same definition, refused, or failing as before.
+        let same = match (&now.handler_probe, &before.handler_probe) {
+            (Probe::Accepted { definition: a }, Probe::Accepted { definition: b }) => a == b,
+            (Probe::Refused(_), Probe::Refused(_)) | (Probe::Failed(_), Probe::Failed(_)) => true,
+            _ => false,
+        };
+        assert!(
+            same,
             "referee: RunPodSandbox on {} changed: before {:?}, now {:?}",
-            before.handler,
-            before.handler_probe,
-            now.handler_probe
+            before.handler, before.handler_probe, now.handler_probe
         );
         assert_eq!(
             now.default_probe.accepted(),

@@ -15,7 +15,9 @@ use crate::cri_api::runtime_service_server::RuntimeServiceServer;
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::crio_config::{self, ConfigError, Ignored, MetricsConfig, RealFs, RuntimeTable};
+use crate::crio_config::{
+    self, ConfigError, Ignored, MetricsConfig, RealFs, RuntimeHandlerConfig, RuntimeTable,
+};
 use crate::crio_server::{metrics_text, FakeCrio, LiveFaults, Operations, RUNTIME_VERSION};
 use crate::crio_state::{self, SeedPod, StateError, StateStore};
 use crate::mini_http::{self, Reply};
@@ -244,6 +246,49 @@ fn or_default<'a>(v: &'a str, default: &'a str) -> &'a str {
     }
 }
 
+/// One handler's effective table: every key, CRI-O's defaults filled in, unset strings as
+/// "" (as `crio status config`).
+#[derive(serde::Serialize)]
+struct Handler<'a> {
+    runtime_config_path: &'a str,
+    runtime_path: &'a str,
+    runtime_type: &'a str,
+    runtime_root: &'a str,
+    allowed_annotations: &'a [String],
+    privileged_without_host_devices: bool,
+    runtime_pull_image: bool,
+    container_min_memory: &'a str,
+    monitor_path: &'a str,
+    monitor_cgroup: &'a str,
+    monitor_exec_cgroup: &'a str,
+    container_create_timeout: i64,
+    no_sync_log: bool,
+}
+
+fn effective(h: &RuntimeHandlerConfig) -> Handler<'_> {
+    Handler {
+        runtime_config_path: &h.runtime_config_path,
+        runtime_path: &h.runtime_path,
+        runtime_type: or_default(&h.runtime_type, "oci"),
+        runtime_root: &h.runtime_root,
+        allowed_annotations: &h.allowed_annotations,
+        privileged_without_host_devices: h.privileged_without_host_devices,
+        runtime_pull_image: h.runtime_pull_image,
+        container_min_memory: or_default(&h.container_min_memory, "12MiB"),
+        monitor_path: "/usr/libexec/crio/conmon",
+        monitor_cgroup: "system.slice",
+        monitor_exec_cgroup: "",
+        container_create_timeout: 240,
+        no_sync_log: false,
+    }
+}
+
+/// The definition a sandbox runs with, as TOML (the keys of [`config_toml`]'s table for it):
+/// recorded by RunPodSandbox, so that a test can tell whose definition was served.
+pub fn definition_toml(h: &RuntimeHandlerConfig) -> String {
+    toml::to_string(&effective(h)).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+}
+
 pub fn config_toml(current: &RwLock<RuntimeTable>, metrics: &MetricsConfig) -> String {
     #[derive(serde::Serialize)]
     struct Doc<'a> {
@@ -258,23 +303,6 @@ pub fn config_toml(current: &RwLock<RuntimeTable>, metrics: &MetricsConfig) -> S
     struct Runtime<'a> {
         default_runtime: &'a str,
         runtimes: std::collections::BTreeMap<&'a str, Handler<'a>>,
-    }
-    // Every key, CRI-O's defaults filled in, unset strings as "" (as `crio status config`).
-    #[derive(serde::Serialize)]
-    struct Handler<'a> {
-        runtime_config_path: &'a str,
-        runtime_path: &'a str,
-        runtime_type: &'a str,
-        runtime_root: &'a str,
-        allowed_annotations: &'a [String],
-        privileged_without_host_devices: bool,
-        runtime_pull_image: bool,
-        container_min_memory: &'a str,
-        monitor_path: &'a str,
-        monitor_cgroup: &'a str,
-        monitor_exec_cgroup: &'a str,
-        container_create_timeout: i64,
-        no_sync_log: bool,
     }
     #[derive(serde::Serialize)]
     struct Metrics<'a> {
@@ -293,26 +321,7 @@ pub fn config_toml(current: &RwLock<RuntimeTable>, metrics: &MetricsConfig) -> S
                 runtimes: table
                     .handlers
                     .iter()
-                    .map(|(name, h)| {
-                        (
-                            name.as_str(),
-                            Handler {
-                                runtime_config_path: &h.runtime_config_path,
-                                runtime_path: &h.runtime_path,
-                                runtime_type: or_default(&h.runtime_type, "oci"),
-                                runtime_root: &h.runtime_root,
-                                allowed_annotations: &h.allowed_annotations,
-                                privileged_without_host_devices: h.privileged_without_host_devices,
-                                runtime_pull_image: h.runtime_pull_image,
-                                container_min_memory: or_default(&h.container_min_memory, "12MiB"),
-                                monitor_path: "/usr/libexec/crio/conmon",
-                                monitor_cgroup: "system.slice",
-                                monitor_exec_cgroup: "",
-                                container_create_timeout: 240,
-                                no_sync_log: false,
-                            },
-                        )
-                    })
+                    .map(|(name, h)| (name.as_str(), effective(h)))
                     .collect(),
             },
             metrics: Metrics {

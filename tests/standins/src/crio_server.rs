@@ -220,7 +220,13 @@ pub fn verbose_sandbox_info(sb: &Sandbox) -> HashMap<String, String> {
             "annotations": annotations,
         },
     });
-    HashMap::from([("info".to_string(), info.to_string())])
+    let mut m = HashMap::from([("info".to_string(), info.to_string())]);
+    // Not CRI-O's: the definition RunPodSandbox ran this sandbox with (its effective table as
+    // `crio status config` shows it), so that a test can tell whose definition is served.
+    if !sb.definition.is_empty() {
+        m.insert("fake-crio.definition".to_string(), sb.definition.clone());
+    }
+    m
 }
 
 /// CRI-O validates only that `runtime_path` exists; starting the runtime is when a binary
@@ -306,11 +312,10 @@ impl RuntimeService for FakeCrio {
             crate::crio_daemon::logrus("error", &format!("RunPodSandbox failed: {msg}"));
             Status::unknown(msg)
         })?;
-        let runtime_path = self
-            .start_table
-            .handlers
-            .get(&handler)
-            .map(|h| h.runtime_path.clone())
+        let served = self.start_table.handlers.get(&handler);
+        let runtime_path = served.map(|h| h.runtime_path.clone()).unwrap_or_default();
+        let definition = served
+            .map(crate::crio_daemon::definition_toml)
             .unwrap_or_default();
         check_runtime_executable(&runtime_path).map_err(|msg| {
             crate::crio_daemon::logrus("error", &format!("RunPodSandbox failed: {msg}"));
@@ -340,6 +345,7 @@ impl RuntimeService for FakeCrio {
                 handler
             },
             no_handler_annotation: false,
+            definition,
         };
         let id = sandbox.id.clone();
         self.store

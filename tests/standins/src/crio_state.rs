@@ -80,6 +80,10 @@ pub struct Sandbox {
     /// `io.kubernetes.cri-o.RuntimeHandler` annotation, so its handler cannot be determined.
     #[serde(default)]
     pub no_handler_annotation: bool,
+    /// The handler's definition the sandbox was run with (TOML of its effective table, as
+    /// `crio status config` shows it), recorded by RunPodSandbox; empty for seeded pods.
+    #[serde(default)]
+    pub definition: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,6 +270,7 @@ pub fn seed(store: &StateStore, pod: &SeedPod) -> Result<String, StateError> {
         annotations: BTreeMap::new(),
         runtime_handler: pod.runtime_handler.clone(),
         no_handler_annotation: pod.no_handler_annotation,
+        definition: String::new(),
     };
     let containers: Vec<Container> = (0..pod.containers)
         .map(|i| Container {
