@@ -128,3 +128,36 @@ fn systemctl_status_shows_the_current_step_in_words() {
         .exec_ok(&["systemctl", "stop", "kata-live-install.service"])
         .expect("stop the install unit");
 }
+
+/// `KATA_LIVE_LOG` (an EnvFilter directive) overrides `-v`/`-q` for the human lines: debug
+/// records appear with it, not without it, and `off` silences even `-v`.
+#[test]
+fn kata_live_log_overrides_the_verbosity() {
+    let k = KataNode::boot("");
+    let status = |env: &[&str], args: &[&str]| {
+        let mut argv = vec!["env"];
+        argv.extend_from_slice(env);
+        argv.push("kata-live");
+        argv.extend_from_slice(args);
+        argv.push("status");
+        let o = k.node.exec(&argv);
+        assert!(o.status.success(), "{argv:?}: {o:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    // The runtime decision is a debug record: on stderr only when asked for.
+    let plain = status(&[], &[]);
+    assert!(!plain.contains("runtime: "), "{plain}");
+    let debug = status(&["KATA_LIVE_LOG=kata_live=debug"], &[]);
+    assert!(
+        debug.contains("runtime: "),
+        "no debug record with KATA_LIVE_LOG:\n{debug}"
+    );
+    assert!(debug.contains("DEBUG"), "{debug}");
+    let verbose = status(&[], &["-v"]);
+    let off = status(&["KATA_LIVE_LOG=off"], &["-v"]);
+    assert!(
+        verbose.contains("INFO") || verbose.contains("DEBUG"),
+        "-v shows no records at all, so the next check proves nothing:\n{verbose}"
+    );
+    assert!(!off.contains("INFO") && !off.contains("DEBUG"), "{off}");
+}

@@ -160,6 +160,44 @@ fn stop_during_activation_finishes_and_proves_it() {
     k.assert_healthy();
 }
 
+/// A stop while CRI-O restarts, and the change then fails its proof (the restarted CRI-O
+/// cannot see /opt/kata, so it ignores the handler): the stop does not cut the rollback
+/// short. The previous configuration is restored and proven (exit 13), as without
+/// the stop, and the node is as the referee saw it before.
+#[test]
+fn stop_during_an_activation_that_fails_its_proof_still_rolls_back() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let before = k.referee();
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    // For the next CRI-O only: the running one (and so the visibility step) still sees it.
+    k.unit_drop_in(
+        "crio.service",
+        "hide-kata",
+        "[Service]\nTemporaryFileSystem=/opt/kata:ro\n",
+    );
+    k.crio_fault("hold-start", "");
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let pid = k.wait_phase("activate", Duration::from_secs(60));
+    k.node
+        .wait_for("crio held in activating", Duration::from_secs(30), |_| {
+            k.unit("crio.service").active == "activating"
+        })
+        .expect("the restart must be under way");
+    sigterm(&k, pid);
+    wait_stop_seen(&k, "SIGTERM");
+    k.clear_crio_fault("hold-start");
+
+    let run = k.wait_run(child, Duration::from_secs(240));
+    assert_eq!(run.code, 13, "{}", show(&run));
+    let st = k.status_json();
+    assert_eq!(st["result"], "rolled-back", "{st:#}");
+    assert!(k.drop_in_bytes().is_none(), "the drop-in was left: {st:#}");
+    k.remove_unit_drop_in("crio.service", "hide-kata");
+    k.assert_healthy();
+    k.referee_assert_as_before(&before);
+}
+
 /// A stop while the proof waits for kubelet: the proof goes on to its verdict.
 #[test]
 fn stop_during_the_proof_lets_it_finish() {
