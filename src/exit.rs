@@ -16,7 +16,8 @@ pub enum ExitCode {
     /// The node was unhealthy before we started (or pods still use the handler on
     /// uninstall). Nothing was changed.
     PreflightRefused = 10,
-    /// Installing or removing the package failed. The CRI-O configuration was not touched.
+    /// Installing or removing the package failed. Install: before the runtime's
+    /// configuration was touched. Uninstall: after the handler was removed and proven gone.
     PackageStep = 11,
     /// CRI-O could not be (re)started with the new configuration; the node was rolled back.
     Activation = 12,
@@ -68,7 +69,9 @@ impl ExitCode {
             ExitCode::PreflightRefused => {
                 "preflight refused: the node was unhealthy, or pods use the handler; nothing was changed"
             }
-            ExitCode::PackageStep => "the package step failed; CRI-O configuration untouched",
+            ExitCode::PackageStep => {
+                "package step failed (install: runtime untouched; uninstall: after the handler went)"
+            }
             ExitCode::Activation => "CRI-O failed to restart with the change; rolled back",
             ExitCode::RolledBack => "proof failed; previous configuration restored and proven",
             ExitCode::RollbackFailed => "rollback failed: node state unknown, needs a human",

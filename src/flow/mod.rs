@@ -65,6 +65,9 @@ pub enum FlowError {
     Lock(#[from] crate::lock::LockError),
     #[error("package step failed, the runtime's configuration untouched: {0}")]
     Package(String),
+    /// Uninstall: the package removal, after the handler was removed and proven gone.
+    #[error("the handler is removed and proven gone, but the package step failed: {0}")]
+    PackageAfterProof(String),
     #[error("{0}")]
     Internal(String),
     #[error("the runtime could not be activated with the change ({error}); {rollback}")]
@@ -107,7 +110,7 @@ impl FlowError {
             FlowError::Refused(_) => ExitCode::PreflightRefused,
             FlowError::Lock(crate::lock::LockError::Busy { .. }) => ExitCode::LockBusy,
             FlowError::Lock(_) | FlowError::Internal(_) => ExitCode::Internal,
-            FlowError::Package(_) => ExitCode::PackageStep,
+            FlowError::Package(_) | FlowError::PackageAfterProof(_) => ExitCode::PackageStep,
             FlowError::Stopped { .. } => ExitCode::Stopped,
             FlowError::Activation {
                 rollback: Rollback::Yielded(_),

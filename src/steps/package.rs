@@ -278,17 +278,18 @@ impl Step for RemovePackage {
                 Err(RpmOstreeError::Interrupted { signal, .. }) => {
                     return Err(FlowError::Stopped {
                         signal,
-                        state: "during the package removal: the handler is removed and proven gone; \
+                        state:
+                            "during the package removal: the handler is removed and proven gone; \
                                 the rpm-ostree client was interrupted (its transaction cancelled): \
                                 re-run `kata-live uninstall` to finish"
-                            .into(),
+                                .into(),
                     }
                     .into())
                 }
                 // The handler is gone and proven; only the package lingers. Re-running converges.
                 Err(e) => {
-                    return Err(FlowError::Package(format!(
-                        "the handler is removed and proven gone, but removing the package failed: {e}; re-run `kata-live uninstall`"
+                    return Err(FlowError::PackageAfterProof(format!(
+                        "removing the package failed: {e}; re-run `kata-live uninstall`"
                     ))
                     .into())
                 }
