@@ -127,13 +127,9 @@ fn unit_stopped_during_the_package_step_changes_nothing() {
     k.assert_healthy();
 }
 
-/// A stop while CRI-O restarts: the activation is finished and proven, not abandoned
-/// half-way (a CRI-O restarted with the drop-in, kata-live gone without a verdict).
-#[test]
-fn stop_during_activation_finishes_and_proves_it() {
-    let _one = serial();
-    let k = KataNode::boot("");
-    let _ = k.node.exec(&["rm", "-f", STATUS]);
+/// Starts an install by hand and sends it SIGTERM while CRI-O's restart is held in its start
+/// half; returns the run once kata-live has seen the signal and CRI-O is released.
+fn install_stopped_during_the_restart(k: &KataNode) -> std::process::Child {
     k.crio_fault("hold-start", "");
     let child = k.spawn_kata(&["install", "--no-detach"]);
     let pid = k.wait_phase("activate", Duration::from_secs(60));
@@ -142,9 +138,20 @@ fn stop_during_activation_finishes_and_proves_it() {
             k.unit("crio.service").active == "activating"
         })
         .expect("the restart must be under way");
-    sigterm(&k, pid);
-    wait_stop_seen(&k, "SIGTERM");
+    sigterm(k, pid);
+    wait_stop_seen(k, "SIGTERM");
     k.clear_crio_fault("hold-start");
+    child
+}
+
+/// A stop while CRI-O restarts: the activation is finished and proven, not abandoned
+/// half-way (a CRI-O restarted with the drop-in, kata-live gone without a verdict).
+#[test]
+fn stop_during_activation_finishes_and_proves_it() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    let child = install_stopped_during_the_restart(&k);
 
     let run = k.wait_run(child, Duration::from_secs(240));
     assert_eq!(run.code, 0, "{}", show(&run));
@@ -176,17 +183,7 @@ fn stop_during_an_activation_that_fails_its_proof_still_rolls_back() {
         "hide-kata",
         "[Service]\nTemporaryFileSystem=/opt/kata:ro\n",
     );
-    k.crio_fault("hold-start", "");
-    let child = k.spawn_kata(&["install", "--no-detach"]);
-    let pid = k.wait_phase("activate", Duration::from_secs(60));
-    k.node
-        .wait_for("crio held in activating", Duration::from_secs(30), |_| {
-            k.unit("crio.service").active == "activating"
-        })
-        .expect("the restart must be under way");
-    sigterm(&k, pid);
-    wait_stop_seen(&k, "SIGTERM");
-    k.clear_crio_fault("hold-start");
+    let child = install_stopped_during_the_restart(&k);
 
     let run = k.wait_run(child, Duration::from_secs(240));
     assert_eq!(run.code, 13, "{}", show(&run));
