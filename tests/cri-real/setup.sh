@@ -5,12 +5,12 @@
 # Also extracts the upstream CRI definition (api.proto) under $cache/cri-api for the stand-ins'
 # build (tests/standins/build.rs): run this before anything compiles them.
 # Usage: tests/cri-real/setup.sh            -> prints the rootfs path on its last stdout line
-# Env:   KATA_LIVE_CRI_REAL_CACHE (default: tests/cri-real/.cache), DEBIAN_MIRROR.
+# Env:   KATA_LIVE_CRI_REAL_CACHE (default: /var/cache/kata-live/cri-real, outside the clone), DEBIAN_MIRROR.
 # Needs root (debootstrap, chroot). Installs debootstrap on the host if it is missing.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache="${KATA_LIVE_CRI_REAL_CACHE:-$here/.cache}"
+cache="${KATA_LIVE_CRI_REAL_CACHE:-/var/cache/kata-live/cri-real}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 # The cache key: change RECIPE whenever what goes into the rootfs changes.

@@ -40,13 +40,14 @@
 # cannot be an upper layer for containerd's overlay snapshotter); default start:
 # containerd.service and kubelet.service.
 #
-# Environment: KATA_NODE_CACHE (default tests/node/.cache), as for rootfs.sh.
+# Environment: KATA_NODE_CACHE (default /var/cache/kata-live/node), as for rootfs.sh;
+# KATA_NODE_DIR (default tests/node/.cache/nodes): the booted nodes, kept per clone.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${KATA_NODE_CACHE:-$here/.cache}
-nodes=$cache/nodes
+cache=${KATA_NODE_CACHE:-/var/cache/kata-live/node}
+nodes=${KATA_NODE_DIR:-$here/.cache/nodes}
 binaries=(kata-live fake-crio fake-kubelet fake-rpm-ostree)
 default_start=(crio.service kubelet.service)
 node_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

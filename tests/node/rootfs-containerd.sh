@@ -14,13 +14,13 @@
 # are pruned when no node uses them. Kept in its own directory ($cache/containerd/), with its own
 # lock, so that rootfs.sh's pruning of $cache/rootfs-* never touches it.
 #
-# Environment: KATA_NODE_CACHE (default tests/node/.cache); tests/cri-real/setup.sh's
+# Environment: KATA_NODE_CACHE (default /var/cache/kata-live/node); tests/cri-real/setup.sh's
 # (KATA_LIVE_CRI_REAL_CACHE, DEBIAN_MIRROR).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${KATA_NODE_CACHE:-$here/.cache}/containerd
+cache=${KATA_NODE_CACHE:-/var/cache/kata-live/node}/containerd
 lists=("$here/packages" "$here/packages-containerd")
 
 log() { printf 'rootfs-containerd: %s\n' "$*" >&2; }

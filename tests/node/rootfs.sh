@@ -8,13 +8,14 @@
 # any change to the recipe builds a new rootfs next to the old ones (kept while nodes may still
 # use them, pruned on the next build). Safe to run concurrently: builders serialize on a flock.
 #
-# Environment: KATA_NODE_CACHE (default tests/node/.cache), KATA_NODE_MIRROR (default: the
+# Environment: KATA_NODE_CACHE (default /var/cache/kata-live/node: outside the clone, so that
+# every clone and CI run on this machine reuses it), KATA_NODE_MIRROR (default: the
 # host's Debian mirror from /etc/apt, else http://deb.debian.org/debian).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 suite=bookworm
-cache=${KATA_NODE_CACHE:-$here/.cache}
+cache=${KATA_NODE_CACHE:-/var/cache/kata-live/node}
 packages_file=$here/packages
 
 log() { printf 'rootfs: %s\n' "$*" >&2; }

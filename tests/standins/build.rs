@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(d) => PathBuf::from(d),
         None => std::env::var_os("KATA_LIVE_CRI_REAL_CACHE")
             .map(PathBuf::from)
-            .unwrap_or_else(|| manifest.join("../cri-real/.cache"))
+            .unwrap_or_else(|| PathBuf::from("/var/cache/kata-live/cri-real"))
             .join("cri-api/usr/share/gocode/src"),
     };
     let api = src.join(API_PROTO);
@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!(
             "\nkata-live-standins: the upstream CRI definition {} is missing.\n\
              Run tests/cri-real/setup.sh (as root; it downloads Debian sid's \
-             golang-github-kubernetes-cri-api-dev into tests/cri-real/.cache/cri-api), \
+             golang-github-kubernetes-cri-api-dev into /var/cache/kata-live/cri-real/cri-api), \
              or set KATA_LIVE_CRI_API_DIR to a directory holding {API_PROTO} and \
              github.com/gogo/protobuf/gogoproto/gogo.proto.\n",
             api.display()
