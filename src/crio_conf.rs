@@ -244,7 +244,7 @@ pub fn compare_effective(
     };
     let keys: Vec<Mismatch> = wrote
         .iter()
-        .filter(|(k, v)| table.get(k.as_str()) != Some(v))
+        .filter(|(k, v)| !holds(table, k, v))
         .map(|(k, v)| Mismatch {
             key: k.clone(),
             wrote: v.to_string(),
@@ -256,6 +256,45 @@ pub fn compare_effective(
     } else {
         Definition::Differs { keys }
     })
+}
+
+/// Keys of CRI-O's handler table that its TOML encoder leaves out when they hold their zero
+/// value (`omitempty` in cri-o pkg/config/config.go, `RuntimeHandler`; seen on CRI-O 1.34:
+/// `privileged_without_host_devices = false`, `runtime_pull_image = false` and
+/// `allowed_annotations = []` are absent from `GET /config`). Absent there means false, "",
+/// [] or {}; every other key is always printed.
+const OMITTED_WHEN_ZERO: &[&str] = &[
+    "privileged_without_host_devices",
+    "allowed_annotations",
+    "monitor_path",
+    "monitor_cgroup",
+    "monitor_env",
+    "monitor_exec_cgroup",
+    "platform_runtime_paths",
+    "runtime_pull_image",
+    "container_min_memory",
+    "inherit_default_runtime",
+    "default_annotations",
+];
+
+fn is_zero(v: &toml::Value) -> bool {
+    match v {
+        toml::Value::Boolean(b) => !b,
+        toml::Value::String(s) => s.is_empty(),
+        toml::Value::Array(a) => a.is_empty(),
+        toml::Value::Table(t) => t.is_empty(),
+        toml::Value::Integer(i) => *i == 0,
+        toml::Value::Float(_) | toml::Value::Datetime(_) => false,
+    }
+}
+
+/// Whether the effective `table` holds `wrote` for `key`, reading an absent key as CRI-O
+/// means it.
+fn holds(table: &toml::Table, key: &str, wrote: &toml::Value) -> bool {
+    match table.get(key) {
+        Some(effective) => effective == wrote,
+        None => OMITTED_WHEN_ZERO.contains(&key) && is_zero(wrote),
+    }
 }
 
 /// `GET /config` over the CRI socket (CRI-O answers plain HTTP/1.1 there, as for
@@ -454,5 +493,55 @@ no_sync_log = false
             Definition::Absent
         );
         assert!(compare_effective("{", "kata-remote", &ours()).is_err());
+    }
+
+    // What CRI-O 1.34's `GET /config` printed for an oci handler written with
+    // privileged_without_host_devices = false, runtime_pull_image = false and
+    // allowed_annotations = []: those keys are left out (omitempty), not printed as zero.
+    const EFFECTIVE_OMITTED: &str = r#"
+[crio.runtime.runtimes.kata-remote]
+runtime_config_path = ""
+runtime_path = "/usr/bin/kata-crun"
+runtime_type = "oci"
+runtime_root = "/run/kata-crun"
+monitor_path = "/usr/libexec/crio/conmon"
+monitor_cgroup = "pod"
+container_min_memory = "12MiB"
+no_sync_log = false
+"#;
+
+    #[test]
+    fn keys_crio_omits_at_their_zero_value_are_ours_when_we_wrote_zero() {
+        let wrote: toml::Table = toml::from_str(
+            r#"
+runtime_path = "/usr/bin/kata-crun"
+runtime_type = "oci"
+runtime_root = "/run/kata-crun"
+runtime_config_path = ""
+privileged_without_host_devices = false
+runtime_pull_image = false
+allowed_annotations = []
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            compare_effective(EFFECTIVE_OMITTED, "kata-remote", &wrote).unwrap(),
+            Definition::Ours
+        );
+        // Absent is zero, never a value we wrote that is not zero.
+        let mut pull = wrote.clone();
+        pull.insert("runtime_pull_image".into(), toml::Value::Boolean(true));
+        let d = compare_effective(EFFECTIVE_OMITTED, "kata-remote", &pull).unwrap();
+        assert!(
+            matches!(&d, Definition::Differs { keys } if keys.len() == 1),
+            "{d:?}"
+        );
+        // A key CRI-O always prints is never read as zero when absent.
+        let printed_always = EFFECTIVE_OMITTED.replace("runtime_config_path = \"\"\n", "");
+        let d = compare_effective(&printed_always, "kata-remote", &wrote).unwrap();
+        assert!(
+            matches!(&d, Definition::Differs { keys } if keys[0].key == "runtime_config_path"),
+            "{d:?}"
+        );
     }
 }

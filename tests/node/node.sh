@@ -23,8 +23,10 @@
 #   --timeout SECS   deadline for boot and for starting the units (default 60)
 #   --owner PID      tear the node down on `gc` once PID has exited (used by the Rust harness)
 #   --runtime R      crio (default): the bookworm node with the CRI-O and kubelet stand-ins;
-#                    containerd: the sid node of rootfs-containerd.sh with Debian's REAL
-#                    containerd 2.x + runc and fake-kubelet on its socket (see README.md)
+#                    containerd: the sid node of rootfs-sid.sh with Debian's REAL
+#                    containerd 2.x + runc and fake-kubelet on its socket (see README.md);
+#                    crio-real: the sid node of rootfs-sid.sh with REAL upstream CRI-O and
+#                    kubelet built from the Go module proxy, Debian's conmon and crun
 #
 # Installed before boot: kata-live, fake-crio, fake-kubelet, fake-rpm-ostree (those built),
 # bind-mounted read-only into /usr/local/bin (kata-live also linked from /usr/bin);
@@ -33,10 +35,10 @@
 # tests/*/node-root/ directory in lexical order (files a test component needs in every node, laid
 # out as in /, e.g. tests/standins/node-root/etc/crio/crio.conf.d/00-default).
 #
-# The containerd node gets instead: its rootfs from rootfs-containerd.sh; kata-live, fake-kubelet,
+# The containerd node gets instead: its rootfs from rootfs-sid.sh; kata-live, fake-kubelet,
 # fake-rpm-ostree (no fake-crio); the repo's systemd/ units; the base trees without their etc/crio;
-# then tests/node/containerd-root/ (containerd's config.toml, the runc wrapper, kubelet.service,
-# the pause image import); /var/lib/containerd bind-mounted from the node's directory (overlayfs
+# then tests/node/sid-root/ (the OCI runtime wrapper, the CNI conflist) and
+# tests/node/containerd-root/ (containerd's config.toml, kubelet.service, the pause image import); /var/lib/containerd bind-mounted from the node's directory (overlayfs
 # cannot be an upper layer for containerd's overlay snapshotter); default start:
 # containerd.service and kubelet.service.
 #
@@ -236,26 +238,38 @@ cmd_boot() {
     fi
     local -a node_binaries=("${binaries[@]}") node_start=("${default_start[@]}")
     local -a nspawn_env=() nspawn_opts=()
-    local rootfs_script=$here/rootfs.sh units_dir=$here/units runtime_tree=''
+    local units_dir=$here/units runtime_tree=''
+    local -a rootfs_script=("$here/rootfs.sh")
     case $runtime in
         crio) ;;
         containerd)
-            rootfs_script=$here/rootfs-containerd.sh
+            rootfs_script=("$here/rootfs-sid.sh" containerd)
             node_binaries=(kata-live fake-kubelet fake-rpm-ostree)
             node_start=(containerd.service kubelet.service)
             units_dir=''
-            runtime_tree=$here/containerd-root
+            runtime_tree="$here/sid-root $here/containerd-root"
             # sid's systemd (>= 256) refuses the host's cgroup v1 (hybrid) setup.
             nspawn_env=(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1)
             # runc puts a cgroup v2 device filter (eBPF) on every container: allow bpf(2),
             # which nspawn's seccomp filter refuses by default.
             nspawn_opts=(--system-call-filter=bpf)
             ;;
-        *) die "--runtime wants crio or containerd, got '$runtime'" ;;
+        crio-real)
+            rootfs_script=("$here/rootfs-sid.sh" crio-real)
+            # Real CRI-O and kubelet are in the rootfs; only kata-live and the rpm-ostree
+            # stand-in (no rpm-ostree can run here) come from the build.
+            node_binaries=(kata-live fake-rpm-ostree)
+            units_dir=''
+            runtime_tree="$here/sid-root $here/crio-real-root"
+            nspawn_env=(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1)
+            # crun's cgroup v2 device filter is eBPF too.
+            nspawn_opts=(--system-call-filter=bpf)
+            ;;
+        *) die "--runtime wants crio, containerd or crio-real, got '$runtime'" ;;
     esac
     local t0 rootfs dir
     t0=$(now)
-    rootfs=$("$rootfs_script")
+    rootfs=$("${rootfs_script[@]}")
     [ -e "$rootfs/.complete" ] || die "rootfs.sh did not produce a rootfs"
     mkdir -p "$nodes"
     cmd_gc
@@ -317,9 +331,9 @@ cmd_boot() {
             [ -d "$tree" ] && all_trees+=("$tree")
         done
     fi
-    # The containerd node runs no CRI-O: the base trees' CRI-O configuration stays out.
+    # The sid nodes bring their own runtime configuration: the stand-in's CRI-O files stay out.
     local -a tar_exclude=()
-    [ "$runtime" = containerd ] && tar_exclude=(--exclude=./etc/crio)
+    [ "$runtime" != crio ] && tar_exclude=(--exclude=./etc/crio)
     for tree in ${all_trees[@]+"${all_trees[@]}"}; do
         tar -C "$tree" -cf - ${tar_exclude[@]+"${tar_exclude[@]}"} . |
             tar -C "$root" -xf - --no-overwrite-dir

@@ -84,6 +84,11 @@ pub fn main_pid(node: &Node, unit: &str) -> u32 {
 /// The pid (in the node) that holds the server end of fake-kubelet's connection to
 /// containerd's socket, read from `ss -xp` (unix socket inode pairs): the daemon kubelet talks to.
 pub fn kubelet_peer(node: &Node) -> Option<u32> {
+    kubelet_peer_on(node, &[SOCKET])
+}
+
+/// [`kubelet_peer`] for a daemon whose listening socket is bound at one of `sockets`.
+pub fn kubelet_peer_on(node: &Node, sockets: &[&str]) -> Option<u32> {
     let kubelet = main_pid(node, "kubelet.service");
     let out = node.exec(&["ss", "-xpn", "state", "established"]);
     assert!(out.status.success(), "ss failed: {out:?}");
@@ -109,7 +114,7 @@ pub fn kubelet_peer(node: &Node) -> Option<u32> {
         .map(|r| r[6])
         .collect();
     rows.iter()
-        .filter(|r| r[3] == SOCKET && peer_inodes.contains(&r[4]))
+        .filter(|r| sockets.contains(&r[3]) && peer_inodes.contains(&r[4]))
         .flat_map(pids)
         .next()
 }
@@ -117,16 +122,24 @@ pub fn kubelet_peer(node: &Node) -> Option<u32> {
 /// Waits until kubelet answers healthz and its CRI connection's peer is the RUNNING
 /// containerd (its current main pid): a connection to a containerd since restarted does not count.
 pub fn wait_kubelet_on_running(node: &Node, deadline: Duration) {
+    wait_kubelet_peer(node, UNIT, &[SOCKET], deadline);
+}
+
+/// Waits until kubelet answers healthz and one of its connections to the runtime's socket
+/// (bound at one of `sockets`, the spellings the daemon may have used) is held by the RUNNING
+/// main process of `unit`: judged from the sockets themselves (`ss`), for a real kubelet or
+/// the stand-in alike.
+pub fn wait_kubelet_peer(node: &Node, unit: &str, sockets: &[&str], deadline: Duration) {
     node.wait_for(
-        "kubelet connected to the running containerd",
+        &format!("kubelet connected to the running {unit}"),
         deadline,
         |n| {
             let healthz = n.exec(&["curl", "-fsS", "http://127.0.0.1:10248/healthz"]);
-            let containerd = main_pid(n, UNIT);
-            healthz.status.success() && containerd != 0 && kubelet_peer(n) == Some(containerd)
+            let daemon = main_pid(n, unit);
+            healthz.status.success() && daemon != 0 && kubelet_peer_on(n, sockets) == Some(daemon)
         },
     )
-    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_units(&["kubelet.service", UNIT])));
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_units(&["kubelet.service", unit])));
 }
 
 /// A CRI connection to the node's containerd, from the host (through /proc/<leader>/root).

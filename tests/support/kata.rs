@@ -134,12 +134,24 @@ impl KataNode {
                 .expect("stat kubelet.service in the node"),
             "the test node has no kubelet.service (tests/node/units/)"
         );
-        if k.node.runtime() == Runtime::Containerd {
-            containerd::wait_kubelet_on_running(&k.node, Duration::from_secs(30));
-        } else {
-            k.wait_kubelet_connected(Duration::from_secs(30));
-        }
+        k.wait_kubelet_on_runtime(Duration::from_secs(30));
         k
+    }
+
+    /// Waits until kubelet is connected to the RUNNING runtime, judged as fits the node: the
+    /// stand-ins' own log lines in journal order on the stand-in node; the sockets' peers on
+    /// the real-runtime nodes (a real kubelet logs no such line).
+    pub fn wait_kubelet_on_runtime(&self, deadline: Duration) {
+        match self.node.runtime() {
+            Runtime::Containerd => containerd::wait_kubelet_on_running(&self.node, deadline),
+            Runtime::CrioReal => containerd::wait_kubelet_peer(
+                &self.node,
+                "crio.service",
+                &[super::referee::SOCKET, "/run/crio/crio.sock"],
+                deadline,
+            ),
+            Runtime::Crio => self.wait_kubelet_connected(deadline),
+        }
     }
 
     /// Waits until kubelet answers healthz and the RUNNING kubelet logged a CRI connection
@@ -338,8 +350,8 @@ impl KataNode {
                 })
                 .unwrap_or_else(|e| panic!("{u} is not running: {e:?}"));
         }
+        self.wait_kubelet_on_runtime(Duration::from_secs(30));
         let conditions = if self.node.runtime() == Runtime::Containerd {
-            containerd::wait_kubelet_on_running(&self.node, Duration::from_secs(30));
             let socket = self
                 .node
                 .host_path(containerd::SOCKET)
@@ -349,7 +361,6 @@ impl KataNode {
                 .unwrap_or_else(|e| panic!("containerd Status: {}", e.message()))
                 .status
         } else {
-            self.wait_kubelet_connected(Duration::from_secs(30));
             self.referee_cri().status().status
         };
         let conditions = conditions.expect("CRI Status carries the runtime's conditions");

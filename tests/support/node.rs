@@ -112,10 +112,14 @@ pub enum Runtime {
     /// The bookworm node: fake-crio as `crio.service`, fake-kubelet with `Requires=crio.service`.
     #[default]
     Crio,
-    /// The sid node of `tests/node/rootfs-containerd.sh`: Debian's REAL containerd 2.x
+    /// The sid node of `tests/node/rootfs-sid.sh containerd`: Debian's REAL containerd 2.x
     /// (`containerd.service`) with runc behind the test-only wrapper, fake-kubelet on
     /// containerd's socket (a kubeadm-style unit, no `Requires=`). See tests/node/README.md.
     Containerd,
+    /// The sid node of `tests/node/rootfs-sid.sh crio-real`: REAL upstream CRI-O (upstream's
+    /// `crio.service`) and a REAL standalone kubelet (`Requires=crio.service`), both built from
+    /// the Go module proxy, with Debian's conmon and crun. See tests/node/README.md.
+    CrioReal,
 }
 
 impl Runtime {
@@ -123,13 +127,16 @@ impl Runtime {
         match self {
             Runtime::Crio => "crio",
             Runtime::Containerd => "containerd",
+            Runtime::CrioReal => "crio-real",
         }
     }
 
-    fn rootfs_script(self) -> &'static str {
+    /// The rootfs build: the script and its arguments.
+    fn rootfs_script(self) -> (&'static str, &'static [&'static str]) {
         match self {
-            Runtime::Crio => "tests/node/rootfs.sh",
-            Runtime::Containerd => "tests/node/rootfs-containerd.sh",
+            Runtime::Crio => ("tests/node/rootfs.sh", &[]),
+            Runtime::Containerd => ("tests/node/rootfs-sid.sh", &["containerd"]),
+            Runtime::CrioReal => ("tests/node/rootfs-sid.sh", &["crio-real"]),
         }
     }
 }
@@ -179,6 +186,14 @@ impl NodeOptions {
     pub fn containerd() -> Self {
         NodeOptions {
             runtime: Runtime::Containerd,
+            ..NodeOptions::default()
+        }
+    }
+
+    /// The real-CRI-O node, crio.service and kubelet.service (both real) started.
+    pub fn crio_real() -> Self {
+        NodeOptions {
+            runtime: Runtime::CrioReal,
             ..NodeOptions::default()
         }
     }
@@ -297,11 +312,13 @@ impl Node {
 
         // The rootfs build (minutes, once) gets its own deadline, so that the boot deadline
         // below measures the boot.
-        let rootfs = paths.repo.join(opts.runtime.rootfs_script());
+        let (script_path, script_args) = opts.runtime.rootfs_script();
+        let rootfs = paths.repo.join(script_path);
         let out = Command::new("timeout")
             .arg("--kill-after=30")
             .arg(ROOTFS_DEADLINE.as_secs().to_string())
             .arg(&rootfs)
+            .args(script_args)
             .stdin(Stdio::null())
             .output()
             .map_err(|source| NodeError::Io {

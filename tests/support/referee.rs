@@ -105,10 +105,27 @@ allowed_annotations = ["io.kubernetes.cri-o.Devices"]
 }
 
 /// The keys of `expected` that `served` does not hold with the same value, in words.
+/// A key CRI-O's encoder omits at its zero value (cri-o pkg/config/config.go, `omitempty`)
+/// counts as served with that value when absent.
 pub fn definition_mismatches(expected: &toml::Table, served: &toml::Table) -> Vec<String> {
+    const OMITEMPTY: &[&str] = &[
+        "privileged_without_host_devices",
+        "allowed_annotations",
+        "runtime_pull_image",
+        "monitor_exec_cgroup",
+    ];
+    let zero = |v: &toml::Value| match v {
+        toml::Value::Boolean(b) => !b,
+        toml::Value::String(s) => s.is_empty(),
+        toml::Value::Array(a) => a.is_empty(),
+        _ => false,
+    };
     expected
         .iter()
-        .filter(|(k, v)| served.get(*k) != Some(*v))
+        .filter(|(k, v)| match served.get(*k) {
+            Some(s) => s != *v,
+            None => !(OMITEMPTY.contains(&k.as_str()) && zero(v)),
+        })
         .map(|(k, v)| format!("{k}: expected {v}, served {:?}", served.get(k)))
         .collect()
 }

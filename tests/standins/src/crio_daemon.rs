@@ -246,23 +246,42 @@ fn or_default<'a>(v: &'a str, default: &'a str) -> &'a str {
     }
 }
 
-/// One handler's effective table: every key, CRI-O's defaults filled in, unset strings as
-/// "" (as `crio status config`).
+/// One handler's effective table as `crio status config` prints it: CRI-O's defaults filled
+/// in, unset strings as "", except the keys CRI-O's encoder omits at their zero value
+/// (`omitempty` in cri-o pkg/config/config.go; seen on CRI-O 1.34: a `false`
+/// privileged_without_host_devices or runtime_pull_image and an empty allowed_annotations
+/// are left out, not printed).
 #[derive(serde::Serialize)]
 struct Handler<'a> {
     runtime_config_path: &'a str,
     runtime_path: &'a str,
     runtime_type: &'a str,
     runtime_root: &'a str,
+    #[serde(skip_serializing_if = "no_items")]
     allowed_annotations: &'a [String],
+    #[serde(skip_serializing_if = "is_false")]
     privileged_without_host_devices: bool,
+    #[serde(skip_serializing_if = "is_false")]
     runtime_pull_image: bool,
     container_min_memory: &'a str,
     monitor_path: &'a str,
     monitor_cgroup: &'a str,
+    #[serde(skip_serializing_if = "no_text")]
     monitor_exec_cgroup: &'a str,
     container_create_timeout: i64,
     no_sync_log: bool,
+}
+
+fn no_items(v: &&[String]) -> bool {
+    v.is_empty()
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn no_text(s: &&str) -> bool {
+    s.is_empty()
 }
 
 fn effective(h: &RuntimeHandlerConfig) -> Handler<'_> {

@@ -1,0 +1,148 @@
+#!/bin/bash
+# Builds (once per machine, cached outside the clone) upstream CRI-O, pinns, crictl and kubelet
+# from the Go module proxy, for the real-CRI-O test node (tests/node/rootfs-crio-real.sh).
+#
+# Usage: tests/crio-real/build.sh          build if needed, print the output directory
+#        tests/crio-real/build.sh --check  exit 0 if the cached build is current, 1 if not
+#
+# Pinned: CRI-O and kubelet of the newest OpenShift's Kubernetes minor (1.34, OpenShift 4.21),
+# crictl of the same minor. The cache key covers this script and the Go version: a change builds
+# anew next to the old one (pruned after). Output: $cache/build-<key>/{crio,pinns,crictl,kubelet,
+# crio.service,containerd-shim-runc-v2,VERSIONS}.
+#
+# How each is built (the proxy serves module zips, not git checkouts):
+# - CRI-O: `go build ./cmd/crio` in its module directory (its go.mod has no replace directives),
+#   with the build tags of its Makefile minus what needs C libraries the host lacks (gpgme,
+#   btrfs, libseccomp, SELinux, AppArmor): the test node has none of those either. pinns is C
+#   (CRI-O's pinns/ directory), built statically from a copy of that directory.
+# - crictl: `go build ./cmd/crictl` in the cri-tools module directory.
+# - containerd-shim-runc-v2 (containerd 1.7): `go build ./cmd/containerd-shim-runc-v2` in the
+#   containerd module directory: the real shim v2 binary behind the node's `vm` handler.
+# - kubelet: k8s.io/kubernetes's go.mod replaces its 31 staging modules with ./staging/...,
+#   which the module zip does not carry; a small main module requires k8s.io/kubernetes and
+#   replaces each staging module with its published version (v0.X.Y of the same release),
+#   then builds k8s.io/kubernetes/cmd/kubelet with the version stamped in as the release does.
+#
+# Environment: KATA_LIVE_CRIO_REAL_CACHE (default /var/cache/kata-live/crio-real), GOMODCACHE,
+# GOCACHE (the go command's defaults: outside the clone too).
+set -euo pipefail
+
+CRIO_VERSION=v1.34.0
+CRICTL_VERSION=v1.34.0
+KUBE_VERSION=v1.34.4
+# The shim behind the test node's `vm` handler. containerd 2.x's shims answer CRI-O's vm
+# runtime type with a bootstrap protocol CRI-O does not parse ("unsupported shim version (3)",
+# NODE-FACTS); 1.7's prints the plain address CRI-O expects. The same version CRI-O requires.
+SHIM_VERSION=v1.7.27
+
+cache=${KATA_LIVE_CRIO_REAL_CACHE:-/var/cache/kata-live/crio-real}
+log() { printf 'crio-real: %s\n' "$*" >&2; }
+die() { printf 'crio-real: ERROR: %s\n' "$*" >&2; exit 1; }
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
+
+command -v go >/dev/null || die "no go command: install Go (1.24 or later) first"
+go_version=$(go env GOVERSION)
+key=$( { cat "$0"; echo "$go_version $(go env GOARCH)"; } | sha256sum | cut -c1-16)
+out=$cache/build-$key
+
+if [ "${1:-}" = --check ]; then
+    [ -e "$out/.complete" ]
+    exit
+fi
+if [ -e "$out/.complete" ]; then
+    log "cached $out (recipe $key)"
+    echo "$out"
+    exit 0
+fi
+
+mkdir -p "$cache"
+exec 9>"$cache/build.lock"
+log "waiting for the build lock $cache/build.lock"
+flock -w 3600 9 || die "another build holds $cache/build.lock for an hour; is it stuck?"
+if [ -e "$out/.complete" ]; then
+    echo "$out"
+    exit 0
+fi
+
+start=$EPOCHREALTIME
+tmp=$cache/.build-$key.$$
+rm -rf "$cache"/.build-"$key".*
+mkdir -p "$tmp"
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+modcache=$(go env GOMODCACHE)
+
+t=$EPOCHREALTIME
+log "downloading cri-o $CRIO_VERSION, cri-tools $CRICTL_VERSION, kubernetes $KUBE_VERSION"
+go mod download "github.com/cri-o/cri-o@$CRIO_VERSION" "sigs.k8s.io/cri-tools@$CRICTL_VERSION" \
+    "k8s.io/kubernetes@$KUBE_VERSION" "github.com/containerd/containerd@$SHIM_VERSION"
+log "downloaded in $(since "$t")s"
+
+t=$EPOCHREALTIME
+crio_src=$modcache/github.com/cri-o/cri-o@$CRIO_VERSION
+crio_tags="containers_image_ostree_stub containers_image_openpgp exclude_graphdriver_btrfs btrfs_noversion"
+(cd "$crio_src" && go build -trimpath -tags "$crio_tags" \
+    -ldflags "-s -w -X github.com/cri-o/cri-o/internal/version.buildDate=unknown" \
+    -o "$tmp/crio" ./cmd/crio)
+cp -r "$crio_src/pinns" "$tmp/pinns-src"
+chmod -R u+w "$tmp/pinns-src"
+make -s -C "$tmp/pinns-src" >&2
+mv "$tmp/bin/pinns" "$tmp/pinns"
+rm -rf "$tmp/pinns-src" "$tmp/bin"
+install -m 0644 "$crio_src/contrib/systemd/crio.service" "$tmp/crio.service"
+log "crio and pinns built in $(since "$t")s"
+
+t=$EPOCHREALTIME
+(cd "$modcache/sigs.k8s.io/cri-tools@$CRICTL_VERSION" && go build -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+    -o "$tmp/crictl" ./cmd/crictl)
+log "crictl built in $(since "$t")s"
+
+t=$EPOCHREALTIME
+(cd "$modcache/github.com/containerd/containerd@$SHIM_VERSION" && CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X github.com/containerd/containerd/version.Version=$SHIM_VERSION" \
+    -o "$tmp/containerd-shim-runc-v2" ./cmd/containerd-shim-runc-v2)
+log "containerd-shim-runc-v2 built in $(since "$t")s"
+
+t=$EPOCHREALTIME
+kube=$tmp/kubelet-module
+mkdir -p "$kube"
+staging=$(awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' \
+    "$modcache/k8s.io/kubernetes@$KUBE_VERSION/go.mod")
+[ -n "$staging" ] || die "no staging replace directives in k8s.io/kubernetes@$KUBE_VERSION's go.mod"
+{
+    echo "module kata-live.test/kubelet-build"
+    echo
+    echo "go $(awk '$1 == "go" { print $2; exit }' "$modcache/k8s.io/kubernetes@$KUBE_VERSION/go.mod")"
+    echo
+    echo "require k8s.io/kubernetes $KUBE_VERSION"
+    echo
+    for m in $staging; do echo "replace $m => $m v0.${KUBE_VERSION#v1.}"; done
+} >"$kube/go.mod"
+cat >"$kube/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kubelet"
+GO
+(cd "$kube" && go mod tidy >&2)
+ver=k8s.io/component-base/version
+(cd "$kube" && go build -trimpath -ldflags "-s -w -X $ver.gitVersion=$KUBE_VERSION \
+    -X $ver.gitMajor=1 -X $ver.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2) \
+    -X $ver.gitTreeState=clean -X $ver.buildDate=1970-01-01T00:00:00Z" \
+    -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet)
+rm -rf "$kube"
+log "kubelet built in $(since "$t")s"
+
+printf 'cri-o %s\ncrictl %s\nkubelet %s\ncontainerd-shim-runc-v2 %s\ngo %s\n' "$CRIO_VERSION" \
+    "$CRICTL_VERSION" "$KUBE_VERSION" "$SHIM_VERSION" "$go_version" >"$tmp/VERSIONS"
+"$tmp/crio" --version >&2
+"$tmp/kubelet" --version >&2
+"$tmp/crictl" --version >&2
+echo "$key" >"$tmp/.complete"
+mv -T "$tmp" "$out"
+log "built $out in $(since "$start")s"
+for old in "$cache"/build-*; do
+    [ "$old" = "$out" ] || rm -rf "$old"
+done
+echo "$out"
