@@ -515,6 +515,7 @@ fn a_reload_lists_the_handler_without_serving_it_and_kata_live_is_not_fooled() {
     let k = boot(OCI_CONFIG, OCI_PACKAGE);
     write(&k.node, "/etc/crio/crio.conf.d/50-kata-remote", OCI_TABLE);
     let crio_before = crio_invocation(&k);
+    let kubelet_before = k.unit("kubelet.service");
     k.node
         .exec_ok(&["systemctl", "reload", "crio.service"])
         .expect("systemctl reload crio");
@@ -525,6 +526,11 @@ fn a_reload_lists_the_handler_without_serving_it_and_kata_live_is_not_fooled() {
         })
         .unwrap_or_else(|e| panic!("{e}\n{}", k.node.journal_unit("crio.service")));
     assert_eq!(crio_invocation(&k), crio_before, "a reload is no restart");
+    // Reloading CRI-O does not restart kubelet (restarting it does, through Requires=).
+    assert_eq!(
+        k.unit("kubelet.service").invocation_id,
+        kubelet_before.invocation_id
+    );
     assert!(status_handlers(&k.node).contains(&HANDLER.to_string()));
     assert!(
         served_table(&k.node, HANDLER).is_some(),

@@ -64,8 +64,9 @@ pub enum Probe {
     Accepted { definition: String },
     /// CRI-O's "failed to find runtime handler ..." text.
     Refused(String),
-    /// The handler is known but its runtime could not be started (CRI-O's `fork/exec PATH:
-    /// permission denied` for a runtime_path that exists but is not executable).
+    /// The handler is known but its runtime could not be started (for a runtime_path that
+    /// exists but is not executable: CRI-O's `fork/exec PATH: permission denied` on a vm
+    /// handler, `write child: broken pipe` on an oci one).
     Failed(String),
 }
 
@@ -308,7 +309,14 @@ impl Cri {
             Err(e) if e.message().contains(UNKNOWN_HANDLER) => {
                 Probe::Refused(e.message().to_string())
             }
-            Err(e) if e.message().contains("fork/exec ") => Probe::Failed(e.message().to_string()),
+            // CRI-O's answers when the handler's binary cannot be run: CRI-O's own exec of a
+            // vm shim, or conmon's of an oci runtime (CRI-O 1.34).
+            Err(e)
+                if e.message().contains("fork/exec ")
+                    || e.message().contains("write child: broken pipe") =>
+            {
+                Probe::Failed(e.message().to_string())
+            }
             Err(e) => panic!(
                 "referee: RunPodSandbox on handler {handler:?} failed with neither success nor \
                  CRI-O's unknown-handler answer: {:?}: {}",

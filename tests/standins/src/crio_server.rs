@@ -230,13 +230,22 @@ pub fn verbose_sandbox_info(sb: &Sandbox) -> HashMap<String, String> {
 }
 
 /// CRI-O validates only that `runtime_path` exists; starting the runtime is when a binary
-/// that is not executable shows: `fork/exec PATH: permission denied`.
-pub fn check_runtime_executable(path: &str) -> Result<(), String> {
+/// that is not executable shows. How depends on who execs it (seen on CRI-O 1.34): for a
+/// `vm` handler CRI-O itself, `fork/exec PATH: permission denied`; for `oci` and `pod`,
+/// conmon, and CRI-O answers only `… write child: broken pipe`.
+pub fn check_runtime_executable(path: &str, runtime_type: &str) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
+    let exec_failed = |why: String| {
+        if runtime_type == "vm" {
+            format!("fork/exec {path}: {why}")
+        } else {
+            "failed to wait exit status 1 after failing with: write child: broken pipe".to_string()
+        }
+    };
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
-        Ok(_) => Err(format!("fork/exec {path}: permission denied")),
-        Err(e) => Err(format!("fork/exec {path}: {e}")),
+        Ok(_) => Err(exec_failed("permission denied".into())),
+        Err(e) => Err(exec_failed(e.to_string())),
     }
 }
 
@@ -314,10 +323,11 @@ impl RuntimeService for FakeCrio {
         })?;
         let served = self.start_table.handlers.get(&handler);
         let runtime_path = served.map(|h| h.runtime_path.clone()).unwrap_or_default();
+        let runtime_type = served.map(|h| h.runtime_type.clone()).unwrap_or_default();
         let definition = served
             .map(crate::crio_daemon::definition_toml)
             .unwrap_or_default();
-        check_runtime_executable(&runtime_path).map_err(|msg| {
+        check_runtime_executable(&runtime_path, &runtime_type).map_err(|msg| {
             crate::crio_daemon::logrus("error", &format!("RunPodSandbox failed: {msg}"));
             Status::unknown(msg)
         })?;
