@@ -6,7 +6,9 @@
 #        tests/crio-real/build.sh --check  exit 0 if the cached build is current, 1 if not
 #
 # Pinned: CRI-O and kubelet of the newest OpenShift's Kubernetes minor (1.34, OpenShift 4.21),
-# crictl of the same minor. The cache key covers this script and the Go version: a change builds
+# crictl of the same minor. The oldest minor the operator supports (1.31, OpenShift 4.18) cannot
+# be built here: of CRI-O's releases the module proxy serves only v1.34.0 (checked 2026-12-02:
+# v1.31.0's .info is listed but its .mod is refused with 403, and v1.29.0–v1.33.5 are refused). The cache key covers this script and the Go version: a change builds
 # anew next to the old one (pruned after). Output: $cache/build-<key>/{crio,pinns,crictl,kubelet,
 # crio.service,containerd-shim-runc-v2,VERSIONS}.
 #
