@@ -117,12 +117,21 @@ fn a_pod_kubelet_recreated_is_a_restart_not_a_loss() {
         assert_eq!(r["new_attempt"], 1, "{st:#}");
     }
 
-    // The referee: the handler is served, and shop/web runs as a new attempt.
+    // The referee: the handler is served, and shop/web runs as a new attempt (the fault
+    // fired: without this, the evidence above would be judged against nothing).
     let after = k.referee_assert_serves(HANDLER);
     let web: Vec<_> = after.pods.iter().filter(|p| p.name == "web").collect();
     assert_eq!(web.len(), 1, "{after:?}");
     assert_ne!(web[0].id, web_before[0].id);
     assert_eq!(web[0].attempt, 1);
+    // kata-live's evidence names the very sandboxes the referee saw: the one that ran before
+    // the install, replaced by the one that runs now (not merely "some pod named web").
+    let sandbox = restarted
+        .iter()
+        .find(|r| r["kind"] == "sandbox")
+        .unwrap_or_else(|| panic!("no restarted sandbox in the evidence: {st:#}"));
+    assert_eq!(sandbox["id"], web_before[0].id.as_str(), "{st:#}");
+    assert_eq!(sandbox["replaced_by"], web[0].id.as_str(), "{st:#}");
     let db = |v: &support::referee::NodeView| -> Vec<_> {
         v.pods.iter().filter(|p| p.name == "db").cloned().collect()
     };

@@ -10,7 +10,7 @@
 # be built here: of CRI-O's releases the module proxy serves only v1.34.0 (checked 2026-12-02:
 # v1.31.0's .info is listed but its .mod is refused with 403, and v1.29.0–v1.33.5 are refused). The cache key covers this script and the Go version: a change builds
 # anew next to the old one (pruned after). Output: $cache/build-<key>/{crio,pinns,crictl,kubelet,
-# crio.service,containerd-shim-runc-v2,VERSIONS}.
+# crio.service,containerd-shim-runc-v2,containerd,VERSIONS}.
 #
 # How each is built (the proxy serves module zips, not git checkouts):
 # - CRI-O: `go build ./cmd/crio` in its module directory (its go.mod has no replace directives),
@@ -19,7 +19,8 @@
 #   (CRI-O's pinns/ directory), built statically from a copy of that directory.
 # - crictl: `go build ./cmd/crictl` in the cri-tools module directory.
 # - containerd-shim-runc-v2 (containerd 1.7): `go build ./cmd/containerd-shim-runc-v2` in the
-#   containerd module directory: the real shim v2 binary behind the node's `vm` handler.
+#   containerd module directory: the real shim v2 binary behind the node's `vm` handler; and
+#   containerd 1.7 itself (`./cmd/containerd`), for tests/containerd_config.rs's 1.7 daemon.
 # - kubelet: k8s.io/kubernetes's go.mod replaces its 31 staging modules with ./staging/...,
 #   which the module zip does not carry; a small main module requires k8s.io/kubernetes and
 #   replaces each staging module with its published version (v0.X.Y of the same release),
@@ -103,7 +104,11 @@ t=$EPOCHREALTIME
 (cd "$modcache/github.com/containerd/containerd@$SHIM_VERSION" && CGO_ENABLED=0 go build -trimpath \
     -ldflags "-s -w -X github.com/containerd/containerd/version.Version=$SHIM_VERSION" \
     -o "$tmp/containerd-shim-runc-v2" ./cmd/containerd-shim-runc-v2)
-log "containerd-shim-runc-v2 built in $(since "$t")s"
+(cd "$modcache/github.com/containerd/containerd@$SHIM_VERSION" && CGO_ENABLED=0 go build -trimpath \
+    -tags "urfave_cli_no_docs no_btrfs" \
+    -ldflags "-s -w -X github.com/containerd/containerd/version.Version=$SHIM_VERSION" \
+    -o "$tmp/containerd" ./cmd/containerd)
+log "containerd and containerd-shim-runc-v2 built in $(since "$t")s"
 
 t=$EPOCHREALTIME
 kube=$tmp/kubelet-module
