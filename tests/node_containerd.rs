@@ -497,3 +497,40 @@ fn an_import_the_operator_wrote_is_used_and_kept() {
     assert_eq!(main_file(&k), theirs, "the operator's import was touched");
     assert!(!k.node.exists(DROP_IN).unwrap());
 }
+
+/// kata-live added the import; another tool then put its own drop-in in the same directory
+/// (as the NVIDIA toolkit does once an import exists). Uninstall removes kata-live's drop-in
+/// and keeps the import, saying why: the other file still needs it. Judged by containerd
+/// itself: after the uninstall's restart, the other tool's handler is still served and
+/// kata-remote is gone.
+#[test]
+fn the_import_stays_on_uninstall_while_another_file_relies_on_it() {
+    let _one = serial();
+    let (k, mut cri) = boot("");
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let imported = main_file(&k);
+    assert_ne!(imported, ctd::CONFIG_AS_BOOTED, "kata-live added no import");
+    let other = format!("{}/60-other-tool.toml", ctd::DROP_IN_DIR);
+    k.node
+        .write_file(&other, ctd::runc_handler_drop_in("other-tool").as_bytes())
+        .unwrap();
+
+    let un = k.uninstall(&[]);
+    assert_eq!(un.code, 0, "{}", show(&un));
+    let st = k.status_json();
+    assert_eq!(outcomes(&st, "import"), ["skipped"], "{st:#}");
+    assert!(
+        un.stdout.contains(&other) || un.stderr.contains(&other),
+        "the uninstall must name the file that keeps the import: {}",
+        show(&un)
+    );
+    assert_eq!(main_file(&k), imported, "the import was removed under another file");
+    assert!(!k.node.exists(DROP_IN).unwrap());
+    // containerd, restarted by the uninstall, still reads the other file, not ours.
+    cri.reconnect();
+    let handlers = cri.handlers().expect("containerd Status");
+    assert!(handlers.contains(&"other-tool".to_string()), "{handlers:?}");
+    assert!(!handlers.contains(&HANDLER.to_string()), "{handlers:?}");
+    k.assert_healthy();
+}
