@@ -10,7 +10,8 @@
 //! side effect, tells the next run what to resume.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use tokio::sync::watch;
 
 static STOP: OnceLock<watch::Sender<Option<&'static str>>> = OnceLock::new();
@@ -19,12 +20,23 @@ fn sender() -> &'static watch::Sender<Option<&'static str>> {
     STOP.get_or_init(|| watch::channel(None).0)
 }
 
+/// Set by the signal handler itself, before any task runs: a signal has arrived that the
+/// listening task may not have seen yet.
+static ARRIVED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+fn arrived() -> &'static Arc<AtomicBool> {
+    ARRIVED.get_or_init(|| Arc::new(AtomicBool::new(false)))
+}
+
 /// Starts listening for SIGTERM and SIGINT (needs the tokio runtime). Without this, a signal
 /// has its default effect (the process dies).
 pub fn listen() -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(arrived()))?;
+    }
     tokio::spawn(async move {
         loop {
             let name = tokio::select! {
@@ -73,6 +85,26 @@ fn on_signal(name: &'static str) {
 /// The signal that asked the run to stop, if one did.
 pub fn requested() -> Option<&'static str> {
     *sender().borrow()
+}
+
+/// A checkpoint between steps: the stop requested so far, counting a signal that arrived
+/// while the (single-threaded) runtime ran code that never awaited, such as a file write. The
+/// listening task is given the turns it needs to record it (tokio polls this task again
+/// before the woken signal task otherwise, and the stop would be seen only after the next
+/// step began).
+pub async fn checkpoint() -> Option<&'static str> {
+    // Bounded: the listening task runs within a couple of turns once the driver saw the
+    // signal; the bound only keeps a broken runtime from spinning here.
+    for _ in 0..1000 {
+        if let Some(s) = requested() {
+            return Some(s);
+        }
+        if !arrived().load(Ordering::SeqCst) {
+            return None;
+        }
+        tokio::task::yield_now().await;
+    }
+    requested()
 }
 
 /// Resolves once a stop is requested (at once if it already was).

@@ -525,7 +525,11 @@ fn the_import_stays_on_uninstall_while_another_file_relies_on_it() {
         "the uninstall must name the file that keeps the import: {}",
         show(&un)
     );
-    assert_eq!(main_file(&k), imported, "the import was removed under another file");
+    assert_eq!(
+        main_file(&k),
+        imported,
+        "the import was removed under another file"
+    );
     assert!(!k.node.exists(DROP_IN).unwrap());
     // containerd, restarted by the uninstall, still reads the other file, not ours.
     cri.reconnect();

@@ -270,3 +270,67 @@ fn second_signal_exits_at_once_and_the_next_run_converges() {
     assert_eq!(k.status_json()["result"], "succeeded");
     k.assert_healthy();
 }
+
+/// A stop that arrives while the drop-in is being written (held in the open of its temp
+/// file): the write completes, and at the next checkpoint, before activation, kata-live puts
+/// the operator's drop-in back byte for byte; CRI-O, which never read the change, is not
+/// restarted (exit 17). A re-run then installs.
+#[test]
+fn stop_after_the_drop_in_write_puts_it_back_without_a_restart() {
+    let _one = serial();
+    let theirs = "[crio.runtime.runtimes.kata-remote]\nruntime_path = \"/usr/bin/true\"\nruntime_type = \"oci\"\nruntime_root = \"/run/theirs\"\n";
+    let k = KataNode::boot_with(
+        support::node::NodeOptions::default().file(support::kata::DROP_IN, theirs, 0o644),
+        "",
+    );
+    let before = k.referee_for("kata-remote");
+    let crio = k.unit("crio.service");
+    let starts = k.crio_starts();
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    let dir = k
+        .node
+        .host_path("/etc/crio/crio.conf.d")
+        .expect("crio.conf.d");
+    let hold = support::hold::OpenHold::start(&dir, 1, |n| {
+        n.starts_with(".50-kata-remote.") && n.ends_with(".tmp")
+    });
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let held = hold.wait(Duration::from_secs(120));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(held.pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM to the held kata-live");
+    hold.release();
+
+    let run = k.wait_run(child, Duration::from_secs(120));
+    assert_eq!(run.code, 17, "{}", show(&run));
+    assert!(
+        run.stderr.contains("never read the change"),
+        "{}",
+        show(&run)
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "stopped", "{st:#}");
+    assert!(
+        support::kata::outcomes(&st, "activate").is_empty(),
+        "activation must not have started: {st:#}"
+    );
+    assert_eq!(
+        k.drop_in().as_deref(),
+        Some(theirs),
+        "not put back byte for byte"
+    );
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    assert_eq!(
+        k.crio_starts(),
+        starts,
+        "CRI-O restarted for a change it never read"
+    );
+    assert!(
+        !k.node.exists("/var/lib/kata-live/state.json").unwrap(),
+        "a state journal was left although the drop-in is back"
+    );
+    k.referee_assert_as_before(&before);
+    k.assert_healthy();
+}

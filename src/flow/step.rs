@@ -215,7 +215,9 @@ async fn run_steps(
         let (done_steps, rest) = steps.split_at_mut(i);
         let step = &mut rest[0];
         if step.stoppable() {
-            if let Some(signal) = crate::stop::requested() {
+            // A signal that came during the previous step (e.g. the drop-in write) is taken
+            // here, before this step begins.
+            if let Some(signal) = crate::stop::checkpoint().await {
                 return Err(stop_before(
                     ctx,
                     rep,
