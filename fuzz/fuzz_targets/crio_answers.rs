@@ -4,7 +4,7 @@
 //! the configuration.
 #![no_main]
 use kata_live::cri::pods::handler_from_verbose_info;
-use kata_live::crio_conf::compare_effective;
+use kata_live::crio_conf::{compare_effective, Definition};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
 
@@ -16,5 +16,13 @@ fuzz_target!(|data: &[u8]| {
     let mut wrote = toml::Table::new();
     wrote.insert("runtime_path".into(), "/usr/bin/containerd-shim-kata-v2".into());
     wrote.insert("runtime_type".into(), "vm".into());
-    let _ = compare_effective(config, "kata-remote", &wrote);
+    // "Ours" only when the served table holds what we wrote: these two keys CRI-O always
+    // prints, so they must be there with our values.
+    if let Ok(Definition::Ours) = compare_effective(config, "kata-remote", &wrote) {
+        let doc: toml::Table = toml::from_str(config).expect("judged, so it parsed");
+        let table = &doc["crio"]["runtime"]["runtimes"]["kata-remote"];
+        for (k, v) in &wrote {
+            assert_eq!(table.get(k), Some(v), "{k} judged ours in {config}");
+        }
+    }
 });

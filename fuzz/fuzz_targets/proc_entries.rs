@@ -8,9 +8,19 @@ use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(s) = std::str::from_utf8(data) {
-        let _ = socket_inode_of_link(s);
+        // An inode only from the exact `socket:[N]` form of a /proc/PID/fd link.
+        if let Some(ino) = socket_inode_of_link(s) {
+            assert_eq!(s, format!("socket:[{ino}]"), "inode {ino} read from {s:?}");
+        }
     }
     let p = Path::new(std::ffi::OsStr::from_bytes(data));
-    let _ = path_alias(p);
+    // /var/run/X and /run/X name each other, and nothing else has an alias.
+    match path_alias(p) {
+        Some(q) => {
+            assert_eq!(path_alias(&q).as_deref(), Some(p), "{p:?} -> {q:?}");
+            assert!(p.starts_with("/run") || p.starts_with("/var/run"), "{p:?}");
+        }
+        None => assert!(!p.starts_with("/run") && !p.starts_with("/var/run"), "{p:?}"),
+    }
     let _ = names_cri_socket(None, Path::new("/var/run/crio/crio.sock"), p);
 });

@@ -44,11 +44,13 @@ pub fn socket_inodes(proc_root: &Path, pid: u32) -> Result<BTreeSet<u64>, ProcEr
     Ok(inodes)
 }
 
-/// The socket inode a `/proc/<pid>/fd/N` link target names (`socket:[123]`), parsed as
-/// [`socket_inodes`] parses it (procfs's `FDTarget`); `None` for anything else.
+/// The socket inode a `/proc/<pid>/fd/N` link target names (`socket:[123]`, exactly as the
+/// kernel writes it; procfs's `FDTarget` parses the number); `None` for anything else.
 pub fn socket_inode_of_link(target: &str) -> Option<u64> {
+    // procfs's parser is lax (it took "socket:W128676]", found by fuzzing): only the form the
+    // kernel writes counts.
     match target.parse::<FDTarget>() {
-        Ok(FDTarget::Socket(ino)) => Some(ino),
+        Ok(FDTarget::Socket(ino)) if target == format!("socket:[{ino}]") => Some(ino),
         _ => None,
     }
 }
@@ -155,5 +157,19 @@ mod tests {
             conf,
             Path::new("/srv/missing.sock")
         ));
+    }
+
+    #[test]
+    fn socket_links_only_in_the_kernels_form() {
+        assert_eq!(socket_inode_of_link("socket:[128676]"), Some(128676));
+        // The first was found by fuzzing (procfs takes it); none is what the kernel writes.
+        for bad in [
+            "socket:W128676]",
+            "socket:[128676",
+            "socket:[0128676]",
+            "pipe:[5]",
+        ] {
+            assert_eq!(socket_inode_of_link(bad), None, "{bad}");
+        }
     }
 }
