@@ -24,28 +24,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::crio_real::{OCI_CONFIG, OCI_PACKAGE};
 use support::kata::{outcomes, serial, show, KataNode, Run};
 use support::node::{Node, NodeOptions};
 
 const HANDLER: &str = "kata-remote";
 const WAIT: Duration = Duration::from_secs(60);
-
-/// The handler as an `oci` runtime: crun behind the node's wrapper, brought by the (stand-in)
-/// Kata package as /usr/bin/kata-crun, as the real package brings its shim.
-const OCI_CONFIG: &str = r#"
-[handler.crio]
-runtime_type = "oci"
-runtime_path = "/usr/bin/kata-crun"
-runtime_root = "/run/kata-crun"
-runtime_config_path = ""
-privileged_without_host_devices = false
-runtime_pull_image = false
-allowed_annotations = []
-"#;
-
-/// What the stand-in package brings for [`OCI_CONFIG`]: the wrapper under a name holding
-/// "crun" runs the real crun.
-const OCI_PACKAGE: &str = "kata-containers /usr/bin/kata-crun /usr/local/bin/runc-node-limits\n";
 
 /// The handler as OpenShift declares it (`vm`, containerd-shim-kata-v2), but without
 /// `runtime_config_path`: the shim is containerd 1.7's runc shim, which cannot take the
@@ -138,6 +122,17 @@ fn runp(node: &Node, handler: &str, name: &str) -> Result<String, String> {
 fn inspectp(node: &Node, id: &str) -> serde_json::Value {
     let out = crictl_ok(node, &["inspectp", id]);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("inspectp {id}: {e}: {out}"))
+}
+
+/// The `runtimeHandler` field of a sandbox as `ListPodSandbox` (`crictl pods`) gives it.
+fn listed_handler(node: &Node, id: &str) -> String {
+    let pods = crictl_ok(node, &["pods", "--id", id, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&pods).expect("crictl pods is JSON");
+    assert_eq!(v["items"].as_array().map(Vec::len), Some(1), "{v:#}");
+    v["items"][0]["runtimeHandler"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The handler a sandbox runs on, as CRI-O tells it: only in the verbose info's runtime spec
@@ -291,21 +286,9 @@ fn the_real_node_runs_upstream_crio_and_kubelet() {
     let id = runp(&k.node, "", "default-probe").expect("a sandbox on the default handler");
     // CRI-O's CRI PodSandbox leaves runtime_handler empty (NODE-FACTS), even for a sandbox on
     // a named handler; the handler is in the verbose info only.
-    let pods = crictl_ok(&k.node, &["pods", "--id", &id, "-o", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&pods).unwrap();
-    assert_eq!(
-        v["items"][0]["runtimeHandler"].as_str().unwrap_or(""),
-        "",
-        "{v:#}"
-    );
+    assert_eq!(listed_handler(&k.node, &id), "");
     let named = runp(&k.node, "crun", "named-probe").expect("a sandbox on the handler crun");
-    let pods = crictl_ok(&k.node, &["pods", "--id", &named, "-o", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&pods).unwrap();
-    assert_eq!(
-        v["items"][0]["runtimeHandler"].as_str().unwrap_or(""),
-        "",
-        "{v:#}"
-    );
+    assert_eq!(listed_handler(&k.node, &named), "");
     assert_eq!(sandbox_handler(&k.node, &named), "crun");
     // kubelet stops sandboxes it did not create (the stand-in does not).
     k.node

@@ -49,6 +49,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+use support::crio_real::{OCI_CONFIG, OCI_PACKAGE};
 use support::kata::{ids, show, KataNode};
 use support::node::NodeOptions;
 
@@ -88,18 +89,6 @@ fn main() {
     }
 }
 
-/// The real-CRI-O pass's handler: crun behind the node's wrapper, brought by the package.
-const CRIO_REAL: &str = r#"
-[handler.crio]
-runtime_type = "oci"
-runtime_path = "/usr/bin/kata-crun"
-runtime_root = "/run/kata-crun"
-runtime_config_path = ""
-privileged_without_host_devices = false
-runtime_pull_image = false
-allowed_annotations = []
-"#;
-
 /// A monotonic timestamp property of `unit` (µs).
 fn mono(k: &KataNode, unit: &str, prop: &str) -> u64 {
     let out = k
@@ -136,33 +125,14 @@ fn kubelet_validated_mono_us(k: &KataNode, pid: u32) -> Option<u64> {
 /// [`RUNS`] activations on the real-CRI-O node (default stable window, 5 s).
 fn activations_crio_real() {
     let k = KataNode::boot_with(
-        NodeOptions::crio_real().file(
-            "/var/lib/fake-rpm-ostree/files",
-            "kata-containers /usr/bin/kata-crun /usr/local/bin/runc-node-limits\n",
-            0o644,
-        ),
-        &format!("{CRIO_REAL}\n[kubelet]\nstable_window = 5.0\n"),
+        NodeOptions::crio_real().file("/var/lib/fake-rpm-ostree/files", OCI_PACKAGE, 0o644),
+        &format!("{OCI_CONFIG}\n[kubelet]\nstable_window = 5.0\n"),
     );
     let (mut lat_ms, mut wall_ms, mut start_ms, mut reconnect_ms) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..RUNS {
-        let install = i % 2 == 0;
-        k.node
-            .exec_ok(&[
-                "systemctl",
-                "reset-failed",
-                "crio.service",
-                "kubelet.service",
-            ])
-            .expect("systemctl reset-failed");
-        let t = std::time::Instant::now();
-        let r = if install {
-            k.install()
-        } else {
-            k.uninstall(&[])
-        };
-        wall_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        assert_eq!(r.code, 0, "run {i}: {}", show(&r));
+        let (install, ms) = timed_run(&k, i, &["crio.service", "kubelet.service"]);
+        wall_ms.push(ms);
         let crio = started("crio.service", &k);
         let kubelet = started("kubelet.service", &k);
         let ready = mono(&k, "crio.service", "ActiveEnterTimestampMonotonic");
@@ -214,6 +184,25 @@ fn activations_crio_real() {
     );
 }
 
+/// Run `i` of a pass: an install on even runs, an uninstall on odd ones, once the start
+/// limit of `units` is cleared (back-to-back restarts must not meet systemd's rate limit).
+/// Whether it was an install, and its wall time in ms, as the operator waits for it.
+fn timed_run(k: &KataNode, i: usize, units: &[&str]) -> (bool, f64) {
+    let install = i % 2 == 0;
+    let mut argv = vec!["systemctl", "reset-failed"];
+    argv.extend_from_slice(units);
+    k.node.exec_ok(&argv).expect("systemctl reset-failed");
+    let t = std::time::Instant::now();
+    let r = if install {
+        k.install()
+    } else {
+        k.uninstall(&[])
+    };
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(r.code, 0, "run {i}: {}", show(&r));
+    (install, ms)
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -229,18 +218,8 @@ fn activations_containerd() {
     let k = KataNode::boot_with(NodeOptions::containerd(), CONTAINERD);
     let (mut lat_ms, mut wall_ms) = (Vec::new(), Vec::new());
     for i in 0..RUNS {
-        let install = i % 2 == 0;
-        k.node
-            .exec_ok(&["systemctl", "reset-failed", "containerd.service"])
-            .expect("systemctl reset-failed");
-        let t = std::time::Instant::now();
-        let r = if install {
-            k.install()
-        } else {
-            k.uninstall(&[])
-        };
-        wall_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        assert_eq!(r.code, 0, "run {i}: {}", show(&r));
+        let (install, ms) = timed_run(&k, i, &["containerd.service"]);
+        wall_ms.push(ms);
         let ctd = started("containerd.service", &k);
         let kubelet = started("kubelet.service", &k);
         let connected = connected_mono_us(&k, kubelet.1)
@@ -277,24 +256,8 @@ fn activations(window_s: u64) {
     let mut lat_ms = Vec::new();
     let mut wall_ms = Vec::new();
     for i in 0..RUNS {
-        let install = i % 2 == 0;
-        // Back-to-back restarts must not meet systemd's start rate limit.
-        k.node
-            .exec_ok(&[
-                "systemctl",
-                "reset-failed",
-                "crio.service",
-                "kubelet.service",
-            ])
-            .expect("systemctl reset-failed");
-        let t = std::time::Instant::now();
-        let r = if install {
-            k.install()
-        } else {
-            k.uninstall(&[])
-        };
-        wall_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        assert_eq!(r.code, 0, "run {i}: {}", show(&r));
+        let (install, ms) = timed_run(&k, i, &["crio.service", "kubelet.service"]);
+        wall_ms.push(ms);
         let crio = started("crio.service", &k);
         let kubelet = started("kubelet.service", &k);
         let st = k.status_json();

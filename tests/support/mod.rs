@@ -1,4 +1,5 @@
 pub mod containerd;
+pub mod crio_real;
 pub mod hold;
 pub mod image;
 pub mod kata;
