@@ -200,6 +200,8 @@ pub struct Package {
     /// On uninstall: `live` removes the packages with --apply-live, `next-boot` stages the
     /// removal for the next boot, `keep` leaves them layered.
     pub uninstall: PackageRemoval,
+    /// Install a local RPM older than the node's version of it (refused otherwise).
+    pub allow_downgrade: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -364,6 +366,7 @@ impl Default for Package {
             local_rpm_dir: None,
             rpm_ostree: "/usr/bin/rpm-ostree".into(),
             uninstall: PackageRemoval::NextBoot,
+            allow_downgrade: false,
         }
     }
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use kata_live::config::{Package, PackageRemoval};
 use kata_live::host::Host;
 use kata_live::rpm_ostree::{
-    list_local_rpms, PackageOutcome, PackageState, RemovalOutcome, RpmOstree, RpmOstreeError,
+    list_local_rpms, read_offered, PackageOutcome, PackageState, RemovalOutcome, RpmOstree,
+    RpmOstreeError,
 };
 use kata_live::visibility::wait_visible;
 use kata_live_standins::test_rpms::TestRpm;
@@ -433,7 +434,7 @@ async fn local_rpms_install_and_remove_by_nevra() {
         .write_to(&rpms_dir)
         .unwrap();
     std::fs::write(rpms_dir.join("README"), "not an rpm").unwrap();
-    let rpms = list_local_rpms(&rpms_dir).unwrap();
+    let rpms = read_offered(&list_local_rpms(&rpms_dir).unwrap()).unwrap();
     assert_eq!(rpms.len(), 1);
     let mut p = pkg();
     p.local_rpm_dir = Some("/var/lib/kata-live/rpms".into());
@@ -815,4 +816,162 @@ fn sigint_ends_with_operation_was_cancelled() {
         err.contains("Caught SIGINT, cancelling transaction\nerror: Operation was cancelled"),
         "{err}"
     );
+}
+
+// Decided by version (#24): what is offered against what is live and requested.
+
+/// A directory offering exactly `versions` of kata-containers (and nothing else).
+fn offer(e: &Env, versions: &[&str]) -> Vec<kata_live::rpm_ostree::Offered> {
+    let dir = e.root.join("offered");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for v in versions {
+        TestRpm::new("kata-containers", v, "1.el9")
+            .file(
+                "/usr/bin/containerd-shim-kata-v2",
+                format!("shim {v}\n"),
+                0o755,
+            )
+            .write_to(&dir)
+            .unwrap();
+    }
+    read_offered(&list_local_rpms(&dir).unwrap()).unwrap()
+}
+
+fn local_pkg() -> Package {
+    let mut p = pkg();
+    p.local_rpm_dir = Some("/offered".into());
+    p
+}
+
+fn live_nevras(e: &Env) -> serde_json::Value {
+    live_map(e)["kata-containers"].clone()
+}
+
+#[tokio::test]
+async fn a_newer_offered_rpm_is_upgraded_live_in_one_transaction() {
+    let e = env();
+    let p = local_pkg();
+    assert_eq!(
+        e.rpm
+            .install(&p, &offer(&e, &["3.20.0"]), DEADLINE)
+            .await
+            .unwrap(),
+        PackageOutcome::NewlyLive
+    );
+    let n = e.mutating_calls().len();
+    let v21 = offer(&e, &["3.21.0"]);
+    assert_eq!(
+        e.rpm.install(&p, &v21, DEADLINE).await.unwrap(),
+        PackageOutcome::Upgraded
+    );
+    let calls = e.mutating_calls();
+    assert_eq!(
+        calls[n..],
+        [
+            vec![
+                "install".to_string(),
+                "--idempotent".into(),
+                "--allow-inactive".into(),
+                "--uninstall=kata-containers-3.20.0-1.el9.x86_64".into(),
+                v21[0].path.display().to_string(),
+            ],
+            vec!["apply-live".into(), "--allow-replacement".into()],
+        ]
+    );
+    assert_eq!(live_nevras(&e), "kata-containers-3.21.0-1.el9.x86_64");
+    // Again: nothing to do.
+    assert_eq!(
+        e.rpm.install(&p, &v21, DEADLINE).await.unwrap(),
+        PackageOutcome::AlreadyLive
+    );
+    assert_eq!(e.mutating_calls().len(), calls.len());
+}
+
+#[tokio::test]
+async fn an_older_offered_rpm_is_refused_unless_downgrades_are_allowed() {
+    let e = env();
+    let mut p = local_pkg();
+    e.rpm
+        .install(&p, &offer(&e, &["3.21.0"]), DEADLINE)
+        .await
+        .unwrap();
+    let n = e.mutating_calls().len();
+    let v20 = offer(&e, &["3.20.0"]);
+    let err = e.rpm.install(&p, &v20, DEADLINE).await.unwrap_err();
+    assert!(
+        matches!(&err, RpmOstreeError::DowngradeRefused { packages } if packages == &["kata-containers (3.20.0-1.el9 offered, 3.21.0-1.el9 / 3.21.0-1.el9 on the node)"]),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("package.allow_downgrade"), "{err}");
+    assert_eq!(e.mutating_calls().len(), n, "a refusal changes nothing");
+    p.allow_downgrade = true;
+    assert_eq!(
+        e.rpm.install(&p, &v20, DEADLINE).await.unwrap(),
+        PackageOutcome::Upgraded
+    );
+    assert_eq!(live_nevras(&e), "kata-containers-3.20.0-1.el9.x86_64");
+}
+
+#[tokio::test]
+async fn an_upgrade_with_an_os_update_staged_is_staged_not_live() {
+    let e = env();
+    let p = local_pkg();
+    e.rpm
+        .install(&p, &offer(&e, &["3.20.0"]), DEADLINE)
+        .await
+        .unwrap();
+    // The MCO stages an OS update: the pending deployment's base differs.
+    let state_path = e.dir.join("state.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    v["deployments"][0]["base-checksum"] = "ab".repeat(32).into();
+    std::fs::write(&state_path, v.to_string()).unwrap();
+    let n = e.mutating_calls().len();
+    assert_eq!(
+        e.rpm
+            .install(&p, &offer(&e, &["3.21.0"]), DEADLINE)
+            .await
+            .unwrap(),
+        PackageOutcome::StagedForNextBoot
+    );
+    let calls = e.mutating_calls();
+    assert_eq!(calls.len(), n + 1, "{calls:?}");
+    assert!(
+        calls[n].iter().all(|a| !a.contains("apply-live")),
+        "{calls:?}"
+    );
+    assert_eq!(live_nevras(&e), "kata-containers-3.20.0-1.el9.x86_64");
+    let st = e.rpm.status(DEADLINE).await.unwrap();
+    assert_eq!(
+        st.default_deployment().requested_local_packages,
+        ["kata-containers-3.21.0-1.el9.x86_64"]
+    );
+}
+
+#[tokio::test]
+async fn an_upgrade_stopped_after_its_request_is_finished_by_apply_live() {
+    let e = env();
+    let p = local_pkg();
+    e.rpm
+        .install(&p, &offer(&e, &["3.20.0"]), DEADLINE)
+        .await
+        .unwrap();
+    let v21 = offer(&e, &["3.21.0"]);
+    // A run that stopped between the request and the live apply.
+    e.cli_ok(&[
+        "install",
+        "--uninstall=kata-containers",
+        v21[0].path.to_str().unwrap(),
+    ]);
+    let n = e.mutating_calls().len();
+    assert_eq!(
+        e.rpm.install(&p, &v21, DEADLINE).await.unwrap(),
+        PackageOutcome::Upgraded
+    );
+    assert_eq!(
+        e.mutating_calls()[n..],
+        [vec!["apply-live".to_string(), "--allow-replacement".into()]]
+    );
+    assert_eq!(live_nevras(&e), "kata-containers-3.21.0-1.el9.x86_64");
 }

@@ -58,16 +58,32 @@ impl Step for InstallPackage {
                 .rpm_ostree
                 .status(Ctx::deadline(c.deadlines.package))
                 .await;
-            let detail = match status {
-                Err(e) => format!("dry run: cannot read rpm-ostree status: {e}"),
-                Ok(status) => match crate::rpm_ostree::plan_install(&status, &c.package, &[]) {
-                    Ok(InstallPlan::AlreadyLive) => "dry run: the package is live already".into(),
-                    Ok(plan) => {
-                        run.journal.package_newly_live = true;
-                        format!("dry run: would carry out {}", plan)
+            let offered = offered_rpms(ctx);
+            let detail = match (status, offered) {
+                (Err(e), _) => format!("dry run: cannot read rpm-ostree status: {e}"),
+                (_, Err(e)) => format!("dry run: would fail: {e}"),
+                (Ok(status), Ok(offered)) => {
+                    if !offered.is_empty() {
+                        // The per-package table, whatever the plan: what an operator checks
+                        // before letting a new release roll.
+                        let decisions = crate::rpm_ostree::decide(
+                            &offered,
+                            &status.local_packages(),
+                            c.package.allow_downgrade,
+                        );
+                        print!("{}", crate::rpm_ostree::table(&decisions));
                     }
-                    Err(e) => format!("dry run: would fail: {e}"),
-                },
+                    match crate::rpm_ostree::plan_install(&status, &c.package, &offered) {
+                        Ok(InstallPlan::AlreadyLive) => {
+                            "dry run: the package is live already".into()
+                        }
+                        Ok(plan) => {
+                            run.journal.package_newly_live = true;
+                            format!("dry run: would carry out {}", plan)
+                        }
+                        Err(e) => format!("dry run: would fail: {e}"),
+                    }
+                }
             };
             println!("package: {}", detail.trim_start_matches("dry run: "));
             Ok(Done::skipped(detail))
@@ -82,11 +98,7 @@ impl Step for InstallPackage {
         Box::pin(async move {
             Self::forget_what_crio_saw(run)?;
             let c = &ctx.cfg;
-            let local = match &c.package.local_rpm_dir {
-                Some(d) => crate::rpm_ostree::list_local_rpms(&ctx.host.path(d))
-                    .map_err(|e| FlowError::Package(e.to_string()))?,
-                None => Vec::new(),
-            };
+            let local = offered_rpms(ctx).map_err(|e| FlowError::Package(e.to_string()))?;
             let out = ctx
                 .rpm_ostree
                 .install(&c.package, &local, Ctx::deadline(c.deadlines.package))
@@ -102,14 +114,28 @@ impl Step for InstallPackage {
                     }
                     .into())
                 }
+                // Nothing was changed: the offered versions are refused as they stand.
+                Err(e @ RpmOstreeError::DowngradeRefused { .. }) => {
+                    return Err(FlowError::Refused(e.to_string()).into())
+                }
                 Err(e) => return Err(FlowError::Package(e.to_string()).into()),
             };
-            run.journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
-            Ok(Done::ran_if(
-                pkg == PackageOutcome::NewlyLive,
-                pkg.to_string(),
-            ))
+            // Until the flow tells a shim-only change apart, new versions restart CRI-O
+            // like new packages (safe: the proof wants a CRI-O started after the files).
+            let changed = matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded);
+            run.journal.package_newly_live |= changed;
+            Ok(Done::ran_if(changed, pkg.to_string()))
         })
+    }
+}
+
+/// The local RPMs of `package.local_rpm_dir`, read from their headers (none without it).
+fn offered_rpms(ctx: &Ctx) -> Result<Vec<crate::rpm_ostree::Offered>, RpmOstreeError> {
+    match &ctx.cfg.package.local_rpm_dir {
+        Some(d) => {
+            crate::rpm_ostree::read_offered(&crate::rpm_ostree::list_local_rpms(&ctx.host.path(d))?)
+        }
+        None => Ok(Vec::new()),
     }
 }
 
