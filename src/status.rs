@@ -97,8 +97,6 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         }
     };
     let crio = ctx.unit(ctx.rt.unit()).await.map_err(|e| e.to_string());
-    let newest = flow::newest_artifact_us(ctx);
-    let crio_newer = matches!(&crio, Ok(s) if s.is_running() && s.exec_main_start_us > newest);
     let cri = ctx
         .cri(Duration::from_secs(5))
         .await
@@ -110,6 +108,15 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.clone()),
     };
+    // The same judgement as the proof's (plan::crio_has_seen).
+    let crio_newer = matches!(&crio, Ok(s) if s.is_running()
+    && plan::crio_has_seen(&plan::Seen {
+        started_us: s.exec_main_start_us,
+        newest_config_us: flow::newest_config_us(ctx),
+        newest_artifact_us: flow::newest_artifact_us(ctx),
+        files_checked_at_start: ctx.rt.checks_files_at_start(),
+        handler_listed: runtime.as_ref().ok().and_then(|v| v.handler_presence.as_listed()),
+    }));
     let daemon_version = runtime.as_ref().ok().map(|v| v.runtime_version.as_str());
     let drop_in = match ctx.drop_in_state(daemon_version) {
         Ok(s) => s.to_string(),

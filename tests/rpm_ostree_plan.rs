@@ -72,6 +72,7 @@ fn local_rpms_are_installed_by_file() {
     let rpms = [Offered {
         path: PathBuf::from("/var/lib/kata-live/rpms/any-name.rpm"),
         nevra: Nevra::parse("kata-containers-3.8.0-1.el9.x86_64").unwrap(),
+        sha256: Default::default(),
     }];
     let mut p = pkg();
     p.names.clear();
@@ -462,6 +463,7 @@ fn offered(nevra: &str) -> Vec<Offered> {
     vec![Offered {
         path: PathBuf::from(format!("/var/lib/kata-live/rpms/{nevra}.rpm")),
         nevra: Nevra::parse(nevra).unwrap(),
+        sha256: Default::default(),
     }]
 }
 

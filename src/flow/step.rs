@@ -136,6 +136,11 @@ pub struct Run {
     pub base: Option<Baseline>,
     /// Set by the drop-in step.
     pub drop_in_changed: bool,
+    /// Set by the package step: runtime files a live apply of this run changed, with the
+    /// SHA-256 their package records (the visibility step waits for that content).
+    pub expected_content: Vec<(std::path::PathBuf, String)>,
+    /// Set by the package step: why the new package versions were staged, not made live.
+    pub staged_instead: Option<String>,
     /// The drop-in's backup as it was before activation (loaded by the activation step).
     pub backup: Option<Backup>,
     /// Set by the activation step.
@@ -203,6 +208,8 @@ async fn run_steps(
         journals,
         base: None,
         drop_in_changed: false,
+        expected_content: Vec::new(),
+        staged_instead: None,
         backup: None,
         activated: None,
         wrote: None,
@@ -288,7 +295,18 @@ async fn run_steps(
             "{signal} came during the activation, which was finished"
         ));
     }
-    Ok(run.summary.join("; "))
+    let summary = run.summary.join("; ");
+    match run.staged_instead.take() {
+        Some(why) => Err(FlowError::Staged {
+            summary: if summary.is_empty() {
+                "the handler is proven".into()
+            } else {
+                format!("the handler is proven ({summary})")
+            },
+            why,
+        }),
+        None => Ok(summary),
+    }
 }
 
 /// The rollback: the applied steps undone in reverse (the drop-in restored), then the

@@ -598,6 +598,17 @@ pub fn read_offered(paths: &[PathBuf]) -> Result<Vec<Offered>, RpmOstreeError> {
             release: field(meta.get_release())?,
             arch: field(meta.get_arch())?,
         };
+        let sha256 = meta
+            .get_file_entries()
+            .map_err(|e| bad(e.to_string()))?
+            .iter()
+            .filter(|f| f.mode().file_type() == rpm::FileType::Regular)
+            .filter_map(|f| {
+                let d = f.digest()?;
+                (d.algorithm() == rpm::DigestAlgorithm::Sha2_256)
+                    .then(|| (f.path(), d.as_hex().to_ascii_lowercase()))
+            })
+            .collect();
         if let Some(first) = out.iter().find(|o| o.nevra.name == nevra.name) {
             return Err(RpmOstreeError::OfferedTwice {
                 name: nevra.name,
@@ -608,6 +619,7 @@ pub fn read_offered(paths: &[PathBuf]) -> Result<Vec<Offered>, RpmOstreeError> {
         out.push(Offered {
             path: path.clone(),
             nevra,
+            sha256,
         });
     }
     Ok(out)

@@ -81,6 +81,10 @@ pub fn evr_cmp(a: (u32, &str, &str), b: (u32, &str, &str)) -> Ordering {
 pub struct Offered {
     pub path: PathBuf,
     pub nevra: Nevra,
+    /// The SHA-256 digest its header records for each regular file (files with another
+    /// digest algorithm are left out): what the live file must hold once it is live.
+    #[serde(skip)]
+    pub sha256: BTreeMap<PathBuf, String>,
 }
 
 /// What is on the node for one package name.
@@ -278,6 +282,7 @@ mod tests {
         Offered {
             path: format!("/rpms/{s}.rpm").into(),
             nevra: n(s),
+            sha256: BTreeMap::new(),
         }
     }
 

@@ -120,11 +120,35 @@ impl Step for InstallPackage {
                 }
                 Err(e) => return Err(FlowError::Package(e.to_string()).into()),
             };
-            // Until the flow tells a shim-only change apart, new versions restart CRI-O
-            // like new packages (safe: the proof wants a CRI-O started after the files).
-            let changed = matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded);
-            run.journal.package_newly_live |= changed;
-            Ok(Done::ran_if(changed, pkg.to_string()))
+            // New versions replacing live ones in place do not restart CRI-O by themselves:
+            // it executes runtime_path per sandbox, and the activation decision restarts it
+            // only if the drop-in changed or CRI-O never checked the files at its start
+            // (plan::crio_has_seen). New packages do.
+            run.journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
+            if pkg == PackageOutcome::StagedForNextBoot {
+                run.staged_instead = Some(
+                    "an OS update is staged for the next boot (`rpm-ostree status`), and \
+                     applying the new versions live with --allow-replacement would apply that \
+                     update live too"
+                        .into(),
+                );
+            }
+            if matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded) {
+                // The runtime files an offered RPM ships, with its digests: a new version at
+                // an existing path passes a stat before its content reaches CRI-O.
+                let (binary, others) = ctx.rt.runtime_files(&ctx.host);
+                run.expected_content = std::iter::once(binary)
+                    .chain(others)
+                    .filter_map(|p| {
+                        let want = local.iter().find_map(|o| o.sha256.get(&p))?.clone();
+                        Some((p, want))
+                    })
+                    .collect();
+            }
+            Ok(Done::ran_if(
+                matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded),
+                pkg.to_string(),
+            ))
         })
     }
 }
@@ -242,10 +266,30 @@ impl Step for Visibility {
             let seen = seen.and_then(|()| {
                 visibility::check_usable(&ctx.host, &binary, &files[1..], Some(crio_pid))
             });
+            let by_content = !run.expected_content.is_empty();
+            let seen = match seen {
+                Ok(()) if by_content => crate::stop::unless_stopped(visibility::wait_content(
+                    &ctx.host,
+                    &run.expected_content,
+                    Some(crio_pid),
+                    deadline,
+                ))
+                .await
+                .map_err(|signal| FlowError::Stopped {
+                    signal,
+                    state: format!("during the visibility wait: {UNTOUCHED}"),
+                })?,
+                other => other,
+            };
             match seen {
                 Ok(()) => Ok(Done::ran(format!(
-                    "runtime files visible to us and in {}'s mount namespace",
-                    ctx.rt.name()
+                    "runtime files visible to us and in {}'s mount namespace{}",
+                    ctx.rt.name(),
+                    if by_content {
+                        ", with the package's content (SHA-256 of its header)"
+                    } else {
+                        ""
+                    }
                 ))),
                 Err(e) if ctx.dry_run => {
                     Ok(Done::skipped(format!("dry run: not visible yet ({e})")))

@@ -1,0 +1,245 @@
+//! Booted node: Kata from local RPMs (`package.local_rpm_dir`) installed, then upgraded live
+//! (#24). The RPMs are real (kata_live_standins::test_rpms: header NEVRA, file digests,
+//! payload); the fake rpm-ostree reads them as rpm-ostree does and writes their payload
+//! into the node's `/` when they go live (NODE-FACTS.md, "rpm-ostree apply-live").
+
+mod support;
+use kata_live_standins::test_rpms::TestRpm;
+use support::kata::{serial, show, KataNode};
+use support::referee::HANDLER;
+
+const RPMS: &str = "/var/lib/kata-live/rpms";
+const SHIM: &str = "/usr/bin/containerd-shim-kata-v2";
+const KATA_CONFIG: &str = "/opt/kata/configuration-remote.toml";
+const FAKE: &str = "/var/lib/fake-rpm-ostree";
+
+fn shim_text(version: &str) -> String {
+    format!("#!/bin/sh\n# kata shim {version}\n")
+}
+
+/// Boots a node whose kata-live installs from `RPMS`, and whose fake rpm-ostree writes the
+/// RPMs' own files (not its name-keyed placeholders).
+fn boot(extra: &str) -> KataNode {
+    let k = KataNode::boot(&format!("[package]\nlocal_rpm_dir = \"{RPMS}\"\n{extra}"));
+    k.node
+        .exec_ok(&["rm", "-f", &format!("{FAKE}/files")])
+        .expect("drop the placeholders");
+    k.node
+        .write_file(format!("{FAKE}/root"), b"/")
+        .expect("payload root");
+    k
+}
+
+/// Makes `RPMS` offer exactly kata-containers `version`.
+fn offer(k: &KataNode, version: &str) {
+    k.node
+        .exec_ok(&["sh", "-c", &format!("rm -rf {RPMS} && mkdir -p {RPMS}")])
+        .expect("empty the RPM directory");
+    let tmp = tempfile::tempdir().unwrap();
+    let rpm = TestRpm::new("kata-containers", version, "1.el9")
+        .file(SHIM, shim_text(version), 0o755)
+        .file(
+            KATA_CONFIG,
+            format!("# kata configuration {version}\n"),
+            0o644,
+        );
+    let path = rpm.write_to(tmp.path()).unwrap();
+    k.node
+        .write_file(
+            format!("{RPMS}/{}", rpm.file_name()),
+            &std::fs::read(path).unwrap(),
+        )
+        .expect("offer the RPM");
+}
+
+fn text(k: &KataNode, path: &str) -> String {
+    String::from_utf8(k.node.read_file(path).unwrap()).unwrap()
+}
+
+fn mutating_calls(k: &KataNode) -> Vec<String> {
+    text(k, &format!("{FAKE}/calls.log"))
+        .lines()
+        .filter(|l| !l.starts_with("[\"status\""))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_newer_release_is_upgraded_live_without_restarting_crio() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    k.referee_assert_serves(HANDLER);
+
+    // A sandbox on the handler, started on 3.20, before the upgrade.
+    k.seed_pod("shop", "vm", HANDLER);
+    let before = k.referee();
+    let crio = k.unit("crio.service");
+    let kubelet = k.unit("kubelet.service");
+    let calls = mutating_calls(&k).len();
+
+    offer(&k, "3.21.0");
+    let dry = k.kata(&["install", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", show(&dry));
+    let row = dry
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("kata-containers"))
+        .unwrap_or_else(|| panic!("no table row: {}", show(&dry)));
+    assert!(
+        row.contains("3.20.0-1.el9") && row.contains("3.21.0-1.el9") && row.contains("upgrade"),
+        "{row}"
+    );
+    assert_eq!(
+        mutating_calls(&k).len(),
+        calls,
+        "a dry run changed something"
+    );
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "upgrade to 3.21: {}", show(&run));
+    // One transaction: the old request out, the new one in, then live with replacement.
+    let new_calls = &mutating_calls(&k)[calls..];
+    assert_eq!(
+        new_calls,
+        [
+            format!(
+                "[\"install\",\"--idempotent\",\"--allow-inactive\",\
+                 \"--uninstall=kata-containers-3.20.0-1.el9.x86_64\",\
+                 \"{RPMS}/kata-containers-3.21.0-1.el9.x86_64.rpm\"]"
+            ),
+            "[\"apply-live\",\"--allow-replacement\"]".to_string(),
+        ],
+        "{}",
+        show(&run)
+    );
+    // The new files, by content, and CRI-O (with kubelet) not restarted: the drop-in did
+    // not change and CRI-O executes the shim per sandbox.
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    assert_eq!(
+        k.unit("kubelet.service").invocation_id,
+        kubelet.invocation_id
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "succeeded", "{st}");
+    assert_eq!(st["evidence"]["verdict"]["proven"], true, "{st}");
+    let steps = st["steps"].to_string();
+    assert!(
+        steps.contains("with the package's content (SHA-256 of its header)"),
+        "{steps}"
+    );
+    assert!(
+        steps.contains("new package versions live in the running /usr"),
+        "{steps}"
+    );
+    // The sandbox started before the upgrade is still there and ready; the handler serves.
+    let after = k.referee_assert_serves(HANDLER);
+    assert_eq!(after.pods, before.pods);
+    assert_eq!(after.containers, before.containers);
+    k.assert_healthy();
+
+    // Again with nothing new: nothing run, nothing restarted.
+    let n = mutating_calls(&k).len();
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_eq!(mutating_calls(&k).len(), n, "{}", show(&run));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+}
+
+#[test]
+fn a_downgrade_is_refused_unless_allowed() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.21: {}", show(&run));
+    let calls = mutating_calls(&k).len();
+
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 10, "a downgrade must be refused: {}", show(&run));
+    assert!(
+        run.stderr.contains(
+            "refusing to downgrade kata-containers (3.20.0-1.el9 offered, 3.21.0-1.el9 / \
+             3.21.0-1.el9 on the node)"
+        ),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        run.stderr.contains("package.allow_downgrade = true"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(
+        mutating_calls(&k).len(),
+        calls,
+        "a refusal changed something"
+    );
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    k.assert_healthy();
+
+    k.node
+        .write_file(
+            "/etc/kata-live/config.d/95-downgrade.toml",
+            b"[package]\nallow_downgrade = true\n",
+        )
+        .unwrap();
+    let run = k.install();
+    assert_eq!(run.code, 0, "an allowed downgrade: {}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    k.referee_assert_serves(HANDLER);
+}
+
+#[test]
+fn with_an_os_update_staged_the_upgrade_is_staged_and_said() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    // The machine-config daemon stages an OS update: the pending deployment's base commit
+    // differs from the booted one.
+    let state = format!("{FAKE}/state.json");
+    let mut v: serde_json::Value = serde_json::from_str(&text(&k, &state)).unwrap();
+    v["deployments"][0]["base-checksum"] = "ab".repeat(32).into();
+    k.node.write_file(&state, v.to_string().as_bytes()).unwrap();
+    let crio = k.unit("crio.service");
+    let calls = mutating_calls(&k).len();
+
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 19, "staged, not live: {}", show(&run));
+    assert!(
+        run.stderr
+            .contains("the new package versions are NOT live, they are staged for the next boot"),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        run.stderr.contains("an OS update is staged"),
+        "{}",
+        show(&run)
+    );
+    let new_calls = &mutating_calls(&k)[calls..];
+    assert_eq!(new_calls.len(), 1, "{new_calls:?}");
+    assert!(!new_calls[0].contains("apply-live"), "{new_calls:?}");
+    // The running node keeps 3.20, still proven; CRI-O untouched.
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    let st = k.status_json();
+    assert_eq!(st["exit_code"], 19, "{st}");
+    assert_eq!(st["evidence"]["verdict"]["proven"], true, "{st}");
+    let status: serde_json::Value =
+        serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())
+            .unwrap();
+    assert_eq!(
+        status["deployments"][0]["requested-local-packages"],
+        serde_json::json!(["kata-containers-3.21.0-1.el9.x86_64"])
+    );
+    k.referee_assert_serves(HANDLER);
+}
