@@ -116,6 +116,16 @@ pub fn decide_activation(i: &ActivationInputs) -> Activation {
     )
 }
 
+/// Whether a post-install unit (a guest-image generator, say) must be started in this run:
+/// always when the packages changed in this operation; otherwise only when kata-live has not
+/// started it successfully since boot. Starting a oneshot that already did its work runs it
+/// again: re-run on every kata-live run, a generator crash-loops the pods that use its
+/// output. (systemd cannot tell: it unloads a finished oneshot nothing refers to, and with
+/// it the unit's result and invocation.)
+pub fn post_install_unit_due(package_changed: bool, done_this_boot: bool) -> bool {
+    package_changed || !done_this_boot
+}
+
 /// Observations after activation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProofInputs {
@@ -304,6 +314,14 @@ mod tests {
                 "{i:?}"
             );
         }
+    }
+
+    #[test]
+    fn post_install_units_run_again_only_for_changed_packages_or_unfinished_work() {
+        assert!(!post_install_unit_due(false, true));
+        assert!(post_install_unit_due(true, true));
+        assert!(post_install_unit_due(false, false));
+        assert!(post_install_unit_due(true, false));
     }
 
     #[test]

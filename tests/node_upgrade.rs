@@ -6,6 +6,7 @@
 mod support;
 use kata_live_standins::test_rpms::TestRpm;
 use support::kata::{serial, show, KataNode};
+use support::node::NodeOptions;
 use support::referee::HANDLER;
 
 const RPMS: &str = "/var/lib/kata-live/rpms";
@@ -20,7 +21,14 @@ fn shim_text(version: &str) -> String {
 /// Boots a node whose kata-live installs from `RPMS`, and whose fake rpm-ostree writes the
 /// RPMs' own files (not its name-keyed placeholders).
 fn boot(extra: &str) -> KataNode {
-    let k = KataNode::boot(&format!("[package]\nlocal_rpm_dir = \"{RPMS}\"\n{extra}"));
+    boot_with(NodeOptions::default(), extra)
+}
+
+fn boot_with(opts: NodeOptions, extra: &str) -> KataNode {
+    let k = KataNode::boot_with(
+        opts,
+        &format!("[package]\nlocal_rpm_dir = \"{RPMS}\"\n{extra}"),
+    );
     k.node
         .exec_ok(&["rm", "-f", &format!("{FAKE}/files")])
         .expect("drop the placeholders");
@@ -242,4 +250,36 @@ fn with_an_os_update_staged_the_upgrade_is_staged_and_said() {
         serde_json::json!(["kata-containers-3.21.0-1.el9.x86_64"])
     );
     k.referee_assert_serves(HANDLER);
+}
+
+/// A guest-image generator: a oneshot that counts its runs.
+const GENERATOR: &str = "[Unit]\nDescription=test guest-image generator\n\n[Service]\n\
+    Type=oneshot\nExecStart=/bin/sh -c 'echo run >> /var/lib/generator.runs'\n";
+
+#[test]
+fn post_install_units_run_again_only_when_the_packages_change() {
+    let _one = serial();
+    let k = boot_with(
+        NodeOptions::default().file("/etc/systemd/system/generator.service", GENERATOR, 0o644),
+        "[post_install]\nunits = [\"generator.service\"]\n",
+    );
+    let runs = |k: &KataNode| {
+        k.node
+            .read_if_exists("/var/lib/generator.runs")
+            .map(|b| String::from_utf8_lossy(&b).lines().count())
+            .unwrap_or(0)
+    };
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    assert_eq!(runs(&k), 1);
+    // Nothing changed: the generator's work of this boot stands.
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_eq!(runs(&k), 1, "the generator ran again with nothing changed");
+    // A new version: its work is due again.
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "upgrade: {}", show(&run));
+    assert_eq!(runs(&k), 2, "{}", show(&run));
 }

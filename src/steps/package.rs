@@ -7,6 +7,9 @@ use crate::scriptlets;
 use crate::state::{Journal, Phase};
 use crate::visibility;
 
+/// The post-install units started successfully since boot, one per line.
+const UNITS_DONE: &str = "/run/kata-live/post-install-units.done";
+
 const UNTOUCHED: &str = "the package step is done; the runtime's configuration untouched";
 
 /// `rpm-ostree install --apply-live` (or nothing when the package is live already).
@@ -125,6 +128,8 @@ impl Step for InstallPackage {
             // only if the drop-in changed or CRI-O never checked the files at its start
             // (plan::crio_has_seen). New packages do.
             run.journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
+            run.journal.package_changed |=
+                matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded);
             if pkg == PackageOutcome::StagedForNextBoot {
                 run.staged_instead = Some(
                     "an OS update is staged for the next boot (`rpm-ostree status`), and \
@@ -188,7 +193,7 @@ impl Step for PostInstall {
     fn apply<'a>(
         &'a mut self,
         ctx: &'a Ctx,
-        _run: &'a mut Run,
+        run: &'a mut Run,
         rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
@@ -198,13 +203,44 @@ impl Step for PostInstall {
                 scriptlets::run_scriptlets(&c.post_install, &ctx.host, &ctx.tools, deadline)
                     .await
                     .map_err(|e| FlowError::Package(e.to_string()))?;
+            // What was started since boot lives in /run, which a boot empties.
+            let record = ctx.host.path(UNITS_DONE);
+            let mut done: Vec<String> = crate::fsutil::read_nofollow(&record)
+                .map_err(|e| FlowError::Package(e.to_string()))?
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .lines()
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut units_started = Vec::new();
             for unit in &c.post_install.units {
+                if !crate::plan::post_install_unit_due(
+                    run.journal.package_changed,
+                    done.contains(unit),
+                ) {
+                    tracing::info!(
+                        unit = %unit,
+                        "post-install unit {unit} not started again: it succeeded since boot and no package changed"
+                    );
+                    continue;
+                }
                 ctx.systemd
                     .start_unit(unit, deadline)
                     .await
                     .map_err(|e| FlowError::Package(format!("post-install unit {unit}: {e}")))?;
+                units_started.push(unit.clone());
+                if !done.contains(unit) {
+                    done.push(unit.clone());
+                }
+                let mut text = done.join("\n");
+                text.push('\n');
+                crate::fsutil::write_atomic(&ctx.host.root, &record, text.as_bytes(), 0o644)
+                    .map_err(|e| FlowError::Package(e.to_string()))?;
             }
             rep.evidence("post_install", &report);
+            rep.evidence("post_install_units_started", &units_started);
             let changed = report
                 .steps
                 .iter()
