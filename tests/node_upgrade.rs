@@ -283,3 +283,40 @@ fn post_install_units_run_again_only_when_the_packages_change() {
     assert_eq!(run.code, 0, "upgrade: {}", show(&run));
     assert_eq!(runs(&k), 2, "{}", show(&run));
 }
+
+#[test]
+fn an_upgrade_interrupted_in_its_live_apply_converges_on_the_next_run() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    let crio = k.unit("crio.service");
+    // The live apply is cut off half way: rpm-ostree records live-inprogress.
+    k.node.write_file(format!("{FAKE}/interrupt"), b"").unwrap();
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 11, "{}", show(&run));
+    assert!(
+        run.stderr.contains("the runtime's configuration untouched"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    k.assert_healthy();
+    k.node
+        .exec_ok(&["rm", "-f", &format!("{FAKE}/interrupt")])
+        .unwrap();
+    // The next run finishes that same live apply, and proves the node.
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let last = mutating_calls(&k).pop().unwrap();
+    assert!(
+        last.starts_with("[\"apply-live\",\"--target\"")
+            && last.ends_with("\"--allow-replacement\"]"),
+        "{last}"
+    );
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    k.referee_assert_serves(HANDLER);
+}

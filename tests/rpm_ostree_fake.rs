@@ -975,3 +975,52 @@ async fn an_upgrade_stopped_after_its_request_is_finished_by_apply_live() {
     );
     assert_eq!(live_nevras(&e), "kata-containers-3.21.0-1.el9.x86_64");
 }
+
+#[tokio::test]
+async fn an_upgrade_whose_live_apply_was_interrupted_is_finished_by_the_next_run() {
+    let e = env();
+    let p = local_pkg();
+    e.rpm
+        .install(&p, &offer(&e, &["3.20.0"]), DEADLINE)
+        .await
+        .unwrap();
+    let v21 = offer(&e, &["3.21.0"]);
+    // The live apply is cut off half way (what a crash or a kill -9 of the daemon leaves).
+    e.marker("interrupt");
+    let err = e.rpm.install(&p, &v21, DEADLINE).await.unwrap_err();
+    assert!(matches!(err, RpmOstreeError::Failed { .. }), "{err:?}");
+    std::fs::remove_file(e.dir.join("interrupt")).unwrap();
+    let st = e.rpm.status(DEADLINE).await.unwrap();
+    let target = st.booted.live_inprogress.clone().expect("live-inprogress");
+    let n = e.mutating_calls().len();
+    assert_eq!(
+        e.rpm.install(&p, &v21, DEADLINE).await.unwrap(),
+        PackageOutcome::Upgraded
+    );
+    assert_eq!(
+        e.mutating_calls()[n..],
+        [vec![
+            "apply-live".to_string(),
+            "--target".into(),
+            target,
+            "--allow-replacement".into()
+        ]]
+    );
+    assert_eq!(live_nevras(&e), "kata-containers-3.21.0-1.el9.x86_64");
+    let st = e.rpm.status(DEADLINE).await.unwrap();
+    assert_eq!(st.booted.live_inprogress, None);
+    // Another offer meanwhile is not ours to finish: the interrupted apply is named.
+    e.marker("interrupt");
+    let v22 = offer(&e, &["3.22.0"]);
+    assert!(e.rpm.install(&p, &v22, DEADLINE).await.is_err());
+    std::fs::remove_file(e.dir.join("interrupt")).unwrap();
+    let err = e
+        .rpm
+        .install(&p, &offer(&e, &["3.23.0"]), DEADLINE)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RpmOstreeError::LiveInProgress { .. }),
+        "{err:?}"
+    );
+}

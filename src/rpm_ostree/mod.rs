@@ -453,7 +453,9 @@ pub fn plan_local(
     offered: &[Offered],
     allow_downgrade: bool,
 ) -> Result<(InstallPlan, Vec<Decision>), RpmOstreeError> {
-    check_live_state(status)?;
+    if status.transaction_active {
+        return Err(RpmOstreeError::TransactionActive);
+    }
     let decisions = decide(offered, &status.local_packages(), allow_downgrade);
     let refused: Vec<String> = decisions
         .iter()
@@ -475,6 +477,32 @@ pub fn plan_local(
         .collect();
     if !refused.is_empty() {
         return Err(RpmOstreeError::DowngradeRefused { packages: refused });
+    }
+    if let Some(commit) = &status.booted.live_inprogress {
+        // An interrupted live apply (a crash, a kill -9 of the daemon) of the deployment
+        // that already requests every offered NEVRA: finishing it is this run's own job, and
+        // rpm-ostree only accepts that same target again. Any other is for a human.
+        let ours = status.pending.as_ref().is_some_and(|p| {
+            &p.checksum == commit
+                && offered
+                    .iter()
+                    .all(|o| p.requested_local_packages.contains(&o.nevra.to_string()))
+        });
+        if !ours || status.os_update_pending() {
+            check_live_state(status)?;
+        }
+        let mut apply = strings(["apply-live", "--target"]);
+        apply.push(commit.clone());
+        apply.push("--allow-replacement".into());
+        return Ok((
+            InstallPlan::Replace {
+                install_argv: None,
+                apply_argv: Some(apply),
+                nevras: offered.iter().map(|o| o.nevra.to_string()).collect(),
+                staged_instead: None,
+            },
+            decisions,
+        ));
     }
     let offered_rows: Vec<(&Decision, &Offered)> = decisions
         .iter()
