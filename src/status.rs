@@ -48,6 +48,11 @@ pub struct Observation {
     pub runtime_source: String,
     pub handler: String,
     pub package: String,
+    /// With `package.local_rpm_dir`: each package's NEVRA live, in the next boot and
+    /// offered, and what an install would do (empty otherwise, or when unreadable: then
+    /// `package` says why).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub package_versions: Vec<crate::rpm_ostree::Decision>,
     pub drop_in: String,
     pub drop_in_path: String,
     pub crio: Seen<UnitState>,
@@ -68,10 +73,29 @@ pub struct Observation {
 
 async fn observe(ctx: &Ctx, canary: bool) -> Observation {
     let c = &ctx.cfg;
+    let mut package_versions = Vec::new();
     let package = if c.package.skip {
         "skipped (package.skip)".to_string()
     } else {
         match ctx.rpm_ostree.status(Duration::from_secs(30)).await {
+            Ok(s) if c.package.local_rpm_dir.is_some() => {
+                let offered = c.package.local_rpm_dir.as_ref().map(|d| {
+                    crate::rpm_ostree::list_local_rpms(&ctx.host.path(d))
+                        .and_then(|l| crate::rpm_ostree::read_offered(&l))
+                });
+                match offered {
+                    Some(Ok(offered)) => {
+                        package_versions = crate::rpm_ostree::decide(
+                            &offered,
+                            &s.local_packages(),
+                            c.package.allow_downgrade,
+                        );
+                        "local RPMs (versions below)".to_string()
+                    }
+                    Some(Err(e)) => format!("offered RPMs unreadable ({e})"),
+                    None => String::new(),
+                }
+            }
             Ok(s) => c
                 .package
                 .names
@@ -164,6 +188,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         },
         handler: c.handler.name.clone(),
         package,
+        package_versions,
         drop_in,
         drop_in_path: ctx.host.path(ctx.rt.drop_in_path()).display().to_string(),
         crio: crio.into(),
@@ -291,6 +316,25 @@ pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
     );
     row(rows, "handler", &o.handler);
     row(rows, "package", &o.package);
+    for d in &o.package_versions {
+        let v =
+            |n: Option<&crate::rpm_ostree::Nevra>| n.map(|n| n.to_string()).unwrap_or("-".into());
+        row(
+            rows,
+            &d.name,
+            format!(
+                "live {}, next boot {}, offered {}: {}",
+                if d.on_node.live_unknown {
+                    "unknown (changed live by a deployment no longer listed)".into()
+                } else {
+                    v(d.on_node.live.as_ref())
+                },
+                v(d.on_node.next_boot.as_ref()),
+                v(d.offered.as_ref().map(|o| &o.nevra)),
+                d.action
+            ),
+        );
+    }
     row(
         rows,
         "drop-in",

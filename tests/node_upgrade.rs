@@ -144,6 +144,20 @@ fn a_newer_release_is_upgraded_live_without_restarting_crio() {
         steps.contains("new package versions live in the running /usr"),
         "{steps}"
     );
+    // Each package's NEVRA, in the run's evidence and in `status`.
+    assert_eq!(
+        st["evidence"]["package_versions"][0]["action"], "upgrade",
+        "{st}"
+    );
+    let status = k.kata(&["status"]);
+    assert!(
+        status.stdout.contains(
+            "live kata-containers-3.21.0-1.el9.x86_64, next boot \
+             kata-containers-3.21.0-1.el9.x86_64, offered kata-containers-3.21.0-1.el9.x86_64"
+        ),
+        "{}",
+        show(&status)
+    );
     // The sandbox started before the upgrade is still there and ready; the handler serves.
     let after = k.referee_assert_serves(HANDLER);
     assert_eq!(after.pods, before.pods);
@@ -241,6 +255,14 @@ fn with_an_os_update_staged_the_upgrade_is_staged_and_said() {
     assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
     let st = k.status_json();
     assert_eq!(st["exit_code"], 19, "{st}");
+    let status = k.kata(&["status", "--json"]);
+    let status_doc: serde_json::Value =
+        serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&status)));
+    let row = &status_doc["package_versions"][0];
+    // The install replaced the deployment applied live: the status cannot tell what is
+    // live, and says so rather than call it absent.
+    assert_eq!(row["live_unknown"], true, "{status_doc}");
+    assert_eq!(row["next_boot"]["version"], "3.21.0", "{status_doc}");
     assert_eq!(st["evidence"]["verdict"]["proven"], true, "{st}");
     let status: serde_json::Value =
         serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())

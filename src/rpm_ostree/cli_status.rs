@@ -203,6 +203,11 @@ impl Status {
             let name = n.name.clone();
             m.entry(name).or_default().next_boot = Some(n);
         }
+        if !self.live_tree_known() {
+            for v in m.values_mut() {
+                v.live_unknown = true;
+            }
+        }
         m
     }
 

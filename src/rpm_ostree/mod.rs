@@ -973,23 +973,38 @@ impl RpmOstree {
         offered: &[Offered],
         deadline: Duration,
     ) -> Result<PackageOutcome, RpmOstreeError> {
+        self.install_with_table(pkg, offered, deadline)
+            .await
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`RpmOstree::install`], with the per-package decisions it carried out (empty when
+    /// installing by name).
+    pub async fn install_with_table(
+        &self,
+        pkg: &Package,
+        offered: &[Offered],
+        deadline: Duration,
+    ) -> Result<(PackageOutcome, Vec<Decision>), RpmOstreeError> {
         if pkg.skip {
-            return Ok(PackageOutcome::Skipped);
+            return Ok((PackageOutcome::Skipped, Vec::new()));
         }
         let until = Instant::now() + deadline;
         let status = self.status_until(until).await?;
-        let plan = if offered.is_empty() {
-            plan_install(&status, pkg, &[])?
+        let (plan, decisions) = if offered.is_empty() {
+            (plan_install(&status, pkg, &[])?, Vec::new())
         } else {
             let (plan, decisions) = plan_local(&status, offered, pkg.allow_downgrade)?;
             for d in &decisions {
                 tracing::info!(package = %d.name, action = %d.action, "package {}: {}", d.name, d.action);
             }
-            plan
+            (plan, decisions)
         };
         tracing::info!(plan = %plan, "package plan: {plan}");
-        self.apply(&plan, until.saturating_duration_since(Instant::now()))
-            .await
+        let outcome = self
+            .apply(&plan, until.saturating_duration_since(Instant::now()))
+            .await?;
+        Ok((outcome, decisions))
     }
 
     /// Removes `pkg` as configured (`package.uninstall`) and says what happened, checked

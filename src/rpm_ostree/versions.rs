@@ -94,6 +94,10 @@ pub struct OnNode {
     pub live: Option<Nevra>,
     /// Requested as a local RPM in the deployment the next boot uses.
     pub next_boot: Option<Nevra>,
+    /// What is live cannot be read from the status (a later request replaced the
+    /// deployment that was applied live): `live` is then `None` without meaning absent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub live_unknown: bool,
 }
 
 /// What to do with one package.
@@ -242,7 +246,11 @@ pub fn table(decisions: &[Decision]) -> String {
         .map(|d| {
             [
                 d.name.clone(),
-                col(d.on_node.live.as_ref()),
+                if d.on_node.live_unknown {
+                    "unknown".into()
+                } else {
+                    col(d.on_node.live.as_ref())
+                },
                 col(d.on_node.next_boot.as_ref()),
                 col(d.offered.as_ref().map(|o| &o.nevra)),
                 d.action.to_string(),
@@ -290,6 +298,7 @@ mod tests {
         OnNode {
             live: live.map(n),
             next_boot: next.map(n),
+            live_unknown: false,
         }
     }
 

@@ -96,7 +96,7 @@ impl Step for InstallPackage {
         &'a mut self,
         ctx: &'a Ctx,
         run: &'a mut Run,
-        _rep: &'a mut Reporter,
+        rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
             Self::forget_what_crio_saw(run)?;
@@ -104,10 +104,16 @@ impl Step for InstallPackage {
             let local = offered_rpms(ctx).map_err(|e| FlowError::Package(e.to_string()))?;
             let out = ctx
                 .rpm_ostree
-                .install(&c.package, &local, Ctx::deadline(c.deadlines.package))
+                .install_with_table(&c.package, &local, Ctx::deadline(c.deadlines.package))
                 .await;
             let pkg = match out {
-                Ok(o) => o,
+                Ok((o, decisions)) => {
+                    if !decisions.is_empty() {
+                        // Each package's NEVRA: live, next boot, offered, and what was done.
+                        rep.evidence("package_versions", &decisions);
+                    }
+                    o
+                }
                 Err(RpmOstreeError::Interrupted { signal, .. }) => {
                     return Err(FlowError::Stopped {
                         signal,
