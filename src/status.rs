@@ -85,9 +85,11 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
                 });
                 match offered {
                     Some(Ok(offered)) => {
+                        let until = tokio::time::Instant::now() + Duration::from_secs(30);
+                        let on_node = ctx.rpm_ostree.on_node(&s, &offered, until).await;
                         package_versions = crate::rpm_ostree::decide(
                             &offered,
-                            &s.local_packages(),
+                            &on_node,
                             c.package.allow_downgrade,
                         );
                         "local RPMs (versions below)".to_string()

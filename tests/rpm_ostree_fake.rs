@@ -1024,3 +1024,58 @@ async fn an_upgrade_whose_live_apply_was_interrupted_is_finished_by_the_next_run
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn the_rpm_database_tells_what_is_live_when_the_status_cannot() {
+    let e = env();
+    let p = local_pkg();
+    let v20 = offer(&e, &["3.20.0"]);
+    e.rpm.install(&p, &v20, DEADLINE).await.unwrap();
+    // An uninstall staged since: the deployment applied live is no longer listed.
+    e.cli_ok(&["uninstall", "kata-containers"]);
+    let st = e.rpm.status(DEADLINE).await.unwrap();
+    assert!(!st.live_tree_known());
+    // The node's rpm database (here the host's rpm over a database of its own) holds 3.20.
+    let root = e.root.join("rpmdb-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let rpm = |args: &[&str]| {
+        let out = std::process::Command::new("rpm")
+            .arg("--root")
+            .arg(&root)
+            .args(args)
+            .output()
+            .expect("run rpm (is the Debian package `rpm` installed?)");
+        assert!(out.status.success(), "rpm {args:?}: {out:?}");
+    };
+    rpm(&["--initdb"]);
+    rpm(&[
+        "-i",
+        "--justdb",
+        "--nodeps",
+        "--noscripts",
+        "--notriggers",
+        v20[0].path.to_str().unwrap(),
+    ]);
+    let v21 = offer(&e, &["3.21.0"]);
+    let until = tokio::time::Instant::now() + DEADLINE;
+    // Without the database: unknown, never absent.
+    let on = e.rpm.on_node(&st, &v21, until).await;
+    assert!(on["kata-containers"].live_unknown && on["kata-containers"].live.is_none());
+    let with_db = e
+        .rpm
+        .clone()
+        .with_rpmdb(kata_live::rpm_ostree::Rpmdb::new("rpm", &root));
+    let on = with_db.on_node(&st, &v21, until).await;
+    assert_eq!(
+        on["kata-containers"].live.as_ref().map(ToString::to_string),
+        Some("kata-containers-3.20.0-1.el9.x86_64".to_string())
+    );
+    assert!(!on["kata-containers"].live_unknown);
+    let (outcome, decisions) = with_db
+        .install_with_table(&p, &v21, DEADLINE)
+        .await
+        .unwrap();
+    assert_eq!(outcome, PackageOutcome::Upgraded);
+    assert_eq!(decisions[0].action, kata_live::rpm_ostree::Action::Upgrade);
+    assert_eq!(live_nevras(&e), "kata-containers-3.21.0-1.el9.x86_64");
+}

@@ -22,11 +22,14 @@
 //!   whatever `-A` says: a request staged by an interrupted run needs `apply-live`.
 
 mod cli_status;
+mod rpmdb;
 mod versions;
 
 pub use cli_status::{nevra_name, parse_status, Deployment, PackageState, Status};
+pub use rpmdb::{parse_query, Rpmdb, RpmdbError};
 pub use versions::{decide, evr_cmp, table, Action, Decision, Nevra, Offered, OnNode};
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -453,10 +456,21 @@ pub fn plan_local(
     offered: &[Offered],
     allow_downgrade: bool,
 ) -> Result<(InstallPlan, Vec<Decision>), RpmOstreeError> {
+    plan_local_with(status, &status.local_packages(), offered, allow_downgrade)
+}
+
+/// [`plan_local`] with what is on the node given (the status's view, completed from the
+/// rpm database where the status cannot tell what is live: [`RpmOstree::on_node`]).
+pub fn plan_local_with(
+    status: &Status,
+    on_node: &BTreeMap<String, OnNode>,
+    offered: &[Offered],
+    allow_downgrade: bool,
+) -> Result<(InstallPlan, Vec<Decision>), RpmOstreeError> {
     if status.transaction_active {
         return Err(RpmOstreeError::TransactionActive);
     }
-    let decisions = decide(offered, &status.local_packages(), allow_downgrade);
+    let decisions = decide(offered, on_node, allow_downgrade);
     let refused: Vec<String> = decisions
         .iter()
         .filter(|d| d.action == Action::RefusedDowngrade)
@@ -738,6 +752,8 @@ pub fn list_local_rpms(dir: &Path) -> Result<Vec<PathBuf>, RpmOstreeError> {
 #[derive(Debug, Clone)]
 pub struct RpmOstree {
     exe: PathBuf,
+    /// Asked what is live when the status cannot tell.
+    rpmdb: Option<Rpmdb>,
 }
 
 /// Output of one successful run.
@@ -760,7 +776,56 @@ fn tail(s: &str) -> &str {
 
 impl RpmOstree {
     pub fn new(exe: impl Into<PathBuf>) -> Self {
-        RpmOstree { exe: exe.into() }
+        RpmOstree {
+            exe: exe.into(),
+            rpmdb: None,
+        }
+    }
+
+    pub fn with_rpmdb(mut self, rpmdb: Rpmdb) -> Self {
+        self.rpmdb = Some(rpmdb);
+        self
+    }
+
+    /// The local packages on the node ([`Status::local_packages`]); when the status cannot
+    /// tell what is live, the live NEVRAs of the offered names and of the requested ones
+    /// are read from the rpm database. An unreadable database leaves them unknown (said in
+    /// the log): the plan then takes the route that does not depend on them.
+    pub async fn on_node(
+        &self,
+        status: &Status,
+        offered: &[Offered],
+        until: Instant,
+    ) -> BTreeMap<String, OnNode> {
+        let mut m = status.local_packages();
+        if status.live_tree_known() {
+            return m;
+        }
+        for o in offered {
+            m.entry(o.nevra.name.clone()).or_default().live_unknown = true;
+        }
+        let Some(db) = &self.rpmdb else {
+            return m;
+        };
+        let mut names: Vec<String> = offered.iter().map(|o| o.nevra.name.clone()).collect();
+        names.extend(m.keys().cloned());
+        names.sort();
+        names.dedup();
+        match db.query(&names, until).await {
+            Ok(live) => {
+                for name in names {
+                    let entry = m.entry(name.clone()).or_default();
+                    entry.live = live.get(&name).cloned();
+                    entry.live_unknown = false;
+                }
+                // A name neither layered nor live is not on the node at all.
+                m.retain(|_, v| v.live.is_some() || v.next_boot.is_some());
+            }
+            Err(e) => tracing::warn!(
+                "the rpm database could not be read ({e}): what is live stays unknown"
+            ),
+        }
+        m
     }
 
     pub fn exe(&self) -> &Path {
@@ -994,7 +1059,9 @@ impl RpmOstree {
         let (plan, decisions) = if offered.is_empty() {
             (plan_install(&status, pkg, &[])?, Vec::new())
         } else {
-            let (plan, decisions) = plan_local(&status, offered, pkg.allow_downgrade)?;
+            let on_node = self.on_node(&status, offered, until).await;
+            let (plan, decisions) =
+                plan_local_with(&status, &on_node, offered, pkg.allow_downgrade)?;
             for d in &decisions {
                 tracing::info!(package = %d.name, action = %d.action, "package {}: {}", d.name, d.action);
             }
