@@ -520,3 +520,55 @@ fn an_epoch_outranks_the_version() {
         InstallPlan::Replace { .. }
     ));
 }
+
+#[test]
+fn a_release_with_an_upgrade_a_new_dependency_and_an_unchanged_package_is_one_transaction() {
+    // Live and requested: kata-containers 3.8.0 (the fixture). Offered: 3.9.0, a new
+    // virtiofsd, and nothing else changed.
+    let st = fixture("local-live-replaced");
+    let mut rpms = offered("kata-containers-3.9.0-1.el9.x86_64");
+    rpms.extend(offered("virtiofsd-1.11.1-1.el9.x86_64"));
+    let InstallPlan::Replace {
+        install_argv: Some(install),
+        apply_argv: Some(apply),
+        nevras,
+        staged_instead: None,
+    } = plan_install(&st, &pkg(), &rpms).unwrap()
+    else {
+        panic!("not one replacement")
+    };
+    assert_eq!(
+        install,
+        s(&[
+            "install",
+            "--idempotent",
+            "--allow-inactive",
+            "--uninstall=kata-containers-3.8.0-1.el9.x86_64",
+            "/var/lib/kata-live/rpms/kata-containers-3.9.0-1.el9.x86_64.rpm",
+            "/var/lib/kata-live/rpms/virtiofsd-1.11.1-1.el9.x86_64.rpm",
+        ])
+    );
+    assert_eq!(apply, s(&["apply-live", "--allow-replacement"]));
+    assert_eq!(
+        nevras,
+        s(&[
+            "kata-containers-3.9.0-1.el9.x86_64",
+            "virtiofsd-1.11.1-1.el9.x86_64"
+        ])
+    );
+    // The same NEVRA offered again beside a new package: only the new one is requested,
+    // and as a pure addition it goes live with install -A.
+    let mut rpms = offered("kata-containers-3.8.0-1.el9.x86_64");
+    rpms.extend(offered("virtiofsd-1.11.1-1.el9.x86_64"));
+    match plan_install(&st, &pkg(), &rpms).unwrap() {
+        InstallPlan::InstallLive { argv, names } => {
+            assert_eq!(
+                argv.last().unwrap(),
+                "/var/lib/kata-live/rpms/virtiofsd-1.11.1-1.el9.x86_64.rpm"
+            );
+            assert!(argv.contains(&"--apply-live".to_string()), "{argv:?}");
+            assert_eq!(names, ["virtiofsd"]);
+        }
+        other => panic!("{other:?}"),
+    }
+}

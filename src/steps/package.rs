@@ -81,7 +81,13 @@ impl Step for InstallPackage {
                             "dry run: the package is live already".into()
                         }
                         Ok(plan) => {
-                            run.journal.package_newly_live = true;
+                            // New versions replacing live ones need no restart by themselves
+                            // (see the apply below); new packages do.
+                            run.journal.package_newly_live = matches!(
+                                plan,
+                                InstallPlan::InstallLive { .. }
+                                    | InstallPlan::ApplyPendingLive { .. }
+                            );
                             format!("dry run: would carry out {}", plan)
                         }
                         Err(e) => format!("dry run: would fail: {e}"),
