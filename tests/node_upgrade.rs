@@ -342,3 +342,65 @@ fn an_upgrade_interrupted_in_its_live_apply_converges_on_the_next_run() {
     assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
     k.referee_assert_serves(HANDLER);
 }
+
+/// Breaks the proof that follows it, once: kubelet drops its CRI connection (fake-kubelet's
+/// hold marker) when `/run/break-next-proof` exists. Started as a post-install unit, so it
+/// runs when the packages change.
+const BREAK_NEXT_PROOF: &str =
+    "[Unit]\nDescription=test: kubelet disconnects after the next package change\n\n\
+    [Service]\nType=oneshot\nExecStart=/bin/sh -c 'if [ -e /run/break-next-proof ]; then \
+    rm /run/break-next-proof; touch /run/fake-kubelet/hold-disconnected; fi'\n";
+
+#[test]
+fn a_failed_proof_after_an_upgrade_puts_the_previous_version_back() {
+    let _one = serial();
+    let k = boot_with(
+        NodeOptions::default().file(
+            "/etc/systemd/system/break-next-proof.service",
+            BREAK_NEXT_PROOF,
+            0o644,
+        ),
+        "[post_install]\nunits = [\"break-next-proof.service\"]\n",
+    );
+    // A kubelet restarted (with CRI-O, by the rollback) starts connected again.
+    k.unit_drop_in(
+        "kubelet.service",
+        "50-release-hold",
+        "[Service]\nExecStartPre=/bin/rm -f /run/fake-kubelet/hold-disconnected\n",
+    );
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    // The previous version's RPM is kept for the next upgrade's rollback.
+    assert!(k
+        .node
+        .exists("/var/lib/kata-live/rpms-live/kata-containers-3.20.0-1.el9.x86_64.rpm")
+        .unwrap());
+
+    k.node.write_file("/run/break-next-proof", b"").unwrap();
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(
+        run.code,
+        13,
+        "the proof must fail and roll back: {}",
+        show(&run)
+    );
+    let st = k.status_json();
+    let steps = st["steps"].to_string();
+    assert!(
+        steps.contains("kata-containers-3.20.0-1.el9.x86_64 live again"),
+        "{steps}"
+    );
+    // 3.20 back: live (by content), requested for the next boot, and proven.
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    let status: serde_json::Value =
+        serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())
+            .unwrap();
+    assert_eq!(
+        status["deployments"][0]["requested-local-packages"],
+        serde_json::json!(["kata-containers-3.20.0-1.el9.x86_64"])
+    );
+    k.assert_healthy();
+    k.referee_assert_serves(HANDLER);
+}

@@ -141,6 +141,9 @@ pub struct Run {
     pub expected_content: Vec<(std::path::PathBuf, String)>,
     /// Set by the package step: why the new package versions were staged, not made live.
     pub staged_instead: Option<String>,
+    /// Set by the package step after an upgrade: how a rollback puts the previous package
+    /// versions back.
+    pub reinstall: Option<crate::rpm_ostree::Reinstall>,
     /// The drop-in's backup as it was before activation (loaded by the activation step).
     pub backup: Option<Backup>,
     /// Set by the activation step.
@@ -210,6 +213,7 @@ async fn run_steps(
         drop_in_changed: false,
         expected_content: Vec::new(),
         staged_instead: None,
+        reinstall: None,
         backup: None,
         activated: None,
         wrote: None,
@@ -329,10 +333,16 @@ async fn roll_back(
         .rev()
         .filter(|&i| applied[i].changes_runtime_config())
         .collect();
-    // The undos, then the restart of the runtime and the proof back.
-    rep.begin_rollback(undone.len() + 2);
+    // The undos, the previous packages, then the restart of the runtime and the proof back.
+    let reinstall = run.reinstall.take();
+    rep.begin_rollback(undone.len() + 2 + usize::from(reinstall.is_some()));
     for i in undone {
         if let Err(failed) = applied[i].undo(ctx, run, rep) {
+            return failed;
+        }
+    }
+    if let Some(r) = reinstall {
+        if let Err(failed) = crate::steps::put_back(ctx, rep, &r).await {
             return failed;
         }
     }

@@ -748,6 +748,23 @@ pub fn list_local_rpms(dir: &Path) -> Result<Vec<PathBuf>, RpmOstreeError> {
     Ok(rpms)
 }
 
+/// Where the RPMs of the live local packages are kept (by NEVRA), so that a failed upgrade
+/// can put the previous versions back: the operator's directory then holds the new ones.
+pub const KEPT_RPMS: &str = "/var/lib/kata-live/rpms-live";
+
+/// Puts previous package versions back after a failed upgrade: the same transaction shape
+/// as the upgrade (`install --uninstall=NEW… OLD.rpm…`, then `apply-live
+/// --allow-replacement`), then a wait until the runtime files hold the old content.
+#[derive(Debug, Clone)]
+pub struct Reinstall {
+    pub install_argv: Vec<String>,
+    pub apply_argv: Vec<String>,
+    /// The previous NEVRAs, for the words.
+    pub nevras: Vec<String>,
+    /// Runtime files with the SHA-256 the previous RPMs record.
+    pub content: Vec<(PathBuf, String)>,
+}
+
 /// Runs the rpm-ostree CLI.
 #[derive(Debug, Clone)]
 pub struct RpmOstree {

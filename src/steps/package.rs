@@ -108,6 +108,12 @@ impl Step for InstallPackage {
             Self::forget_what_crio_saw(run)?;
             let c = &ctx.cfg;
             let local = offered_rpms(ctx).map_err(|e| FlowError::Package(e.to_string()))?;
+            // Before anything changes: can a failed upgrade put the previous versions back?
+            let reinstall = if local.is_empty() {
+                None
+            } else {
+                previous_versions(ctx, &local).await
+            };
             let out = ctx
                 .rpm_ostree
                 .install_with_table(&c.package, &local, Ctx::deadline(c.deadlines.package))
@@ -150,6 +156,20 @@ impl Step for InstallPackage {
                         .into(),
                 );
             }
+            if pkg == PackageOutcome::Upgraded {
+                run.reinstall = reinstall;
+            }
+            if !local.is_empty()
+                && matches!(
+                    pkg,
+                    PackageOutcome::NewlyLive
+                        | PackageOutcome::Upgraded
+                        | PackageOutcome::AlreadyLive
+                )
+            {
+                keep_rpms(ctx, &local, run.reinstall.as_ref())
+                    .map_err(|e| FlowError::Package(e.to_string()))?;
+            }
             if matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded) {
                 // The runtime files an offered RPM ships, with its digests: a new version at
                 // an existing path passes a stat before its content reaches CRI-O.
@@ -167,6 +187,157 @@ impl Step for InstallPackage {
                 pkg.to_string(),
             ))
         })
+    }
+}
+
+/// How a rollback would put back the versions the offered RPMs replace, from the copies kept
+/// under [`KEPT_RPMS`](crate::rpm_ostree::KEPT_RPMS). `None` when nothing is replaced, or
+/// when a previous version is not kept: that is said now, before anything changes.
+async fn previous_versions(
+    ctx: &Ctx,
+    offered: &[crate::rpm_ostree::Offered],
+) -> Option<crate::rpm_ostree::Reinstall> {
+    use crate::rpm_ostree::{decide, Action, KEPT_RPMS};
+    let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
+    let status = ctx.rpm_ostree.status(deadline).await.ok()?;
+    let until = tokio::time::Instant::now() + deadline;
+    let on_node = ctx.rpm_ostree.on_node(&status, offered, until).await;
+    let replaced: Vec<(String, crate::rpm_ostree::Nevra)> =
+        decide(offered, &on_node, ctx.cfg.package.allow_downgrade)
+            .into_iter()
+            .filter(|d| matches!(d.action, Action::Upgrade | Action::Downgrade))
+            .filter_map(|d| Some((d.offered?.nevra.to_string(), d.on_node.live?)))
+            .collect();
+    if replaced.is_empty() {
+        return None;
+    }
+    let kept: Vec<std::path::PathBuf> = replaced
+        .iter()
+        .map(|(_, old)| ctx.host.path(KEPT_RPMS).join(format!("{old}.rpm")))
+        .collect();
+    let missing: Vec<String> = replaced
+        .iter()
+        .zip(&kept)
+        .filter(|(_, p)| !p.is_file())
+        .map(|((_, old), _)| old.to_string())
+        .collect();
+    if !missing.is_empty() {
+        tracing::warn!(
+            "the previous package versions {} are not kept under {KEPT_RPMS}: if the proof \
+             fails, the rollback restores the drop-in but the new versions stay live",
+            missing.join(", ")
+        );
+        return None;
+    }
+    let old_rpms = match crate::rpm_ostree::read_offered(&kept) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!("the kept previous packages cannot be read ({e}): a rollback would leave the new versions live");
+            return None;
+        }
+    };
+    let (binary, others) = ctx.rt.runtime_files(&ctx.host);
+    let content = std::iter::once(binary)
+        .chain(others)
+        .filter_map(|p| {
+            let want = old_rpms.iter().find_map(|o| o.sha256.get(&p))?.clone();
+            Some((p, want))
+        })
+        .collect();
+    let mut install_argv: Vec<String> = ["install", "--idempotent", "--allow-inactive"]
+        .map(String::from)
+        .into();
+    install_argv.extend(replaced.iter().map(|(new, _)| format!("--uninstall={new}")));
+    install_argv.extend(kept.iter().map(|p| p.to_string_lossy().into_owned()));
+    Some(crate::rpm_ostree::Reinstall {
+        install_argv,
+        apply_argv: ["apply-live", "--allow-replacement"]
+            .map(String::from)
+            .into(),
+        nevras: replaced.iter().map(|(_, old)| old.to_string()).collect(),
+        content,
+    })
+}
+
+/// Keeps a copy of each offered RPM (now live) under [`KEPT_RPMS`](crate::rpm_ostree::KEPT_RPMS)
+/// for the next upgrade's rollback, and drops the copies of versions neither offered nor
+/// needed by this run's own rollback.
+fn keep_rpms(
+    ctx: &Ctx,
+    offered: &[crate::rpm_ostree::Offered],
+    reinstall: Option<&crate::rpm_ostree::Reinstall>,
+) -> Result<(), crate::fsutil::FsError> {
+    let dir = ctx.host.path(crate::rpm_ostree::KEPT_RPMS);
+    let mut wanted: Vec<String> = offered.iter().map(|o| format!("{}.rpm", o.nevra)).collect();
+    if let Some(r) = reinstall {
+        wanted.extend(r.nevras.iter().map(|n| format!("{n}.rpm")));
+    }
+    for o in offered {
+        let dest = dir.join(format!("{}.rpm", o.nevra));
+        if dest.is_file() {
+            continue;
+        }
+        let bytes = crate::fsutil::read_nofollow(&o.path)?.unwrap_or_default();
+        crate::fsutil::write_atomic(&ctx.host.root, &dest, &bytes, 0o644)?;
+    }
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".rpm") && !wanted.contains(&name) {
+                crate::fsutil::remove_file(&ctx.host.root, &e.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The rollback's package part: the previous versions back live, by content.
+pub async fn put_back(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    r: &crate::rpm_ostree::Reinstall,
+) -> Result<(), crate::flow::Rollback> {
+    rep.begin(
+        "rollback-package",
+        &format!("putting back {}", r.nevras.join(", ")),
+    );
+    let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
+    let until = tokio::time::Instant::now() + deadline;
+    let done = async {
+        ctx.rpm_ostree
+            .run(&r.install_argv, until)
+            .await
+            .map_err(|e| e.to_string())?;
+        ctx.rpm_ostree
+            .run(&r.apply_argv, until)
+            .await
+            .map_err(|e| e.to_string())?;
+        visibility::wait_content(
+            &ctx.host,
+            &r.content,
+            None,
+            until.saturating_duration_since(tokio::time::Instant::now()),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+    .await;
+    match done {
+        Ok(()) => {
+            rep.end(
+                crate::report::StepOutcome::Ran,
+                format!("{} live again", r.nevras.join(", ")),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            rep.end(crate::report::StepOutcome::Failed, e.clone());
+            Err(crate::flow::Rollback::Failed(format!(
+                "the previous package versions ({}) could not be put back: {e}. The drop-in \
+                 is restored; check `rpm-ostree status`, then run kata-live again",
+                r.nevras.join(", ")
+            )))
+        }
     }
 }
 
