@@ -404,3 +404,46 @@ fn a_failed_proof_after_an_upgrade_puts_the_previous_version_back() {
     k.assert_healthy();
     k.referee_assert_serves(HANDLER);
 }
+
+#[test]
+fn an_upgrade_killed_in_its_package_step_converges_on_the_next_run() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    let crio = k.unit("crio.service");
+    offer(&k, "3.21.0");
+    k.rpm_ostree_fault("hang");
+    let _ = k.node.exec(&["rm", "-f", "/run/kata-live/status.json"]);
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let pid = k.wait_phase("package", std::time::Duration::from_secs(120));
+    k.wait_rpm_ostree_hanging(std::time::Duration::from_secs(30));
+    assert!(
+        mutating_calls(&k)
+            .last()
+            .is_some_and(|c| c.contains("--uninstall=kata-containers-3.20.0")),
+        "the upgrade's request must be under way"
+    );
+    k.kill9(pid);
+    let killed = k.wait_run(child, std::time::Duration::from_secs(30));
+    assert_ne!(killed.code, 0, "{}", show(&killed));
+    // The fake's hung client outlives kata-live (a real one would too); it is ended by pid.
+    k.clear_rpm_ostree_fault("hang");
+    let ps = k.node.exec_ok(&["ps", "-eo", "pid=,args="]).expect("ps");
+    for line in ps.lines().filter(|l| l.contains("rpm-ostree install")) {
+        let pid = line.split_whitespace().next().unwrap_or_default();
+        let _ = k.node.exec(&["kill", "-9", pid]);
+    }
+    let _ = k.node.exec(&["rm", "-f", &format!("{FAKE}/hanging")]);
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    k.assert_healthy();
+
+    // The re-run resumes the interrupted install and converges, with no CRI-O restart.
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    k.assert_no_leftover_state();
+    k.referee_assert_serves(HANDLER);
+}
