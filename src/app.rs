@@ -113,7 +113,9 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         rt_why,
         rt_problem,
         host: host.clone(),
-        rpm_ostree: RpmOstree::new(host.path(&loaded.config.package.rpm_ostree)),
+        rpm_ostree: RpmOstree::new(host.path(&loaded.config.package.rpm_ostree)).with_rpmdb(
+            crate::rpm_ostree::Rpmdb::new(host.path(&loaded.config.package.rpm), &host.root),
+        ),
         cfg: loaded.config,
         dry_run: cli.global.dry_run,
         systemd,

@@ -197,9 +197,13 @@ pub struct Package {
     pub local_rpm_dir: Option<PathBuf>,
     /// The rpm-ostree executable.
     pub rpm_ostree: PathBuf,
+    /// The rpm executable, asked what is live when rpm-ostree's status cannot tell.
+    pub rpm: PathBuf,
     /// On uninstall: `live` removes the packages with --apply-live, `next-boot` stages the
     /// removal for the next boot, `keep` leaves them layered.
     pub uninstall: PackageRemoval,
+    /// Install a local RPM older than the node's version of it (refused otherwise).
+    pub allow_downgrade: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -363,7 +367,9 @@ impl Default for Package {
             names: vec!["kata-containers".into()],
             local_rpm_dir: None,
             rpm_ostree: "/usr/bin/rpm-ostree".into(),
+            rpm: "/usr/bin/rpm".into(),
             uninstall: PackageRemoval::NextBoot,
+            allow_downgrade: false,
         }
     }
 }
@@ -963,6 +969,7 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         ("handler.crio.runtime_path", &c.handler.crio.runtime_path),
         ("handler.crio.runtime_root", &c.handler.crio.runtime_root),
         ("package.rpm_ostree", &c.package.rpm_ostree),
+        ("package.rpm", &c.package.rpm),
         ("cri.socket", &c.cri.socket),
         ("post_install.selinuxfs", &c.post_install.selinuxfs),
     ];

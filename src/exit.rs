@@ -38,10 +38,14 @@ pub enum ExitCode {
     /// stop of it), and kata-live put the previous files back without queuing a job against
     /// that stop. Run kata-live again: it resumes from the state journal and converges.
     StoppedAtOnce = 18,
+    /// Install: the handler is proven with the package versions already live, and the
+    /// offered new versions are staged for the next boot, not live: an OS update is staged,
+    /// which a live apply would bring along. They are live after the reboot into it.
+    Staged = 19,
 }
 
 impl ExitCode {
-    pub const ALL: [ExitCode; 12] = [
+    pub const ALL: [ExitCode; 13] = [
         ExitCode::Ok,
         ExitCode::Internal,
         ExitCode::Usage,
@@ -54,6 +58,7 @@ impl ExitCode {
         ExitCode::NotProven,
         ExitCode::Stopped,
         ExitCode::StoppedAtOnce,
+        ExitCode::Staged,
     ];
 
     pub fn code(self) -> u8 {
@@ -82,6 +87,9 @@ impl ExitCode {
             }
             ExitCode::StoppedAtOnce => {
                 "stopped before finishing (a second signal, or systemd took the runtime down); run again"
+            }
+            ExitCode::Staged => {
+                "new package versions staged for next boot, not live (an OS update is staged); proven"
             }
         }
     }

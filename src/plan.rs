@@ -22,6 +22,12 @@ pub struct ActivationInputs {
     /// The newest of: the drop-in's mtime, the runtime binary's and config's ctime/mtime.
     /// For uninstall, when the drop-in was removed (0 when unknown).
     pub newest_artifact_us: u64,
+    /// The newest of the drop-in's and its directory's change times: what the runtime reads
+    /// when it starts.
+    pub newest_config_us: u64,
+    /// The runtime checks the handler's files when it starts and drops a handler whose
+    /// files are missing (CRI-O's ValidateRuntimes).
+    pub files_checked_at_start: bool,
     /// Does the running CRI-O list the handler? None: it does not report handlers.
     pub handler_listed: Option<bool>,
     /// The state the operation wants: listed (install) or not (uninstall).
@@ -52,6 +58,29 @@ impl std::fmt::Display for Activation {
     }
 }
 
+/// What tells whether the running CRI-O has seen everything it reads at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// CRI-O's ExecMainStartTimestamp (µs since the epoch).
+    pub started_us: u64,
+    pub newest_config_us: u64,
+    pub newest_artifact_us: u64,
+    pub files_checked_at_start: bool,
+    pub handler_listed: Option<bool>,
+}
+
+/// The running CRI-O started after its configuration, and it has seen the runtime files:
+/// either it started after their last change, or it checked them at its start and lists the
+/// handler (so they were there then). A new version replacing them in place needs no
+/// restart: CRI-O executes `runtime_path` for each sandbox and only stats it at start.
+pub fn crio_has_seen(s: &Seen) -> bool {
+    if s.started_us <= s.newest_config_us {
+        return false;
+    }
+    (s.files_checked_at_start && s.handler_listed == Some(true))
+        || s.started_us > s.newest_artifact_us
+}
+
 pub fn decide_activation(i: &ActivationInputs) -> Activation {
     let act = |why: String| match (i.strategy, i.want_listed) {
         // A reload cannot be proven for removal (the RunPodSandbox table keeps the handler).
@@ -67,7 +96,13 @@ pub fn decide_activation(i: &ActivationInputs) -> Activation {
     if i.package_newly_live {
         return act("the package became live in this run".into());
     }
-    if i.crio_started_us <= i.newest_artifact_us {
+    if !crio_has_seen(&Seen {
+        started_us: i.crio_started_us,
+        newest_config_us: i.newest_config_us,
+        newest_artifact_us: i.newest_artifact_us,
+        files_checked_at_start: i.files_checked_at_start,
+        handler_listed: i.handler_listed,
+    }) {
         return act(
             "the running CRI-O started before the drop-in or the runtime files were in place"
                 .into(),
@@ -79,6 +114,16 @@ pub fn decide_activation(i: &ActivationInputs) -> Activation {
         "nothing changed and the running CRI-O started after the drop-in and the runtime files"
             .into(),
     )
+}
+
+/// Whether a post-install unit (a guest-image generator, say) must be started in this run:
+/// always when the packages changed in this operation; otherwise only when kata-live has not
+/// started it successfully since boot. Starting a oneshot that already did its work runs it
+/// again: re-run on every kata-live run, a generator crash-loops the pods that use its
+/// output. (systemd cannot tell: it unloads a finished oneshot nothing refers to, and with
+/// it the unit's result and invocation.)
+pub fn post_install_unit_due(package_changed: bool, done_this_boot: bool) -> bool {
+    package_changed || !done_this_boot
 }
 
 /// Observations after activation.
@@ -170,6 +215,8 @@ mod tests {
             package_newly_live: false,
             crio_started_us: 2_000,
             newest_artifact_us: 1_000,
+            newest_config_us: 1_000,
+            files_checked_at_start: true,
             handler_listed: Some(true),
             want_listed: true,
             strategy: ActivationStrategy::Restart,
@@ -215,6 +262,7 @@ mod tests {
         let i = ActivationInputs {
             crio_started_us: 5_000,
             newest_artifact_us: 4_000,
+            newest_config_us: 4_000,
             ..base()
         };
         assert!(matches!(decide_activation(&i), Activation::Nothing(_)));
@@ -222,9 +270,58 @@ mod tests {
         let i = ActivationInputs {
             crio_started_us: 3_000,
             newest_artifact_us: 4_000,
+            newest_config_us: 4_000,
             ..base()
         };
         assert!(matches!(decide_activation(&i), Activation::Restart(_)));
+    }
+
+    #[test]
+    fn runtime_files_replaced_in_place_need_no_restart_when_crio_checked_them_and_lists_the_handler(
+    ) {
+        // An upgrade: the shim changed after CRI-O's start, the drop-in did not.
+        let upgraded = ActivationInputs {
+            newest_artifact_us: 3_000,
+            ..base()
+        };
+        assert!(matches!(
+            decide_activation(&upgraded),
+            Activation::Nothing(_)
+        ));
+        // Not listed: CRI-O dropped the handler at its start (files missing then).
+        for i in [
+            ActivationInputs {
+                handler_listed: Some(false),
+                ..upgraded.clone()
+            },
+            ActivationInputs {
+                handler_listed: None,
+                ..upgraded.clone()
+            },
+            // A runtime that does not check the files at start tells nothing by listing.
+            ActivationInputs {
+                files_checked_at_start: false,
+                ..upgraded.clone()
+            },
+            // The configuration is newer than CRI-O: always a restart.
+            ActivationInputs {
+                newest_config_us: 3_000,
+                ..upgraded.clone()
+            },
+        ] {
+            assert!(
+                matches!(decide_activation(&i), Activation::Restart(_)),
+                "{i:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn post_install_units_run_again_only_for_changed_packages_or_unfinished_work() {
+        assert!(!post_install_unit_due(false, true));
+        assert!(post_install_unit_due(true, true));
+        assert!(post_install_unit_due(false, false));
+        assert!(post_install_unit_due(true, false));
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub struct Journal {
     pub backup_saved: bool,
     /// rpm-ostree made the package live in this operation (CRI-O must see the binary).
     pub package_newly_live: bool,
+    /// rpm-ostree made packages live or changed their versions in this operation: the
+    /// post-install units are due again (absent in journals of older versions).
+    #[serde(default)]
+    pub package_changed: bool,
     /// CRI-O before the operation touched anything.
     pub crio_before: Option<UnitIdentity>,
 }
@@ -83,6 +87,7 @@ impl Journal {
             phase: Phase::Preflight,
             backup_saved: false,
             package_newly_live: false,
+            package_changed: false,
             crio_before: None,
         }
     }
@@ -97,6 +102,7 @@ impl Journal {
                 let mut j = Journal::new(operation);
                 j.backup_saved = p.backup_saved;
                 j.package_newly_live = p.package_newly_live;
+                j.package_changed = p.package_changed;
                 j.crio_before = p.crio_before.clone();
                 (j, Some(p))
             }

@@ -48,6 +48,11 @@ pub struct Observation {
     pub runtime_source: String,
     pub handler: String,
     pub package: String,
+    /// With `package.local_rpm_dir`: each package's NEVRA live, in the next boot and
+    /// offered, and what an install would do (empty otherwise, or when unreadable: then
+    /// `package` says why).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub package_versions: Vec<crate::rpm_ostree::Decision>,
     pub drop_in: String,
     pub drop_in_path: String,
     pub crio: Seen<UnitState>,
@@ -68,10 +73,31 @@ pub struct Observation {
 
 async fn observe(ctx: &Ctx, canary: bool) -> Observation {
     let c = &ctx.cfg;
+    let mut package_versions = Vec::new();
     let package = if c.package.skip {
         "skipped (package.skip)".to_string()
     } else {
         match ctx.rpm_ostree.status(Duration::from_secs(30)).await {
+            Ok(s) if c.package.local_rpm_dir.is_some() => {
+                let offered = c.package.local_rpm_dir.as_ref().map(|d| {
+                    crate::rpm_ostree::list_local_rpms(&ctx.host.path(d))
+                        .and_then(|l| crate::rpm_ostree::read_offered(&l))
+                });
+                match offered {
+                    Some(Ok(offered)) => {
+                        let until = tokio::time::Instant::now() + Duration::from_secs(30);
+                        let on_node = ctx.rpm_ostree.on_node(&s, &offered, until).await;
+                        package_versions = crate::rpm_ostree::decide(
+                            &offered,
+                            &on_node,
+                            c.package.allow_downgrade,
+                        );
+                        "local RPMs (versions below)".to_string()
+                    }
+                    Some(Err(e)) => format!("offered RPMs unreadable ({e})"),
+                    None => String::new(),
+                }
+            }
             Ok(s) => c
                 .package
                 .names
@@ -97,8 +123,6 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         }
     };
     let crio = ctx.unit(ctx.rt.unit()).await.map_err(|e| e.to_string());
-    let newest = flow::newest_artifact_us(ctx);
-    let crio_newer = matches!(&crio, Ok(s) if s.is_running() && s.exec_main_start_us > newest);
     let cri = ctx
         .cri(Duration::from_secs(5))
         .await
@@ -110,6 +134,15 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.clone()),
     };
+    // The same judgement as the proof's (plan::crio_has_seen).
+    let crio_newer = matches!(&crio, Ok(s) if s.is_running()
+    && plan::crio_has_seen(&plan::Seen {
+        started_us: s.exec_main_start_us,
+        newest_config_us: flow::newest_config_us(ctx),
+        newest_artifact_us: flow::newest_artifact_us(ctx),
+        files_checked_at_start: ctx.rt.checks_files_at_start(),
+        handler_listed: runtime.as_ref().ok().and_then(|v| v.handler_presence.as_listed()),
+    }));
     let daemon_version = runtime.as_ref().ok().map(|v| v.runtime_version.as_str());
     let drop_in = match ctx.drop_in_state(daemon_version) {
         Ok(s) => s.to_string(),
@@ -157,6 +190,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         },
         handler: c.handler.name.clone(),
         package,
+        package_versions,
         drop_in,
         drop_in_path: ctx.host.path(ctx.rt.drop_in_path()).display().to_string(),
         crio: crio.into(),
@@ -284,6 +318,25 @@ pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
     );
     row(rows, "handler", &o.handler);
     row(rows, "package", &o.package);
+    for d in &o.package_versions {
+        let v =
+            |n: Option<&crate::rpm_ostree::Nevra>| n.map(|n| n.to_string()).unwrap_or("-".into());
+        row(
+            rows,
+            &d.name,
+            format!(
+                "live {}, next boot {}, offered {}: {}",
+                if d.on_node.live_unknown {
+                    "unknown (changed live by a deployment no longer listed)".into()
+                } else {
+                    v(d.on_node.live.as_ref())
+                },
+                v(d.on_node.next_boot.as_ref()),
+                v(d.offered.as_ref().map(|o| &o.nevra)),
+                d.action
+            ),
+        );
+    }
     row(
         rows,
         "drop-in",

@@ -75,6 +75,15 @@ pub enum VisibilityError {
     )]
     Unusable { bad: Vec<Unusable> },
     #[error(
+        "the new runtime files did not reach CRI-O within {:.1} s: {}. The live apply may \
+         still be writing them: check `rpm-ostree status`, then run again", .deadline.as_secs_f64(),
+        list_stale(.stale)
+    )]
+    ContentNotVisible {
+        stale: Vec<Stale>,
+        deadline: Duration,
+    },
+    #[error(
         "CRI-O's main process {pid} is gone ({proc_dir} does not exist): cannot check its \
          view of the files; read CRI-O's MainPID again"
     )]
@@ -115,6 +124,109 @@ fn list_bad(bad: &[Unusable]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// A runtime file whose content is not yet the package's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale {
+    pub path: PathBuf,
+    pub seen: Seen,
+    pub checked: PathBuf,
+    /// The SHA-256 the package's header records.
+    pub want: String,
+    /// What the file holds now (`None`: unreadable or missing).
+    pub found: Option<String>,
+}
+
+impl fmt::Display for Stale {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let where_ = match self.seen {
+            Seen::Host => "on the host".to_string(),
+            Seen::CrioMountNs { pid } => format!("in CRI-O's mount namespace (pid {pid})"),
+        };
+        let found = self.found.as_deref().unwrap_or("nothing readable");
+        write!(
+            f,
+            "{} {where_} holds sha256 {found}, the package's is {} (checked {})",
+            self.path.display(),
+            self.want,
+            self.checked.display()
+        )
+    }
+}
+
+fn list_stale(stale: &[Stale]) -> String {
+    stale
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn sha256_of(p: &Path) -> Option<String> {
+    use sha2::Digest;
+    let mut f = std::fs::File::open(p).ok()?;
+    let mut h = sha2::Sha256::new();
+    std::io::copy(&mut f, &mut h).ok()?;
+    Some(format!("{:x}", h.finalize()))
+}
+
+/// Files whose content is not (yet) what the package's header records, read by us and
+/// through CRI-O's mount namespace: a new version at an existing path passes a stat long
+/// before its content reaches CRI-O.
+pub fn check_content(
+    host: &Host,
+    expect: &[(PathBuf, String)],
+    crio_main_pid: Option<u32>,
+) -> Vec<Stale> {
+    let mut stale = Vec::new();
+    for (p, want) in expect {
+        let mut views = vec![(Seen::Host, host.path(p))];
+        if let Some(pid) = crio_main_pid {
+            views.push((
+                Seen::CrioMountNs { pid },
+                host.proc.join(pid.to_string()).join("root").join(rel(p)),
+            ));
+        }
+        for (seen, checked) in views {
+            let found = sha256_of(&checked);
+            if found.as_deref() != Some(want.as_str()) {
+                stale.push(Stale {
+                    path: p.clone(),
+                    seen,
+                    checked,
+                    want: want.clone(),
+                    found,
+                });
+            }
+        }
+    }
+    stale
+}
+
+/// Waits until every file holds the package's content, to us and in CRI-O's namespace.
+pub async fn wait_content(
+    host: &Host,
+    expect: &[(PathBuf, String)],
+    crio_main_pid: Option<u32>,
+    deadline: Duration,
+) -> Result<(), VisibilityError> {
+    let until = Instant::now() + deadline;
+    let mut first = true;
+    loop {
+        let stale = check_content(host, expect, crio_main_pid);
+        if stale.is_empty() {
+            return Ok(());
+        }
+        if first {
+            tracing::info!(stale = %list_stale(&stale), "waiting for the new runtime files' content");
+            first = false;
+        }
+        if Instant::now() + POLL > until {
+            return Err(VisibilityError::ContentNotVisible { stale, deadline });
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// What is wrong with one file (after symlinks), if anything. Pure over the metadata.
@@ -257,6 +369,32 @@ mod tests {
         assert_eq!(problem(true, 0o644, false), None);
         assert_eq!(problem(false, 0o755, true), Some("not a regular file"));
         assert_eq!(problem(false, 0o755, false), Some("not a regular file"));
+    }
+
+    #[test]
+    fn content_is_compared_with_the_packages_digest() {
+        let d = tempfile::tempdir().unwrap();
+        let host = Host {
+            root: d.path().to_path_buf(),
+            proc: d.path().join("proc"),
+        };
+        std::fs::create_dir_all(d.path().join("usr/bin")).unwrap();
+        std::fs::write(d.path().join("usr/bin/shim"), "old").unwrap();
+        // sha256("new")
+        let want = "11507a0e2f5e69d5dfa40a62a1bd7b6ee57e6bcd85c67c9b8431b36fff21c437";
+        let expect = [(PathBuf::from("/usr/bin/shim"), want.to_string())];
+        let stale = check_content(&host, &expect, None);
+        assert_eq!(stale.len(), 1, "{stale:?}");
+        let text = stale[0].to_string();
+        assert!(
+            text.contains("/usr/bin/shim on the host holds sha256 "),
+            "{text}"
+        );
+        assert!(text.contains(want), "{text}");
+        std::fs::write(d.path().join("usr/bin/shim"), "new").unwrap();
+        assert!(check_content(&host, &expect, None).is_empty());
+        std::fs::remove_file(d.path().join("usr/bin/shim")).unwrap();
+        assert_eq!(check_content(&host, &expect, None)[0].found, None);
     }
 
     #[test]

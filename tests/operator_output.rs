@@ -355,6 +355,7 @@ fn observation() -> Observation {
             }],
             undetermined: Vec::new(),
         }),
+        package_versions: Vec::new(),
         effective_definition: serde_json::Value::Null,
         definition_problem: None,
         crio_newer_than_artifacts: true,

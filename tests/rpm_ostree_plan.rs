@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use kata_live::config::{Package, PackageRemoval};
 use kata_live::rpm_ostree::{
-    parse_status, plan_install, plan_remove, InstallPlan, PackageState, RemovePlan, RpmOstreeError,
-    Status,
+    parse_status, plan_install, plan_remove, InstallPlan, Nevra, Offered, PackageState, RemovePlan,
+    RpmOstreeError, Status,
 };
 use proptest::prelude::*;
 
@@ -69,15 +69,17 @@ fn booted_only_installs_live() {
 #[test]
 fn local_rpms_are_installed_by_file() {
     let st = fixture("booted-only");
-    let rpms = [PathBuf::from(
-        "/var/lib/kata-live/rpms/kata-containers-3.8.0-1.el9.x86_64.rpm",
-    )];
+    let rpms = [Offered {
+        path: PathBuf::from("/var/lib/kata-live/rpms/any-name.rpm"),
+        nevra: Nevra::parse("kata-containers-3.8.0-1.el9.x86_64").unwrap(),
+        sha256: Default::default(),
+    }];
     let mut p = pkg();
     p.names.clear();
     match plan_install(&st, &p, &rpms).unwrap() {
         InstallPlan::InstallLive { argv, names } => {
-            assert_eq!(argv.last().unwrap(), &rpms[0].to_string_lossy());
-            assert_eq!(names, ["kata-containers"], "names come from the file names");
+            assert_eq!(argv.last().unwrap(), "/var/lib/kata-live/rpms/any-name.rpm");
+            assert_eq!(names, ["kata-containers"], "names come from the headers");
         }
         other => panic!("{other:?}"),
     }
@@ -455,4 +457,118 @@ fn live_removal_with_a_staged_os_update_is_staged_instead() {
     // The fixtures themselves have no OS update pending.
     assert!(!fixture("live-replaced").os_update_pending());
     assert!(!fixture("package-pending").os_update_pending());
+}
+
+fn offered(nevra: &str) -> Vec<Offered> {
+    vec![Offered {
+        path: PathBuf::from(format!("/var/lib/kata-live/rpms/{nevra}.rpm")),
+        nevra: Nevra::parse(nevra).unwrap(),
+        sha256: Default::default(),
+    }]
+}
+
+#[test]
+fn a_newer_local_rpm_replaces_the_layered_one_live() {
+    let st = fixture("local-live-replaced");
+    let v = "kata-containers-3.9.0-1.el9.x86_64";
+    assert_eq!(
+        plan_install(&st, &pkg(), &offered(v)).unwrap(),
+        InstallPlan::Replace {
+            install_argv: Some(s(&[
+                "install",
+                "--idempotent",
+                "--allow-inactive",
+                "--uninstall=kata-containers-3.8.0-1.el9.x86_64",
+                &format!("/var/lib/kata-live/rpms/{v}.rpm"),
+            ])),
+            apply_argv: Some(s(&["apply-live", "--allow-replacement"])),
+            nevras: s(&[v]),
+            staged_instead: None,
+        }
+    );
+}
+
+#[test]
+fn an_older_local_rpm_is_refused_or_allowed() {
+    let st = fixture("local-live-replaced");
+    let v = "kata-containers-3.7.9-1.el9.x86_64";
+    let err = plan_install(&st, &pkg(), &offered(v)).unwrap_err();
+    let RpmOstreeError::DowngradeRefused { packages } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        packages,
+        &["kata-containers (3.7.9-1.el9 offered, 3.8.0-1.el9 / 3.8.0-1.el9 on the node)"]
+    );
+    let mut p = pkg();
+    p.allow_downgrade = true;
+    assert!(matches!(
+        plan_install(&st, &p, &offered(v)).unwrap(),
+        InstallPlan::Replace {
+            apply_argv: Some(_),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_epoch_outranks_the_version() {
+    let st = fixture("local-live-replaced");
+    // 1:1.0 is newer than (0:)3.8.0.
+    assert!(matches!(
+        plan_install(&st, &pkg(), &offered("kata-containers-1:1.0-1.el9.x86_64")).unwrap(),
+        InstallPlan::Replace { .. }
+    ));
+}
+
+#[test]
+fn a_release_with_an_upgrade_a_new_dependency_and_an_unchanged_package_is_one_transaction() {
+    // Live and requested: kata-containers 3.8.0 (the fixture). Offered: 3.9.0, a new
+    // virtiofsd, and nothing else changed.
+    let st = fixture("local-live-replaced");
+    let mut rpms = offered("kata-containers-3.9.0-1.el9.x86_64");
+    rpms.extend(offered("virtiofsd-1.11.1-1.el9.x86_64"));
+    let InstallPlan::Replace {
+        install_argv: Some(install),
+        apply_argv: Some(apply),
+        nevras,
+        staged_instead: None,
+    } = plan_install(&st, &pkg(), &rpms).unwrap()
+    else {
+        panic!("not one replacement")
+    };
+    assert_eq!(
+        install,
+        s(&[
+            "install",
+            "--idempotent",
+            "--allow-inactive",
+            "--uninstall=kata-containers-3.8.0-1.el9.x86_64",
+            "/var/lib/kata-live/rpms/kata-containers-3.9.0-1.el9.x86_64.rpm",
+            "/var/lib/kata-live/rpms/virtiofsd-1.11.1-1.el9.x86_64.rpm",
+        ])
+    );
+    assert_eq!(apply, s(&["apply-live", "--allow-replacement"]));
+    assert_eq!(
+        nevras,
+        s(&[
+            "kata-containers-3.9.0-1.el9.x86_64",
+            "virtiofsd-1.11.1-1.el9.x86_64"
+        ])
+    );
+    // The same NEVRA offered again beside a new package: only the new one is requested,
+    // and as a pure addition it goes live with install -A.
+    let mut rpms = offered("kata-containers-3.8.0-1.el9.x86_64");
+    rpms.extend(offered("virtiofsd-1.11.1-1.el9.x86_64"));
+    match plan_install(&st, &pkg(), &rpms).unwrap() {
+        InstallPlan::InstallLive { argv, names } => {
+            assert_eq!(
+                argv.last().unwrap(),
+                "/var/lib/kata-live/rpms/virtiofsd-1.11.1-1.el9.x86_64.rpm"
+            );
+            assert!(argv.contains(&"--apply-live".to_string()), "{argv:?}");
+            assert_eq!(names, ["virtiofsd"]);
+        }
+        other => panic!("{other:?}"),
+    }
 }

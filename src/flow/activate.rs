@@ -15,10 +15,21 @@ fn changed_us(p: &Path) -> u64 {
 /// When the newest thing CRI-O must see changed: the drop-in directory (a write or a
 /// removal there changes its mtime), the drop-in, and the runtime's files.
 pub fn newest_artifact_us(ctx: &Ctx) -> u64 {
+    newest_config_us(ctx).max(
+        ctx.rt
+            .artifacts()
+            .iter()
+            .map(|p| changed_us(&ctx.host.path(p)))
+            .max()
+            .unwrap_or(0),
+    )
+}
+
+/// When the configuration CRI-O reads at start last changed: the drop-in and its directory.
+pub fn newest_config_us(ctx: &Ctx) -> u64 {
     let drop_in = ctx.rt.drop_in_path();
     let mut paths = vec![drop_in.to_path_buf()];
     paths.extend(drop_in.parent().map(Path::to_path_buf));
-    paths.extend(ctx.rt.artifacts());
     paths
         .iter()
         .map(|p| changed_us(&ctx.host.path(p)))

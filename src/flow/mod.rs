@@ -9,7 +9,7 @@ mod prove;
 mod rollback;
 pub mod step;
 
-pub use activate::{activate, newest_artifact_us, Activated};
+pub use activate::{activate, newest_artifact_us, newest_config_us, Activated};
 pub use paths::refuse_unwritable;
 pub use preflight::{preflight, Baseline};
 pub use prove::{prove, ProofSpec};
@@ -74,6 +74,12 @@ pub enum FlowError {
     Activation { error: String, rollback: Rollback },
     #[error("the change is not proven: {missing}; {rollback}")]
     NotProven { missing: String, rollback: Rollback },
+    /// Install: everything proven, but the new package versions are only staged.
+    #[error(
+        "{summary}; the new package versions are NOT live, they are staged for the next boot: \
+         {why}. Reboot the node into the staged update to use them"
+    )]
+    Staged { summary: String, why: String },
     /// A stop was requested (SIGTERM/SIGINT); `state` says what the node was left with.
     #[error("stopped by {signal} {state}")]
     Stopped { signal: &'static str, state: String },
@@ -112,6 +118,7 @@ impl FlowError {
             FlowError::Lock(_) | FlowError::Internal(_) => ExitCode::Internal,
             FlowError::Package(_) | FlowError::PackageAfterProof(_) => ExitCode::PackageStep,
             FlowError::Stopped { .. } => ExitCode::Stopped,
+            FlowError::Staged { .. } => ExitCode::Staged,
             FlowError::Activation {
                 rollback: Rollback::Yielded(_),
                 ..
@@ -138,6 +145,8 @@ impl FlowError {
             ExitCode::Activation | ExitCode::RolledBack => RunResult::RolledBack,
             ExitCode::RollbackFailed => RunResult::RollbackFailed,
             ExitCode::Stopped | ExitCode::StoppedAtOnce => RunResult::Stopped,
+            // The requested handler is proven; only the package versions wait for a boot.
+            ExitCode::Staged => RunResult::Succeeded,
             _ => RunResult::Failed,
         }
     }

@@ -7,6 +7,8 @@ pub struct ProofSpec<'a> {
     /// kubelet restarted with CRI-O: a new InvocationID is required.
     pub restarted: bool,
     pub newest_artifact_us: u64,
+    /// See [`plan::Seen`].
+    pub newest_config_us: u64,
     /// Pods expected to go away (uninstall --force): not counted as lost.
     pub expendable: &'a [String],
     pub step: &'a str,
@@ -38,8 +40,6 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
             return Err(msg);
         }
     };
-    inputs.crio_newer_than_artifacts =
-        crio.is_running() && crio.exec_main_start_us > spec.newest_artifact_us;
 
     // CRI readiness and kubelet's reconnection are awaited at the same time: the verdict
     // comes when the last of them holds, not after the sum of the waits.
@@ -52,11 +52,22 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
     match &view {
         Ok(v) => {
             inputs.handler_listed = v.handler_presence.as_listed();
+            inputs.crio_newer_than_artifacts = crio.is_running()
+                && plan::crio_has_seen(&plan::Seen {
+                    started_us: crio.exec_main_start_us,
+                    newest_config_us: spec.newest_config_us,
+                    newest_artifact_us: spec.newest_artifact_us,
+                    files_checked_at_start: ctx.rt.checks_files_at_start(),
+                    handler_listed: inputs.handler_listed,
+                });
             inputs.runtime_ready = v.ready;
             inputs.network_ready = v.network_ready;
             rep.evidence("runtime", v);
         }
         Err(e) => {
+            // Nothing listed: only a start after every file says CRI-O saw them.
+            inputs.crio_newer_than_artifacts =
+                crio.is_running() && crio.exec_main_start_us > spec.newest_artifact_us;
             inputs.cri_error = Some(e.clone());
             rep.evidence("runtime", serde_json::json!({ "error": e }));
         }

@@ -85,6 +85,8 @@ pub async fn reactivate_and_prove_back(
         baseline,
         restarted: true,
         newest_artifact_us: newest_artifact_us(ctx),
+        // A rollback always restarts: the CRI-O it proves must be newer than every file.
+        newest_config_us: newest_artifact_us(ctx),
         expendable: &[],
         step: "prove-rollback",
         unknown_as_found: baseline.view.handler_presence == HandlerPresence::Unknown,

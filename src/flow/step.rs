@@ -136,6 +136,14 @@ pub struct Run {
     pub base: Option<Baseline>,
     /// Set by the drop-in step.
     pub drop_in_changed: bool,
+    /// Set by the package step: runtime files a live apply of this run changed, with the
+    /// SHA-256 their package records (the visibility step waits for that content).
+    pub expected_content: Vec<(std::path::PathBuf, String)>,
+    /// Set by the package step: why the new package versions were staged, not made live.
+    pub staged_instead: Option<String>,
+    /// Set by the package step after an upgrade: how a rollback puts the previous package
+    /// versions back.
+    pub reinstall: Option<crate::rpm_ostree::Reinstall>,
     /// The drop-in's backup as it was before activation (loaded by the activation step).
     pub backup: Option<Backup>,
     /// Set by the activation step.
@@ -203,6 +211,9 @@ async fn run_steps(
         journals,
         base: None,
         drop_in_changed: false,
+        expected_content: Vec::new(),
+        staged_instead: None,
+        reinstall: None,
         backup: None,
         activated: None,
         wrote: None,
@@ -290,7 +301,18 @@ async fn run_steps(
             "{signal} came during the activation, which was finished"
         ));
     }
-    Ok(run.summary.join("; "))
+    let summary = run.summary.join("; ");
+    match run.staged_instead.take() {
+        Some(why) => Err(FlowError::Staged {
+            summary: if summary.is_empty() {
+                "the handler is proven".into()
+            } else {
+                format!("the handler is proven ({summary})")
+            },
+            why,
+        }),
+        None => Ok(summary),
+    }
 }
 
 /// The rollback: the applied steps undone in reverse (the drop-in restored), then the
@@ -313,10 +335,16 @@ async fn roll_back(
         .rev()
         .filter(|&i| applied[i].changes_runtime_config())
         .collect();
-    // The undos, then the restart of the runtime and the proof back.
-    rep.begin_rollback(undone.len() + 2);
+    // The undos, the previous packages, then the restart of the runtime and the proof back.
+    let reinstall = run.reinstall.take();
+    rep.begin_rollback(undone.len() + 2 + usize::from(reinstall.is_some()));
     for i in undone {
         if let Err(failed) = applied[i].undo(ctx, run, rep) {
+            return failed;
+        }
+    }
+    if let Some(r) = reinstall {
+        if let Err(failed) = crate::steps::put_back(ctx, rep, &r).await {
             return failed;
         }
     }

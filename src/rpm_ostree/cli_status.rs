@@ -9,6 +9,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
+use super::versions::{Nevra, OnNode};
 use super::RpmOstreeError;
 
 /// One deployment, only the fields we use.
@@ -177,6 +180,35 @@ impl Status {
         self.pending
             .as_ref()
             .is_some_and(|p| p.base() != self.booted.base())
+    }
+
+    /// Every package layered from a local RPM, by name: its NEVRA in the running `/usr`
+    /// (unknown, so absent, when the live tree cannot be read from the status) and in the
+    /// next boot's deployment.
+    pub fn local_packages(&self) -> BTreeMap<String, OnNode> {
+        let mut m: BTreeMap<String, OnNode> = BTreeMap::new();
+        let parsed = |d: &Deployment| -> Vec<Nevra> {
+            d.requested_local_packages
+                .iter()
+                .filter_map(|s| Nevra::parse(s))
+                .collect()
+        };
+        if self.live_tree_known() {
+            for n in parsed(self.running_deployment()) {
+                let name = n.name.clone();
+                m.entry(name).or_default().live = Some(n);
+            }
+        }
+        for n in parsed(self.default_deployment()) {
+            let name = n.name.clone();
+            m.entry(name).or_default().next_boot = Some(n);
+        }
+        if !self.live_tree_known() {
+            for v in m.values_mut() {
+                v.live_unknown = true;
+            }
+        }
+        m
     }
 
     pub fn package_state(&self, name: &str) -> PackageState {

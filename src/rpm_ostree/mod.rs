@@ -13,11 +13,23 @@
 //!   `apply-live --allow-replacement` (apply-live refuses removals without it).
 //! - A live apply records its target commit as `live-inprogress` first; when it is
 //!   interrupted, apply-live only accepts that same target again.
+//! - Local packages are keyed by NEVRA: `install new.rpm` over a layered older one fails
+//!   in depsolve; the working form is `install --uninstall=OLD new.rpm` (removal first),
+//!   and since `install -A` can only add, a version change goes live with `apply-live
+//!   --allow-replacement` (NODE-FACTS.md, "rpm-ostree apply-live"). With an OS update
+//!   staged, that would bring the update live too: the change is staged instead.
+//! - `install --idempotent` with nothing new says `No change.` and applies nothing live,
+//!   whatever `-A` says: a request staged by an interrupted run needs `apply-live`.
 
 mod cli_status;
+mod rpmdb;
+mod versions;
 
 pub use cli_status::{nevra_name, parse_status, Deployment, PackageState, Status};
+pub use rpmdb::{parse_query, Rpmdb, RpmdbError};
+pub use versions::{decide, evr_cmp, table, Action, Decision, Nevra, Offered, OnNode};
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -76,6 +88,30 @@ pub enum RpmOstreeError {
     Interrupted {
         command: String,
         signal: &'static str,
+    },
+    #[error(
+        "{path} is not a readable RPM ({reason}): remove it from package.local_rpm_dir or \
+         replace it with the package file"
+    )]
+    BadLocalRpm { path: PathBuf, reason: String },
+    #[error(
+        "package.local_rpm_dir offers {name} twice ({first} and {second}): keep one version \
+         of each package there"
+    )]
+    OfferedTwice {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error(
+        "refusing to downgrade {}: the offered package is older than the node's. Put the \
+         node's version or a newer one in package.local_rpm_dir, or set \
+         package.allow_downgrade = true to install the older one",
+        .packages.join(", ")
+    )]
+    DowngradeRefused {
+        /// `NAME (OFFERED offered, CURRENT on the node)`.
+        packages: Vec<String>,
     },
     #[error("no *.rpm files in {dir} (package.local_rpm_dir)")]
     NoLocalRpms { dir: PathBuf },
@@ -137,6 +173,17 @@ pub enum InstallPlan {
         argv: Vec<String>,
         names: Vec<String>,
     },
+    /// Local packages whose version changes (or that must be applied over an older one):
+    /// request the offered NEVRAs in place of the node's (`install --uninstall=OLD…
+    /// NEW.rpm…`, when the next boot lacks them), then `apply-live --allow-replacement`
+    /// (`apply_argv`), or, when `staged_instead` says why, leave it staged for the next boot.
+    /// `nevras`: the offered NEVRAs expected afterwards.
+    Replace {
+        install_argv: Option<Vec<String>>,
+        apply_argv: Option<Vec<String>>,
+        nevras: Vec<String>,
+        staged_instead: Option<String>,
+    },
 }
 
 impl std::fmt::Display for InstallPlan {
@@ -164,6 +211,31 @@ impl std::fmt::Display for InstallPlan {
             InstallPlan::InstallLive { argv, names: n } => {
                 write!(f, "install {} live (`{}`)", names(n), argv.join(" "))
             }
+            InstallPlan::Replace {
+                install_argv,
+                apply_argv,
+                nevras,
+                staged_instead,
+            } => {
+                let verb = if staged_instead.is_some() {
+                    "stage"
+                } else {
+                    "make live"
+                };
+                write!(f, "{verb} {}", names(nevras))?;
+                let steps: Vec<String> = [install_argv, apply_argv]
+                    .into_iter()
+                    .flatten()
+                    .map(|a| format!("`{}`", a.join(" ")))
+                    .collect();
+                if !steps.is_empty() {
+                    write!(f, " ({})", steps.join(", then "))?;
+                }
+                if let Some(why) = staged_instead {
+                    write!(f, ", for the next boot instead of live: {why}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -175,6 +247,11 @@ pub enum PackageOutcome {
     AlreadyLive,
     /// New files in the running `/usr`: CRI-O must be restarted to use them.
     NewlyLive,
+    /// Other versions of packages that were live already, now live in their place.
+    Upgraded,
+    /// The new versions are requested for the next boot only; the running `/usr` keeps
+    /// the previous ones (an OS update is staged: applying live would bring it too).
+    StagedForNextBoot,
 }
 
 impl std::fmt::Display for PackageOutcome {
@@ -183,6 +260,10 @@ impl std::fmt::Display for PackageOutcome {
             PackageOutcome::Skipped => "package step skipped",
             PackageOutcome::AlreadyLive => "package already live",
             PackageOutcome::NewlyLive => "package newly live in the running /usr",
+            PackageOutcome::Upgraded => "new package versions live in the running /usr",
+            PackageOutcome::StagedForNextBoot => {
+                "new package versions staged for the next boot; the running /usr keeps the previous ones"
+            }
         })
     }
 }
@@ -300,32 +381,21 @@ fn check_live_state(status: &Status) -> Result<(), RpmOstreeError> {
     Ok(())
 }
 
-/// The package names to check: the configured names, else the names in the local RPM
-/// file names.
-fn expected_names(pkg: &Package, local_rpms: &[PathBuf]) -> Vec<String> {
-    if !pkg.names.is_empty() {
-        return pkg.names.clone();
-    }
-    local_rpms
-        .iter()
-        .filter_map(|p| p.file_name()?.to_str())
-        .filter_map(nevra_name)
-        .map(str::to_string)
-        .collect()
-}
-
-/// Decides how to get `pkg` live. `local_rpms`: the `*.rpm` files of
-/// `package.local_rpm_dir` (see [`list_local_rpms`]); empty to install by name.
+/// Decides how to get `pkg` live. `offered`: the RPMs of `package.local_rpm_dir` (see
+/// [`read_offered`]), decided by version ([`plan_local`]); empty to install by name.
 pub fn plan_install(
     status: &Status,
     pkg: &Package,
-    local_rpms: &[PathBuf],
+    offered: &[Offered],
 ) -> Result<InstallPlan, RpmOstreeError> {
     if pkg.skip {
         return Ok(InstallPlan::Skip);
     }
+    if !offered.is_empty() {
+        return plan_local(status, offered, pkg.allow_downgrade).map(|(plan, _)| plan);
+    }
     check_live_state(status)?;
-    let names = expected_names(pkg, local_rpms);
+    let names = pkg.names.clone();
     if names.is_empty() {
         return Err(RpmOstreeError::NothingToInstall);
     }
@@ -333,33 +403,13 @@ pub fn plan_install(
         .iter()
         .map(|n| (n.clone(), status.package_state(n)))
         .collect();
-    let install_args = |which: &dyn Fn(&PackageState) -> bool| -> Vec<String> {
-        if local_rpms.is_empty() {
-            states
-                .iter()
-                .filter(|(_, s)| which(s))
-                .map(|(n, _)| n.clone())
-                .collect()
-        } else {
-            local_rpms
-                .iter()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect()
-        }
-    };
     if states.iter().all(|(_, s)| *s == PackageState::Live) {
         let default = status.default_deployment();
         if names.iter().all(|n| default.has_package(n)) {
             return Ok(InstallPlan::AlreadyLive);
         }
-        let mut argv: Vec<String> = ["install", "--idempotent", "--allow-inactive"]
-            .map(String::from)
-            .into();
-        if local_rpms.is_empty() {
-            argv.extend(names.iter().filter(|n| !default.has_package(n)).cloned());
-        } else {
-            argv.extend(install_args(&|_| true));
-        }
+        let mut argv = strings(["install", "--idempotent", "--allow-inactive"]);
+        argv.extend(names.iter().filter(|n| !default.has_package(n)).cloned());
         return Ok(InstallPlan::RequestAgain { argv, names });
     }
     // Both live paths diff the running tree against a deployment built on the pending
@@ -385,9 +435,236 @@ pub fn plan_install(
     ]
     .map(String::from)
     .into();
-    // By name: only the absent ones; pending requests carry into the new deployment.
-    argv.extend(install_args(&|s| *s == PackageState::Absent));
+    // Only the absent ones; pending requests carry into the new deployment.
+    argv.extend(
+        states
+            .iter()
+            .filter(|(_, s)| *s == PackageState::Absent)
+            .map(|(n, _)| n.clone()),
+    );
     Ok(InstallPlan::InstallLive { argv, names })
+}
+
+fn strings<const N: usize>(a: [&str; N]) -> Vec<String> {
+    a.map(String::from).into()
+}
+
+/// Decides by version how to get the offered local RPMs live, and returns the table of
+/// per-package decisions with the plan (`--dry-run` prints it).
+pub fn plan_local(
+    status: &Status,
+    offered: &[Offered],
+    allow_downgrade: bool,
+) -> Result<(InstallPlan, Vec<Decision>), RpmOstreeError> {
+    plan_local_with(status, &status.local_packages(), offered, allow_downgrade)
+}
+
+/// [`plan_local`] with what is on the node given (the status's view, completed from the
+/// rpm database where the status cannot tell what is live: [`RpmOstree::on_node`]).
+pub fn plan_local_with(
+    status: &Status,
+    on_node: &BTreeMap<String, OnNode>,
+    offered: &[Offered],
+    allow_downgrade: bool,
+) -> Result<(InstallPlan, Vec<Decision>), RpmOstreeError> {
+    if status.transaction_active {
+        return Err(RpmOstreeError::TransactionActive);
+    }
+    let decisions = decide(offered, on_node, allow_downgrade);
+    let refused: Vec<String> = decisions
+        .iter()
+        .filter(|d| d.action == Action::RefusedDowngrade)
+        .map(|d| {
+            let current = [&d.on_node.live, &d.on_node.next_boot]
+                .into_iter()
+                .flatten()
+                .map(Nevra::evr)
+                .collect::<Vec<_>>()
+                .join(" / ");
+            let offered = d
+                .offered
+                .as_ref()
+                .map(|o| o.nevra.evr())
+                .unwrap_or_default();
+            format!("{} ({offered} offered, {current} on the node)", d.name)
+        })
+        .collect();
+    if !refused.is_empty() {
+        return Err(RpmOstreeError::DowngradeRefused { packages: refused });
+    }
+    if let Some(commit) = &status.booted.live_inprogress {
+        // An interrupted live apply (a crash, a kill -9 of the daemon) of the deployment
+        // that already requests every offered NEVRA: finishing it is this run's own job, and
+        // rpm-ostree only accepts that same target again. Any other is for a human.
+        let ours = status.pending.as_ref().is_some_and(|p| {
+            &p.checksum == commit
+                && offered
+                    .iter()
+                    .all(|o| p.requested_local_packages.contains(&o.nevra.to_string()))
+        });
+        if !ours || status.os_update_pending() {
+            check_live_state(status)?;
+        }
+        let mut apply = strings(["apply-live", "--target"]);
+        apply.push(commit.clone());
+        apply.push("--allow-replacement".into());
+        return Ok((
+            InstallPlan::Replace {
+                install_argv: None,
+                apply_argv: Some(apply),
+                nevras: offered.iter().map(|o| o.nevra.to_string()).collect(),
+                staged_instead: None,
+            },
+            decisions,
+        ));
+    }
+    let offered_rows: Vec<(&Decision, &Offered)> = decisions
+        .iter()
+        .filter_map(|d| d.offered.as_ref().map(|o| (d, o)))
+        .collect();
+    let nevras: Vec<String> = offered_rows
+        .iter()
+        .map(|(_, o)| o.nevra.to_string())
+        .collect();
+    let path = |o: &Offered| o.path.to_string_lossy().into_owned();
+    let to_request: Vec<&(&Decision, &Offered)> = offered_rows
+        .iter()
+        .filter(|(d, _)| d.action.requests())
+        .collect();
+    let to_live: Vec<&(&Decision, &Offered)> = offered_rows
+        .iter()
+        .filter(|(d, _)| d.action.goes_live())
+        .collect();
+    if to_request.is_empty() && to_live.is_empty() {
+        return Ok((InstallPlan::AlreadyLive, decisions));
+    }
+    if to_live.is_empty() {
+        let mut argv = strings(["install", "--idempotent", "--allow-inactive"]);
+        argv.extend(to_request.iter().map(|(_, o)| path(o)));
+        return Ok((
+            InstallPlan::RequestAgain {
+                argv,
+                names: to_request.iter().map(|(d, _)| d.name.clone()).collect(),
+            },
+            decisions,
+        ));
+    }
+    // Pure additions on top of the running tree: what `install -A` (and a plain
+    // apply-live) can do, and the only live change rpm-ostree calls safe. Unknowable when
+    // the live tree is not in the status (a later request replaced the deployment that
+    // was applied live): then the general route, which replacements cannot refuse.
+    let additions_only = status.live_tree_known()
+        && to_live
+            .iter()
+            .all(|(d, _)| d.on_node.live.is_none() && d.action != Action::Downgrade)
+        && to_request
+            .iter()
+            .all(|(d, _)| d.on_node.next_boot.is_none());
+    if additions_only {
+        if status.os_update_pending() {
+            return Err(RpmOstreeError::OsUpdatePending {
+                booted_base: status.booted.base().to_string(),
+                pending_base: status.default_deployment().base().to_string(),
+            });
+        }
+        let names: Vec<String> = to_live.iter().map(|(d, _)| d.name.clone()).collect();
+        let plan = if to_request.is_empty() {
+            InstallPlan::ApplyPendingLive {
+                argv: strings(["apply-live"]),
+                names,
+            }
+        } else {
+            let mut argv = strings([
+                "install",
+                "--idempotent",
+                "--allow-inactive",
+                "--apply-live",
+                "--assumeyes",
+            ]);
+            argv.extend(to_request.iter().map(|(_, o)| path(o)));
+            InstallPlan::InstallLive { argv, names }
+        };
+        return Ok((plan, decisions));
+    }
+    let install_argv = (!to_request.is_empty()).then(|| {
+        let mut argv = strings(["install", "--idempotent", "--allow-inactive"]);
+        // The old request goes first in the same transaction: two NEVRAs of one name
+        // cannot both be requested.
+        argv.extend(
+            to_request
+                .iter()
+                .filter_map(|(d, _)| d.on_node.next_boot.as_ref())
+                .map(|old| format!("--uninstall={old}")),
+        );
+        argv.extend(to_request.iter().map(|(_, o)| path(o)));
+        argv
+    });
+    let staged_instead = status.os_update_pending().then(|| {
+        format!(
+            "the next boot brings another OS commit ({} instead of {}); applying live with \
+             --allow-replacement would apply that update live too",
+            status.default_deployment().base(),
+            status.booted.base()
+        )
+    });
+    let apply_argv = staged_instead
+        .is_none()
+        .then(|| strings(["apply-live", "--allow-replacement"]));
+    Ok((
+        InstallPlan::Replace {
+            install_argv,
+            apply_argv,
+            nevras,
+            staged_instead,
+        },
+        decisions,
+    ))
+}
+
+/// Reads each offered RPM's NEVRA from its header (never from its file name).
+pub fn read_offered(paths: &[PathBuf]) -> Result<Vec<Offered>, RpmOstreeError> {
+    let mut out: Vec<Offered> = Vec::new();
+    for path in paths {
+        let bad = |reason: String| RpmOstreeError::BadLocalRpm {
+            path: path.clone(),
+            reason,
+        };
+        let meta = rpm::PackageMetadata::open(path).map_err(|e| bad(e.to_string()))?;
+        let field =
+            |r: Result<&str, rpm::Error>| r.map(str::to_string).map_err(|e| bad(e.to_string()));
+        let nevra = Nevra {
+            name: field(meta.get_name())?,
+            // No epoch tag: rpm compares it as 0.
+            epoch: meta.get_epoch().unwrap_or(0),
+            version: field(meta.get_version())?,
+            release: field(meta.get_release())?,
+            arch: field(meta.get_arch())?,
+        };
+        let sha256 = meta
+            .get_file_entries()
+            .map_err(|e| bad(e.to_string()))?
+            .iter()
+            .filter(|f| f.mode().file_type() == rpm::FileType::Regular)
+            .filter_map(|f| {
+                let d = f.digest()?;
+                (d.algorithm() == rpm::DigestAlgorithm::Sha2_256)
+                    .then(|| (f.path(), d.as_hex().to_ascii_lowercase()))
+            })
+            .collect();
+        if let Some(first) = out.iter().find(|o| o.nevra.name == nevra.name) {
+            return Err(RpmOstreeError::OfferedTwice {
+                name: nevra.name,
+                first: first.path.clone(),
+                second: path.clone(),
+            });
+        }
+        out.push(Offered {
+            path: path.clone(),
+            nevra,
+            sha256,
+        });
+    }
+    Ok(out)
 }
 
 /// Decides how to remove `pkg` on uninstall.
@@ -471,10 +748,29 @@ pub fn list_local_rpms(dir: &Path) -> Result<Vec<PathBuf>, RpmOstreeError> {
     Ok(rpms)
 }
 
+/// Where the RPMs of the live local packages are kept (by NEVRA), so that a failed upgrade
+/// can put the previous versions back: the operator's directory then holds the new ones.
+pub const KEPT_RPMS: &str = "/var/lib/kata-live/rpms-live";
+
+/// Puts previous package versions back after a failed upgrade: the same transaction shape
+/// as the upgrade (`install --uninstall=NEW… OLD.rpm…`, then `apply-live
+/// --allow-replacement`), then a wait until the runtime files hold the old content.
+#[derive(Debug, Clone)]
+pub struct Reinstall {
+    pub install_argv: Vec<String>,
+    pub apply_argv: Vec<String>,
+    /// The previous NEVRAs, for the words.
+    pub nevras: Vec<String>,
+    /// Runtime files with the SHA-256 the previous RPMs record.
+    pub content: Vec<(PathBuf, String)>,
+}
+
 /// Runs the rpm-ostree CLI.
 #[derive(Debug, Clone)]
 pub struct RpmOstree {
     exe: PathBuf,
+    /// Asked what is live when the status cannot tell.
+    rpmdb: Option<Rpmdb>,
 }
 
 /// Output of one successful run.
@@ -497,7 +793,56 @@ fn tail(s: &str) -> &str {
 
 impl RpmOstree {
     pub fn new(exe: impl Into<PathBuf>) -> Self {
-        RpmOstree { exe: exe.into() }
+        RpmOstree {
+            exe: exe.into(),
+            rpmdb: None,
+        }
+    }
+
+    pub fn with_rpmdb(mut self, rpmdb: Rpmdb) -> Self {
+        self.rpmdb = Some(rpmdb);
+        self
+    }
+
+    /// The local packages on the node ([`Status::local_packages`]); when the status cannot
+    /// tell what is live, the live NEVRAs of the offered names and of the requested ones
+    /// are read from the rpm database. An unreadable database leaves them unknown (said in
+    /// the log): the plan then takes the route that does not depend on them.
+    pub async fn on_node(
+        &self,
+        status: &Status,
+        offered: &[Offered],
+        until: Instant,
+    ) -> BTreeMap<String, OnNode> {
+        let mut m = status.local_packages();
+        if status.live_tree_known() {
+            return m;
+        }
+        for o in offered {
+            m.entry(o.nevra.name.clone()).or_default().live_unknown = true;
+        }
+        let Some(db) = &self.rpmdb else {
+            return m;
+        };
+        let mut names: Vec<String> = offered.iter().map(|o| o.nevra.name.clone()).collect();
+        names.extend(m.keys().cloned());
+        names.sort();
+        names.dedup();
+        match db.query(&names, until).await {
+            Ok(live) => {
+                for name in names {
+                    let entry = m.entry(name.clone()).or_default();
+                    entry.live = live.get(&name).cloned();
+                    entry.live_unknown = false;
+                }
+                // A name neither layered nor live is not on the node at all.
+                m.retain(|_, v| v.live.is_some() || v.next_boot.is_some());
+            }
+            Err(e) => tracing::warn!(
+                "the rpm database could not be read ({e}): what is live stays unknown"
+            ),
+        }
+        m
     }
 
     pub fn exe(&self) -> &Path {
@@ -611,6 +956,22 @@ impl RpmOstree {
         let (argv, names, outcome) = match plan {
             InstallPlan::Skip => return Ok(PackageOutcome::Skipped),
             InstallPlan::AlreadyLive => return Ok(PackageOutcome::AlreadyLive),
+            InstallPlan::Replace {
+                install_argv,
+                apply_argv,
+                nevras,
+                staged_instead,
+            } => {
+                return self
+                    .replace(
+                        install_argv.as_deref(),
+                        apply_argv.as_deref(),
+                        nevras,
+                        staged_instead.as_deref(),
+                        until,
+                    )
+                    .await
+            }
             InstallPlan::RequestAgain { argv, names } => (argv, names, PackageOutcome::AlreadyLive),
             InstallPlan::ApplyPendingLive { argv, names }
             | InstallPlan::InstallLive { argv, names } => (argv, names, PackageOutcome::NewlyLive),
@@ -637,23 +998,97 @@ impl RpmOstree {
         Ok(outcome)
     }
 
+    /// Carries out [`InstallPlan::Replace`] and checks that every offered NEVRA is requested
+    /// for the next boot and, unless staged, live.
+    async fn replace(
+        &self,
+        install_argv: Option<&[String]>,
+        apply_argv: Option<&[String]>,
+        nevras: &[String],
+        staged_instead: Option<&str>,
+        until: Instant,
+    ) -> Result<PackageOutcome, RpmOstreeError> {
+        if let Some(why) = staged_instead {
+            tracing::warn!(reason = %why, "staging the new package versions for the next boot instead of applying them live");
+        }
+        for argv in [install_argv, apply_argv].into_iter().flatten() {
+            self.run(argv, until).await?;
+        }
+        let status = self.status_until(until).await?;
+        let has = |d: &Deployment, n: &String| d.requested_local_packages.contains(n);
+        let missing: Vec<String> = nevras
+            .iter()
+            .filter(|n| {
+                !has(status.default_deployment(), n)
+                    || (staged_instead.is_none()
+                        && (!status.live_tree_known() || !has(status.running_deployment(), n)))
+            })
+            .cloned()
+            .collect();
+        if let Some(first) = missing.first() {
+            let state = if has(status.running_deployment(), first) {
+                PackageState::Live
+            } else if has(status.default_deployment(), first) {
+                PackageState::Pending
+            } else {
+                PackageState::Absent
+            };
+            let last = apply_argv.or(install_argv).unwrap_or_default();
+            return Err(RpmOstreeError::NotApplied {
+                command: self.command_line(last),
+                packages: missing,
+                state,
+            });
+        }
+        Ok(if staged_instead.is_some() {
+            PackageOutcome::StagedForNextBoot
+        } else {
+            PackageOutcome::Upgraded
+        })
+    }
+
     /// Reads the status, plans and applies: the whole package step of an install.
     /// Runs nothing when `pkg.skip` (a host without rpm-ostree is fine then).
     pub async fn install(
         &self,
         pkg: &Package,
-        local_rpms: &[PathBuf],
+        offered: &[Offered],
         deadline: Duration,
     ) -> Result<PackageOutcome, RpmOstreeError> {
+        self.install_with_table(pkg, offered, deadline)
+            .await
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`RpmOstree::install`], with the per-package decisions it carried out (empty when
+    /// installing by name).
+    pub async fn install_with_table(
+        &self,
+        pkg: &Package,
+        offered: &[Offered],
+        deadline: Duration,
+    ) -> Result<(PackageOutcome, Vec<Decision>), RpmOstreeError> {
         if pkg.skip {
-            return Ok(PackageOutcome::Skipped);
+            return Ok((PackageOutcome::Skipped, Vec::new()));
         }
         let until = Instant::now() + deadline;
         let status = self.status_until(until).await?;
-        let plan = plan_install(&status, pkg, local_rpms)?;
+        let (plan, decisions) = if offered.is_empty() {
+            (plan_install(&status, pkg, &[])?, Vec::new())
+        } else {
+            let on_node = self.on_node(&status, offered, until).await;
+            let (plan, decisions) =
+                plan_local_with(&status, &on_node, offered, pkg.allow_downgrade)?;
+            for d in &decisions {
+                tracing::info!(package = %d.name, action = %d.action, "package {}: {}", d.name, d.action);
+            }
+            (plan, decisions)
+        };
         tracing::info!(plan = %plan, "package plan: {plan}");
-        self.apply(&plan, until.saturating_duration_since(Instant::now()))
-            .await
+        let outcome = self
+            .apply(&plan, until.saturating_duration_since(Instant::now()))
+            .await?;
+        Ok((outcome, decisions))
     }
 
     /// Removes `pkg` as configured (`package.uninstall`) and says what happened, checked

@@ -72,6 +72,11 @@ impl Runtime for Crio {
     fn refusal(&self, _host: &Host) -> Option<String> {
         None
     }
+    /// ValidateRuntimes: `runtime_path` (and a vm handler's `runtime_config_path`) stat'ed at
+    /// start; a missing one drops the handler (`is being ignored`).
+    fn checks_files_at_start(&self) -> bool {
+        true
+    }
     fn artifacts(&self) -> Vec<PathBuf> {
         let c = &self.handler.crio;
         let mut v = vec![c.runtime_path.clone()];

@@ -57,6 +57,12 @@ pub trait Runtime {
     /// Files whose change the running daemon must be newer than (beyond the drop-in and its
     /// directory).
     fn artifacts(&self) -> Vec<PathBuf>;
+    /// The daemon checks the handler's files when it starts and drops the handler when one
+    /// is missing: its listing then proves the files were there at its start, and a new
+    /// version replacing them in place needs no restart (see [`crate::plan::crio_has_seen`]).
+    fn checks_files_at_start(&self) -> bool {
+        false
+    }
     /// The handler's runtime files the daemon must be able to see: the binary it executes,
     /// then the others (configuration files, wrapped binaries).
     fn runtime_files(&self, host: &Host) -> (PathBuf, Vec<PathBuf>);

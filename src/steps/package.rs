@@ -7,6 +7,9 @@ use crate::scriptlets;
 use crate::state::{Journal, Phase};
 use crate::visibility;
 
+/// The post-install units started successfully since boot, one per line.
+const UNITS_DONE: &str = "/run/kata-live/post-install-units.done";
+
 const UNTOUCHED: &str = "the package step is done; the runtime's configuration untouched";
 
 /// `rpm-ostree install --apply-live` (or nothing when the package is live already).
@@ -58,16 +61,38 @@ impl Step for InstallPackage {
                 .rpm_ostree
                 .status(Ctx::deadline(c.deadlines.package))
                 .await;
-            let detail = match status {
-                Err(e) => format!("dry run: cannot read rpm-ostree status: {e}"),
-                Ok(status) => match crate::rpm_ostree::plan_install(&status, &c.package, &[]) {
-                    Ok(InstallPlan::AlreadyLive) => "dry run: the package is live already".into(),
-                    Ok(plan) => {
-                        run.journal.package_newly_live = true;
-                        format!("dry run: would carry out {}", plan)
+            let offered = offered_rpms(ctx);
+            let detail = match (status, offered) {
+                (Err(e), _) => format!("dry run: cannot read rpm-ostree status: {e}"),
+                (_, Err(e)) => format!("dry run: would fail: {e}"),
+                (Ok(status), Ok(offered)) => {
+                    if !offered.is_empty() {
+                        // The per-package table, whatever the plan: what an operator checks
+                        // before letting a new release roll.
+                        let decisions = crate::rpm_ostree::decide(
+                            &offered,
+                            &status.local_packages(),
+                            c.package.allow_downgrade,
+                        );
+                        print!("{}", crate::rpm_ostree::table(&decisions));
                     }
-                    Err(e) => format!("dry run: would fail: {e}"),
-                },
+                    match crate::rpm_ostree::plan_install(&status, &c.package, &offered) {
+                        Ok(InstallPlan::AlreadyLive) => {
+                            "dry run: the package is live already".into()
+                        }
+                        Ok(plan) => {
+                            // New versions replacing live ones need no restart by themselves
+                            // (see the apply below); new packages do.
+                            run.journal.package_newly_live = matches!(
+                                plan,
+                                InstallPlan::InstallLive { .. }
+                                    | InstallPlan::ApplyPendingLive { .. }
+                            );
+                            format!("dry run: would carry out {}", plan)
+                        }
+                        Err(e) => format!("dry run: would fail: {e}"),
+                    }
+                }
             };
             println!("package: {}", detail.trim_start_matches("dry run: "));
             Ok(Done::skipped(detail))
@@ -77,22 +102,30 @@ impl Step for InstallPackage {
         &'a mut self,
         ctx: &'a Ctx,
         run: &'a mut Run,
-        _rep: &'a mut Reporter,
+        rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
             Self::forget_what_crio_saw(run)?;
             let c = &ctx.cfg;
-            let local = match &c.package.local_rpm_dir {
-                Some(d) => crate::rpm_ostree::list_local_rpms(&ctx.host.path(d))
-                    .map_err(|e| FlowError::Package(e.to_string()))?,
-                None => Vec::new(),
+            let local = offered_rpms(ctx).map_err(|e| FlowError::Package(e.to_string()))?;
+            // Before anything changes: can a failed upgrade put the previous versions back?
+            let reinstall = if local.is_empty() {
+                None
+            } else {
+                previous_versions(ctx, &local).await
             };
             let out = ctx
                 .rpm_ostree
-                .install(&c.package, &local, Ctx::deadline(c.deadlines.package))
+                .install_with_table(&c.package, &local, Ctx::deadline(c.deadlines.package))
                 .await;
             let pkg = match out {
-                Ok(o) => o,
+                Ok((o, decisions)) => {
+                    if !decisions.is_empty() {
+                        // Each package's NEVRA: live, next boot, offered, and what was done.
+                        rep.evidence("package_versions", &decisions);
+                    }
+                    o
+                }
                 Err(RpmOstreeError::Interrupted { signal, .. }) => {
                     return Err(FlowError::Stopped {
                         signal,
@@ -102,14 +135,219 @@ impl Step for InstallPackage {
                     }
                     .into())
                 }
+                // Nothing was changed: the offered versions are refused as they stand.
+                Err(e @ RpmOstreeError::DowngradeRefused { .. }) => {
+                    return Err(FlowError::Refused(e.to_string()).into())
+                }
                 Err(e) => return Err(FlowError::Package(e.to_string()).into()),
             };
+            // New versions replacing live ones in place do not restart CRI-O by themselves:
+            // it executes runtime_path per sandbox, and the activation decision restarts it
+            // only if the drop-in changed or CRI-O never checked the files at its start
+            // (plan::crio_has_seen). New packages do.
             run.journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
+            run.journal.package_changed |=
+                matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded);
+            if pkg == PackageOutcome::StagedForNextBoot {
+                run.staged_instead = Some(
+                    "an OS update is staged for the next boot (`rpm-ostree status`), and \
+                     applying the new versions live with --allow-replacement would apply that \
+                     update live too"
+                        .into(),
+                );
+            }
+            if pkg == PackageOutcome::Upgraded {
+                run.reinstall = reinstall;
+            }
+            if !local.is_empty()
+                && matches!(
+                    pkg,
+                    PackageOutcome::NewlyLive
+                        | PackageOutcome::Upgraded
+                        | PackageOutcome::AlreadyLive
+                )
+            {
+                keep_rpms(ctx, &local, run.reinstall.as_ref())
+                    .map_err(|e| FlowError::Package(e.to_string()))?;
+            }
+            if matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded) {
+                // The runtime files an offered RPM ships, with its digests: a new version at
+                // an existing path passes a stat before its content reaches CRI-O.
+                let (binary, others) = ctx.rt.runtime_files(&ctx.host);
+                run.expected_content = std::iter::once(binary)
+                    .chain(others)
+                    .filter_map(|p| {
+                        let want = local.iter().find_map(|o| o.sha256.get(&p))?.clone();
+                        Some((p, want))
+                    })
+                    .collect();
+            }
             Ok(Done::ran_if(
-                pkg == PackageOutcome::NewlyLive,
+                matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded),
                 pkg.to_string(),
             ))
         })
+    }
+}
+
+/// How a rollback would put back the versions the offered RPMs replace, from the copies kept
+/// under [`KEPT_RPMS`](crate::rpm_ostree::KEPT_RPMS). `None` when nothing is replaced, or
+/// when a previous version is not kept: that is said now, before anything changes.
+async fn previous_versions(
+    ctx: &Ctx,
+    offered: &[crate::rpm_ostree::Offered],
+) -> Option<crate::rpm_ostree::Reinstall> {
+    use crate::rpm_ostree::{decide, Action, KEPT_RPMS};
+    let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
+    let status = ctx.rpm_ostree.status(deadline).await.ok()?;
+    let until = tokio::time::Instant::now() + deadline;
+    let on_node = ctx.rpm_ostree.on_node(&status, offered, until).await;
+    let replaced: Vec<(String, crate::rpm_ostree::Nevra)> =
+        decide(offered, &on_node, ctx.cfg.package.allow_downgrade)
+            .into_iter()
+            .filter(|d| matches!(d.action, Action::Upgrade | Action::Downgrade))
+            .filter_map(|d| Some((d.offered?.nevra.to_string(), d.on_node.live?)))
+            .collect();
+    if replaced.is_empty() {
+        return None;
+    }
+    let kept: Vec<std::path::PathBuf> = replaced
+        .iter()
+        .map(|(_, old)| ctx.host.path(KEPT_RPMS).join(format!("{old}.rpm")))
+        .collect();
+    let missing: Vec<String> = replaced
+        .iter()
+        .zip(&kept)
+        .filter(|(_, p)| !p.is_file())
+        .map(|((_, old), _)| old.to_string())
+        .collect();
+    if !missing.is_empty() {
+        tracing::warn!(
+            "the previous package versions {} are not kept under {KEPT_RPMS}: if the proof \
+             fails, the rollback restores the drop-in but the new versions stay live",
+            missing.join(", ")
+        );
+        return None;
+    }
+    let old_rpms = match crate::rpm_ostree::read_offered(&kept) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!("the kept previous packages cannot be read ({e}): a rollback would leave the new versions live");
+            return None;
+        }
+    };
+    let (binary, others) = ctx.rt.runtime_files(&ctx.host);
+    let content = std::iter::once(binary)
+        .chain(others)
+        .filter_map(|p| {
+            let want = old_rpms.iter().find_map(|o| o.sha256.get(&p))?.clone();
+            Some((p, want))
+        })
+        .collect();
+    let mut install_argv: Vec<String> = ["install", "--idempotent", "--allow-inactive"]
+        .map(String::from)
+        .into();
+    install_argv.extend(replaced.iter().map(|(new, _)| format!("--uninstall={new}")));
+    install_argv.extend(kept.iter().map(|p| p.to_string_lossy().into_owned()));
+    Some(crate::rpm_ostree::Reinstall {
+        install_argv,
+        apply_argv: ["apply-live", "--allow-replacement"]
+            .map(String::from)
+            .into(),
+        nevras: replaced.iter().map(|(_, old)| old.to_string()).collect(),
+        content,
+    })
+}
+
+/// Keeps a copy of each offered RPM (now live) under [`KEPT_RPMS`](crate::rpm_ostree::KEPT_RPMS)
+/// for the next upgrade's rollback, and drops the copies of versions neither offered nor
+/// needed by this run's own rollback.
+fn keep_rpms(
+    ctx: &Ctx,
+    offered: &[crate::rpm_ostree::Offered],
+    reinstall: Option<&crate::rpm_ostree::Reinstall>,
+) -> Result<(), crate::fsutil::FsError> {
+    let dir = ctx.host.path(crate::rpm_ostree::KEPT_RPMS);
+    let mut wanted: Vec<String> = offered.iter().map(|o| format!("{}.rpm", o.nevra)).collect();
+    if let Some(r) = reinstall {
+        wanted.extend(r.nevras.iter().map(|n| format!("{n}.rpm")));
+    }
+    for o in offered {
+        let dest = dir.join(format!("{}.rpm", o.nevra));
+        if dest.is_file() {
+            continue;
+        }
+        let bytes = crate::fsutil::read_nofollow(&o.path)?.unwrap_or_default();
+        crate::fsutil::write_atomic(&ctx.host.root, &dest, &bytes, 0o644)?;
+    }
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".rpm") && !wanted.contains(&name) {
+                crate::fsutil::remove_file(&ctx.host.root, &e.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The rollback's package part: the previous versions back live, by content.
+pub async fn put_back(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    r: &crate::rpm_ostree::Reinstall,
+) -> Result<(), crate::flow::Rollback> {
+    rep.begin(
+        "rollback-package",
+        &format!("putting back {}", r.nevras.join(", ")),
+    );
+    let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
+    let until = tokio::time::Instant::now() + deadline;
+    let done = async {
+        ctx.rpm_ostree
+            .run(&r.install_argv, until)
+            .await
+            .map_err(|e| e.to_string())?;
+        ctx.rpm_ostree
+            .run(&r.apply_argv, until)
+            .await
+            .map_err(|e| e.to_string())?;
+        visibility::wait_content(
+            &ctx.host,
+            &r.content,
+            None,
+            until.saturating_duration_since(tokio::time::Instant::now()),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+    .await;
+    match done {
+        Ok(()) => {
+            rep.end(
+                crate::report::StepOutcome::Ran,
+                format!("{} live again", r.nevras.join(", ")),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            rep.end(crate::report::StepOutcome::Failed, e.clone());
+            Err(crate::flow::Rollback::Failed(format!(
+                "the previous package versions ({}) could not be put back: {e}. The drop-in \
+                 is restored; check `rpm-ostree status`, then run kata-live again",
+                r.nevras.join(", ")
+            )))
+        }
+    }
+}
+
+/// The local RPMs of `package.local_rpm_dir`, read from their headers (none without it).
+fn offered_rpms(ctx: &Ctx) -> Result<Vec<crate::rpm_ostree::Offered>, RpmOstreeError> {
+    match &ctx.cfg.package.local_rpm_dir {
+        Some(d) => {
+            crate::rpm_ostree::read_offered(&crate::rpm_ostree::list_local_rpms(&ctx.host.path(d))?)
+        }
+        None => Ok(Vec::new()),
     }
 }
 
@@ -138,7 +376,7 @@ impl Step for PostInstall {
     fn apply<'a>(
         &'a mut self,
         ctx: &'a Ctx,
-        _run: &'a mut Run,
+        run: &'a mut Run,
         rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
@@ -148,13 +386,44 @@ impl Step for PostInstall {
                 scriptlets::run_scriptlets(&c.post_install, &ctx.host, &ctx.tools, deadline)
                     .await
                     .map_err(|e| FlowError::Package(e.to_string()))?;
+            // What was started since boot lives in /run, which a boot empties.
+            let record = ctx.host.path(UNITS_DONE);
+            let mut done: Vec<String> = crate::fsutil::read_nofollow(&record)
+                .map_err(|e| FlowError::Package(e.to_string()))?
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .lines()
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut units_started = Vec::new();
             for unit in &c.post_install.units {
+                if !crate::plan::post_install_unit_due(
+                    run.journal.package_changed,
+                    done.contains(unit),
+                ) {
+                    tracing::info!(
+                        unit = %unit,
+                        "post-install unit {unit} not started again: it succeeded since boot and no package changed"
+                    );
+                    continue;
+                }
                 ctx.systemd
                     .start_unit(unit, deadline)
                     .await
                     .map_err(|e| FlowError::Package(format!("post-install unit {unit}: {e}")))?;
+                units_started.push(unit.clone());
+                if !done.contains(unit) {
+                    done.push(unit.clone());
+                }
+                let mut text = done.join("\n");
+                text.push('\n');
+                crate::fsutil::write_atomic(&ctx.host.root, &record, text.as_bytes(), 0o644)
+                    .map_err(|e| FlowError::Package(e.to_string()))?;
             }
             rep.evidence("post_install", &report);
+            rep.evidence("post_install_units_started", &units_started);
             let changed = report
                 .steps
                 .iter()
@@ -216,10 +485,30 @@ impl Step for Visibility {
             let seen = seen.and_then(|()| {
                 visibility::check_usable(&ctx.host, &binary, &files[1..], Some(crio_pid))
             });
+            let by_content = !run.expected_content.is_empty();
+            let seen = match seen {
+                Ok(()) if by_content => crate::stop::unless_stopped(visibility::wait_content(
+                    &ctx.host,
+                    &run.expected_content,
+                    Some(crio_pid),
+                    deadline,
+                ))
+                .await
+                .map_err(|signal| FlowError::Stopped {
+                    signal,
+                    state: format!("during the visibility wait: {UNTOUCHED}"),
+                })?,
+                other => other,
+            };
             match seen {
                 Ok(()) => Ok(Done::ran(format!(
-                    "runtime files visible to us and in {}'s mount namespace",
-                    ctx.rt.name()
+                    "runtime files visible to us and in {}'s mount namespace{}",
+                    ctx.rt.name(),
+                    if by_content {
+                        ", with the package's content (SHA-256 of its header)"
+                    } else {
+                        ""
+                    }
                 ))),
                 Err(e) if ctx.dry_run => {
                     Ok(Done::skipped(format!("dry run: not visible yet ({e})")))

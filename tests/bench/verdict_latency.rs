@@ -188,7 +188,7 @@ fn activations_crio_real() {
 /// limit of `units` is cleared (back-to-back restarts must not meet systemd's rate limit).
 /// Whether it was an install, and its wall time in ms, as the operator waits for it.
 fn timed_run(k: &KataNode, i: usize, units: &[&str]) -> (bool, f64) {
-    let install = i % 2 == 0;
+    let install = i.is_multiple_of(2);
     let mut argv = vec!["systemctl", "reset-failed"];
     argv.extend_from_slice(units);
     k.node.exec_ok(&argv).expect("systemctl reset-failed");

@@ -22,3 +22,4 @@ pub mod crio_server;
 pub mod crio_state;
 pub mod kubelet_standin;
 pub mod mini_http;
+pub mod test_rpms;

@@ -7,26 +7,80 @@
 //! - `calls.log`: one JSON array of argv per call, appended;
 //! - `files`: lines `PACKAGE ABSOLUTE-PATH [SOURCE]`, the files a package brings;
 //!   created when the package goes live (a copy of SOURCE when given, else a small
-//!   executable placeholder), removed when it leaves the running tree;
+//!   executable placeholder naming the package's NEVRA, so that an upgrade changes it),
+//!   removed when it leaves the running tree, re-created when its version changes;
+//! - `root`: optional, a directory; the files in a local RPM's payload are written under it
+//!   when the package goes live (default: none are written; `/` in the test node);
+//! - `pkgcache/`: the local RPMs as imported by `install` (rpm-ostree imports them into its
+//!   repo; a live apply later reads the import, not the operator's file);
+//! - `live-packages.json`: what the running `/usr` holds once something was applied live,
+//!   `{name: NEVRA-or-name}` (like rpm-ostree's `rpmostree/live-apply` ref, kept apart
+//!   from the deployment list);
 //! - `delay`: seconds (float) before the files of a live apply appear; they are created
 //!   by a detached background process, as a live apply's files reached CRI-O late;
 //! - fault markers (the file existing switches it on): `fail` (mutating commands exit 1
 //!   with an error), `hang` (mutating commands sleep forever; SIGINT cancels, as for the
-//!   real client: `Caught SIGINT, cancelling transaction`, exit 1, logged in `cancelled`;
-//!   with `slow-cancel` as well, the cancellation never completes), `fail-status`,
-//!   `hang-status` (the same for `status`), `interrupt` (a live apply records
-//!   `live-inprogress` and exits 1, as an interrupted apply leaves it);
+//!   real client: `Caught SIGINT, cancelling transaction`, then `error: Operation was
+//!   cancelled`, exit 1, logged in `cancelled`; with `slow-cancel` as well, the
+//!   cancellation never completes), `fail-status`, `hang-status` (the same for `status`),
+//!   `interrupt` (a live apply records `live-inprogress` and exits 1, as an interrupted
+//!   apply leaves it);
 //! - `hanging`: written (the client's pid) once a hanging client catches SIGINT. Before
 //!   that a SIGINT kills it, as it kills the real client before its transaction runs: a
 //!   test that needs the cancellation signals only after this exists.
 //!
 //! The CLI surface follows rpm-ostree: `install` (`--idempotent`, `--allow-inactive`,
-//! `-A/--apply-live`, `-y/--assumeyes`, `-C/--cache-only`), `uninstall` (`--idempotent`;
-//! no `--apply-live`, like the real one), `apply-live` (`--allow-replacement`,
-//! `--target`, `--reset`), `status` (`--json`, `--booted`), `cancel`. Unknown options
-//! are errors, as they are for the real CLI.
+//! `-A/--apply-live`, `-y/--assumeyes`, `-C/--cache-only`, `--uninstall=PKG`, repeated; no
+//! `--allow-replacement`), `uninstall` (`--idempotent`; no `--apply-live`, like the real
+//! one), `apply-live` (`--allow-replacement`, `--target`, `--reset`), `status` (`--json`,
+//! `--booted`), `cancel`. Unknown options are errors (`Unknown option X`), as they are for
+//! the real CLI.
+//!
+//! What it copies from rpm-ostree (NODE-FACTS.md, "rpm-ostree apply-live"):
+//! - A local RPM (an argument ending in `.rpm`) is read as rpm-ostree reads it: its header
+//!   gives the NEVRA (`name-[epoch:]version-release.arch`, the epoch left out when 0), never
+//!   its file name; `requested-local-packages` lists NEVRAs; local packages never appear in
+//!   `packages`. A file that is not an RPM is an error.
+//! - Requests are keyed by full NEVRA: the same NEVRA again is `Package
+//!   '<sha256>:<nevra>' is already layered`; another NEVRA of a name already layered from a
+//!   local RPM fails in depsolve (`conflicting requests`, `cannot install both NEW from
+//!   @commandline and OLD from @commandline`), with or without `--idempotent`. By name:
+//!   `Package/capability 'foo' is already requested`.
+//! - `--uninstall=X` (and `uninstall X`) matches a name or a NEVRA and is applied before
+//!   the additions; an unknown one is `Package/capability 'X' is not currently requested`.
+//!   `--idempotent` skips both kinds of "already"/"not currently".
+//! - Nothing changed: `No change.`, exit 0, and **nothing applied live**, even with `-A` and
+//!   a pending deployment the running tree lacks (the `--idempotent` trap).
+//! - A live apply checks the package diff between the running tree and the target, by name:
+//!   a name gone is "removed", a name whose NEVRA differs is "changed", and an OS commit
+//!   that differs counts as one changed (base) package. Without `--allow-replacement`:
+//!   `packages would be removed: N, allow replacement to override`, else `packages would
+//!   be changed: N, allow replacement to override`. `install -A` cannot pass it (no
+//!   `--allow-replacement`): its new deployment stays staged, and `apply-live
+//!   --allow-replacement` can apply it afterwards.
+//! - The first live apply unlocks `/usr` (`unlocked: "transient"` on the booted deployment)
+//!   before that check, so a refused first try leaves it too.
+//! - `live-replaced` on the booted deployment: the commit applied live; after `apply-live
+//!   --reset` it equals the booted checksum. `live-inprogress`: an interrupted apply's
+//!   target; another target is then refused (`Previously interrupted while targeting commit
+//!   A, cannot change target to B`). Both keys are absent when empty.
+//!
+//! Where NODE-FACTS left two possibilities, the stand-in takes the stricter one:
+//! - an OS update in the target counts as one changed package, so `install -A` and a plain
+//!   `apply-live` over a staged OS update are refused (the real count is the number of base
+//!   packages the update changes: always at least one, never zero);
+//! - the depsolve failure is raised for any second NEVRA of a name layered from a local RPM,
+//!   also when the new one is older (a downgrade conflicts just the same) and under
+//!   `--idempotent` (which only skips exact duplicates);
+//! - the texts marked "about" in NODE-FACTS (the depsolve problem, an unreadable RPM:
+//!   `Failed to read package PATH: ...`) are matched by tests on their stable parts only
+//!   (`conflicting requests`, `cannot install both ... from @commandline`).
+//!
+//! Not copied: depsolving against repositories (there are none on RHCOS; a name is taken as
+//! a package of that name, with no version), `%pre`/`%post` scriptlets (they never run
+//! live), `Transaction in progress`, the daemon outliving a SIGTERM'd client.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,6 +88,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use sha2::Digest;
 
 static SIGINT_SEEN: AtomicBool = AtomicBool::new(false);
 
@@ -96,13 +151,9 @@ fn checksum_for(seed: &str) -> String {
     out
 }
 
+/// The name in a NEVRA (`name-[epoch:]version-release.arch`).
 fn nevra_name(nevra: &str) -> String {
-    let s = nevra.strip_suffix(".rpm").unwrap_or(nevra);
-    let s = Path::new(s)
-        .file_name()
-        .and_then(|f| f.to_str())
-        .unwrap_or(s);
-    s.rsplitn(3, '-').nth(2).unwrap_or(s).to_string()
+    nevra.rsplitn(3, '-').nth(2).unwrap_or(nevra).to_string()
 }
 
 fn strs(v: &Value) -> Vec<String> {
@@ -115,16 +166,18 @@ fn strs(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Package names a deployment carries.
-fn pkg_names(d: &Value) -> BTreeSet<String> {
-    let mut s: BTreeSet<String> = strs(&d["packages"]).into_iter().collect();
-    s.extend(strs(&d["requested-packages"]));
-    s.extend(
-        strs(&d["requested-local-packages"])
-            .iter()
-            .map(|n| nevra_name(n)),
-    );
-    s
+/// What a deployment's tree carries: package name → its NEVRA (local RPMs) or its name
+/// (packages by name, which have no version here).
+fn pkg_map(d: &Value) -> BTreeMap<String, String> {
+    let mut m: BTreeMap<String, String> = strs(&d["packages"])
+        .into_iter()
+        .chain(strs(&d["requested-packages"]))
+        .map(|n| (n.clone(), n))
+        .collect();
+    for nevra in strs(&d["requested-local-packages"]) {
+        m.insert(nevra_name(&nevra), nevra);
+    }
+    m
 }
 
 fn deployment(checksum: &str, booted: bool, staged: bool) -> Value {
@@ -151,16 +204,60 @@ fn deployment(checksum: &str, booted: bool, staged: bool) -> Value {
     })
 }
 
+/// A local RPM as rpm-ostree reads it: from its header, never from its file name.
+struct LocalRpm {
+    nevra: String,
+    name: String,
+    sha256: String,
+}
+
+fn read_local_rpm(arg: &str) -> Res<LocalRpm> {
+    let path = arg.strip_prefix("file://").unwrap_or(arg);
+    let bytes = std::fs::read(path).map_err(|e| format!("Opening {path}: {e}"))?;
+    let meta = rpm::PackageMetadata::parse(&mut std::io::Cursor::new(&bytes))
+        .map_err(|e| format!("Failed to read package {path}: {e}"))?;
+    let field = |r: Result<&str, rpm::Error>| {
+        r.map(str::to_string)
+            .map_err(|e| format!("Failed to read package {path}: {e}"))
+    };
+    let name = field(meta.get_name())?;
+    let epoch = match meta.get_epoch() {
+        Ok(0) | Err(_) => String::new(),
+        Ok(e) => format!("{e}:"),
+    };
+    let nevra = format!(
+        "{name}-{epoch}{}-{}.{}",
+        field(meta.get_version())?,
+        field(meta.get_release())?,
+        field(meta.get_arch())?
+    );
+    let sha256 = format!("{:x}", sha2::Sha256::digest(&bytes));
+    Ok(LocalRpm {
+        nevra,
+        name,
+        sha256,
+    })
+}
+
 struct Opts {
     flags: BTreeSet<String>,
-    target: Option<String>,
+    values: BTreeMap<String, Vec<String>>,
     operands: Vec<String>,
+}
+
+impl Opts {
+    fn value(&self, key: &str) -> Option<String> {
+        self.values.get(key).and_then(|v| v.last()).cloned()
+    }
+    fn all(&self, key: &str) -> Vec<String> {
+        self.values.get(key).cloned().unwrap_or_default()
+    }
 }
 
 fn parse_opts(args: &[String], allowed: &[&str], with_value: &[&str]) -> Res<Opts> {
     let mut o = Opts {
         flags: BTreeSet::new(),
-        target: None,
+        values: BTreeMap::new(),
         operands: Vec::new(),
     };
     let mut it = args.iter();
@@ -172,13 +269,16 @@ fn parse_opts(args: &[String], allowed: &[&str], with_value: &[&str]) -> Res<Opt
             s => s,
         };
         if with_value.contains(&long) {
-            o.target = Some(
-                it.next()
-                    .ok_or(format!("Missing argument for {long}"))?
-                    .clone(),
-            );
-        } else if let Some((_, v)) = long.split_once('=').filter(|(k, _)| with_value.contains(k)) {
-            o.target = Some(v.to_string());
+            let v = it
+                .next()
+                .ok_or(format!("Missing argument for {long}"))?
+                .clone();
+            o.values.entry(long.to_string()).or_default().push(v);
+        } else if let Some((k, v)) = long.split_once('=').filter(|(k, _)| with_value.contains(k)) {
+            o.values
+                .entry(k.to_string())
+                .or_default()
+                .push(v.to_string());
         } else if long.starts_with('-') {
             if !allowed.contains(&long) {
                 return Err(format!("Unknown option {a}"));
@@ -189,6 +289,38 @@ fn parse_opts(args: &[String], allowed: &[&str], with_value: &[&str]) -> Res<Opt
         }
     }
     Ok(o)
+}
+
+/// The package diff of a live apply, by name.
+struct Diff {
+    added: Vec<String>,
+    removed: Vec<String>,
+    /// `(old, new)` identities of a name in both.
+    changed: Vec<(String, String)>,
+}
+
+fn diff(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> Diff {
+    Diff {
+        added: after
+            .iter()
+            .filter(|(n, _)| !before.contains_key(*n))
+            .map(|(_, v)| v.clone())
+            .collect(),
+        removed: before
+            .iter()
+            .filter(|(n, _)| !after.contains_key(*n))
+            .map(|(_, v)| v.clone())
+            .collect(),
+        changed: before
+            .iter()
+            .filter_map(|(n, old)| {
+                after
+                    .get(n)
+                    .filter(|new| *new != old)
+                    .map(|new| (old.clone(), new.clone()))
+            })
+            .collect(),
+    }
 }
 
 impl Fake {
@@ -250,7 +382,7 @@ impl Fake {
                     eprintln!("Caught SIGINT, cancelling transaction");
                     let _ = std::fs::write(self.path("cancelled"), b"SIGINT\n");
                     if !self.marker("slow-cancel") {
-                        return Err("Transaction cancelled".into());
+                        return Err("Operation was cancelled".into());
                     }
                     said = true;
                 }
@@ -279,7 +411,8 @@ impl Fake {
                     println!("State: idle\nDeployments:");
                     for d in state["deployments"].as_array().into_iter().flatten() {
                         let mark = if d["booted"] == true { "*" } else { " " };
-                        println!("{mark} {} packages: {:?}", d["checksum"], pkg_names(d));
+                        let pkgs: Vec<String> = pkg_map(d).into_values().collect();
+                        println!("{mark} {} packages: {}", d["checksum"], pkgs.join(" "));
                     }
                 }
                 Ok(())
@@ -295,7 +428,7 @@ impl Fake {
                         "--cache-only",
                         "--dry-run",
                     ],
-                    &[],
+                    &["--uninstall"],
                 )?;
                 if o.operands.is_empty() {
                     return Err("At least one PACKAGE must be specified".into());
@@ -305,17 +438,19 @@ impl Fake {
                 let changed = self.change(
                     &mut state,
                     &o.operands,
-                    &[],
+                    &o.all("--uninstall"),
                     o.flags.contains("--idempotent"),
                 )?;
                 if !changed {
+                    // The --idempotent trap: nothing new requested, so nothing is applied
+                    // live either, even with -A and a pending deployment not yet live.
                     println!("No change.");
+                    return Ok(());
                 }
                 self.save(&state)?;
-                let has_pending = self.booted_idx(&state)? > 0;
-                if o.flags.contains("--apply-live") && (changed || has_pending) {
+                if o.flags.contains("--apply-live") {
                     self.apply_live(&mut state, None, false)?;
-                } else if changed {
+                } else {
                     println!("Run \"systemctl reboot\" to start a reboot");
                 }
                 Ok(())
@@ -334,8 +469,11 @@ impl Fake {
                     o.flags.contains("--idempotent"),
                 )? {
                     println!("No change.");
+                    return Ok(());
                 }
-                self.save(&state)
+                self.save(&state)?;
+                println!("Run \"systemctl reboot\" to start a reboot");
+                Ok(())
             }
             "apply-live" => {
                 let o = parse_opts(rest, &["--allow-replacement", "--reset"], &["--target"])?;
@@ -349,7 +487,7 @@ impl Fake {
                             .to_string(),
                     )
                 } else {
-                    o.target
+                    o.value("--target")
                 };
                 self.apply_live(&mut state, target, o.flags.contains("--allow-replacement"))
             }
@@ -372,7 +510,8 @@ impl Fake {
             .ok_or_else(|| "Not booted into an OSTree system".to_string())
     }
 
-    /// Layers/unlayers into a new pending deployment based on the default one.
+    /// Removes, then adds, into a new pending deployment based on the default one.
+    /// False when nothing changed.
     fn change(
         &self,
         state: &mut Value,
@@ -390,25 +529,7 @@ impl Fake {
         let mut req: Vec<String> = strs(&default["requested-packages"]);
         let mut local: Vec<String> = strs(&default["requested-local-packages"]);
         let mut changed = false;
-        for a in add {
-            let (list, item) = if a.ends_with(".rpm") {
-                let file = Path::new(a)
-                    .file_name()
-                    .and_then(|f| f.to_str())
-                    .unwrap_or(a);
-                (&mut local, file.trim_end_matches(".rpm").to_string())
-            } else {
-                (&mut req, a.clone())
-            };
-            if list.contains(&item) {
-                if !idempotent {
-                    return Err(format!("Package/capability '{a}' is already requested"));
-                }
-            } else {
-                list.push(item);
-                changed = true;
-            }
-        }
+        // Removals first, as rpm-ostree applies them before the additions.
         for r in remove {
             let before = (req.len(), local.len());
             req.retain(|p| p != r);
@@ -423,8 +544,49 @@ impl Fake {
                 changed = true;
             }
         }
+        let mut imports = Vec::new();
+        for a in add {
+            if a.ends_with(".rpm") || a.starts_with("file://") {
+                let rpm = read_local_rpm(a)?;
+                if local.contains(&rpm.nevra) {
+                    if !idempotent {
+                        return Err(format!(
+                            "Package '{}:{}' is already layered",
+                            rpm.sha256, rpm.nevra
+                        ));
+                    }
+                    continue;
+                }
+                // Keyed by NEVRA: another version of a layered name is a second request,
+                // which libsolv cannot satisfy (not skipped by --idempotent).
+                if let Some(old) = local.iter().find(|p| nevra_name(p) == rpm.name) {
+                    return Err(format!(
+                        "Could not depsolve transaction; 1 problem detected:\n Problem: conflicting requests\n  - cannot install both {} from @commandline and {old} from @commandline",
+                        rpm.nevra
+                    ));
+                }
+                local.push(rpm.nevra.clone());
+                imports.push((a.clone(), rpm.nevra));
+                changed = true;
+            } else if req.contains(a) {
+                if !idempotent {
+                    return Err(format!("Package/capability '{a}' is already requested"));
+                }
+            } else {
+                req.push(a.clone());
+                changed = true;
+            }
+        }
         if !changed {
             return Ok(false);
+        }
+        // The import: a live apply later reads these, not the operator's files.
+        let cache = self.path("pkgcache");
+        std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+        for (src, nevra) in imports {
+            let src = src.strip_prefix("file://").unwrap_or(&src).to_string();
+            std::fs::copy(&src, cache.join(format!("{nevra}.rpm")))
+                .map_err(|e| format!("importing {src}: {e}"))?;
         }
         let base = deps[bi]["checksum"]
             .as_str()
@@ -469,62 +631,196 @@ impl Fake {
         }
         let find = |c: &str| deps.iter().find(|d| d["checksum"] == c).cloned();
         let target_dep = find(&target).ok_or(format!("Commit {target} not found"))?;
-        // What is live: like the real `rpmostree/live-apply` ref, kept apart from the
-        // deployment list (a later install/uninstall replaces the pending deployment).
-        let before: BTreeSet<String> = if booted["live-replaced"].is_string() {
+        // The transient unlock comes before the package check: a refused first try
+        // leaves `/usr` unlocked all the same.
+        if booted["unlocked"] != "transient" {
+            state["deployments"][bi]["unlocked"] = Value::from("transient");
+            self.save(state)?;
+        }
+        let before = if booted["live-replaced"].is_string() {
             self.live_packages()?
         } else {
-            pkg_names(&booted)
+            pkg_map(&booted)
         };
-        let after = pkg_names(&target_dep);
-        let removed: Vec<&String> = before.difference(&after).collect();
-        let added: Vec<String> = after.difference(&before).cloned().collect();
-        if !removed.is_empty() && !allow_replacement {
-            return Err(format!(
-                "packages would be removed: {removed:?}; use --allow-replacement"
-            ));
+        let after = pkg_map(&target_dep);
+        let d = diff(&before, &after);
+        let base_of = |dep: &Value| {
+            dep["base-checksum"]
+                .as_str()
+                .or(dep["checksum"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        // An OS update in the target changes base packages: one "changed" here.
+        let base_changed = usize::from(base_of(&target_dep) != base_of(&booted));
+        if !allow_replacement {
+            if !d.removed.is_empty() {
+                return Err(format!(
+                    "packages would be removed: {}, allow replacement to override",
+                    d.removed.len()
+                ));
+            }
+            if !d.changed.is_empty() || base_changed > 0 {
+                return Err(format!(
+                    "packages would be changed: {}, allow replacement to override",
+                    d.changed.len() + base_changed
+                ));
+            }
         }
-        let d = &mut state["deployments"][bi];
+        let dep = &mut state["deployments"][bi];
         if self.marker("interrupt") {
-            d["live-inprogress"] = Value::from(target.clone());
+            dep["live-inprogress"] = Value::from(target.clone());
             self.save(state)?;
             return Err("Transaction interrupted (fake)".into());
         }
-        if let Some(o) = d.as_object_mut() {
+        if let Some(o) = dep.as_object_mut() {
             o.remove("live-inprogress");
-            if target == booted["checksum"] {
-                o.remove("live-replaced");
-            } else {
-                o.insert("live-replaced".into(), Value::from(target.clone()));
-            }
+            o.insert("live-replaced".into(), Value::from(target.clone()));
         }
         self.save(state)?;
         let live = serde_json::to_string(&after).map_err(|e| e.to_string())?;
         std::fs::write(self.path("live-packages.json"), live).map_err(|e| e.to_string())?;
+
+        let gone: Vec<&String> = d
+            .removed
+            .iter()
+            .chain(d.changed.iter().map(|(old, _)| old))
+            .collect();
+        let arriving: Vec<&String> = d
+            .added
+            .iter()
+            .chain(d.changed.iter().map(|(_, new)| new))
+            .collect();
+        let ident_name = |i: &str| {
+            after
+                .iter()
+                .chain(before.iter())
+                .find(|(_, v)| v.as_str() == i)
+                .map(|(n, _)| n.clone())
+                .unwrap_or_else(|| i.to_string())
+        };
         let files = self.files()?;
-        for (pkg, spec) in &files {
-            if removed.contains(&pkg) {
+        for ident in &gone {
+            let name = ident_name(ident);
+            for (_, spec) in files.iter().filter(|(p, _)| *p == name) {
                 let path = spec.split_whitespace().next().unwrap_or(spec);
                 let _ = std::fs::remove_file(path);
             }
+            for path in self.payload_paths(ident)? {
+                let _ = std::fs::remove_file(path);
+            }
         }
-        let new_files: Vec<String> = files
-            .iter()
-            .filter(|(p, _)| added.contains(p))
-            .map(|(_, f)| f.clone())
-            .collect();
+        let mut new_files: Vec<String> = Vec::new();
+        for ident in &arriving {
+            let name = ident_name(ident);
+            for (_, spec) in files.iter().filter(|(p, _)| *p == name) {
+                // A placeholder names its NEVRA: an upgrade changes the file's content.
+                new_files.push(if spec.split_whitespace().nth(1).is_some() {
+                    spec.clone()
+                } else {
+                    format!("{spec} @{ident}")
+                });
+            }
+            new_files.extend(self.payload_specs(ident)?);
+        }
         if !new_files.is_empty() {
             self.spawn_file_creator(&new_files)?;
         }
-        println!("Added: {added:?}\nRemoved: {removed:?}");
+        let mut out = String::new();
+        for (title, list) in [("Added", &d.added), ("Removed", &d.removed)] {
+            if !list.is_empty() {
+                out.push_str(&format!("{title}:\n"));
+                for p in list {
+                    out.push_str(&format!("  {p}\n"));
+                }
+            }
+        }
+        if !d.changed.is_empty() {
+            out.push_str("Changed:\n");
+            for (old, new) in &d.changed {
+                out.push_str(&format!("  {old} -> {new}\n"));
+            }
+        }
+        print!("{out}");
         println!("Successfully updated running filesystem tree.");
         Ok(())
     }
 
-    fn live_packages(&self) -> Res<BTreeSet<String>> {
+    fn live_packages(&self) -> Res<BTreeMap<String, String>> {
         let body = std::fs::read_to_string(self.path("live-packages.json"))
             .map_err(|e| format!("live-replaced set but no live-packages.json: {e}"))?;
-        serde_json::from_str(&body).map_err(|e| e.to_string())
+        let v: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        // A list of names is accepted too (tests write `[]` for "nothing layered live").
+        Ok(match v {
+            Value::Object(m) => m
+                .into_iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k, s.to_string())))
+                .collect(),
+            other => strs(&other).into_iter().map(|n| (n.clone(), n)).collect(),
+        })
+    }
+
+    /// The directory a live apply writes local RPMs' payloads under, if any.
+    fn payload_root(&self) -> Option<PathBuf> {
+        let root = std::fs::read_to_string(self.path("root")).ok()?;
+        let root = root.trim();
+        (!root.is_empty()).then(|| PathBuf::from(root))
+    }
+
+    /// The imported RPM of `nevra`, when it is a local package and a payload root is set.
+    fn imported(&self, nevra: &str) -> Option<(PathBuf, PathBuf)> {
+        let root = self.payload_root()?;
+        let rpm = self.path("pkgcache").join(format!("{nevra}.rpm"));
+        rpm.is_file().then_some((root, rpm))
+    }
+
+    fn payload_paths(&self, nevra: &str) -> Res<Vec<PathBuf>> {
+        let Some((root, rpm)) = self.imported(nevra) else {
+            return Ok(Vec::new());
+        };
+        let meta = rpm::PackageMetadata::open(&rpm).map_err(|e| format!("{nevra}: {e}"))?;
+        let entries = meta
+            .get_file_entries()
+            .map_err(|e| format!("{nevra}: {e}"))?;
+        Ok(entries
+            .iter()
+            .filter(|e| e.mode().file_type() == rpm::FileType::Regular)
+            .map(|e| root.join(e.path().strip_prefix("/").unwrap_or(&e.path())))
+            .collect())
+    }
+
+    /// `PATH =CONTENT-FILE` specs for the background creator: each payload file extracted
+    /// into `pkgcache/<nevra>.d/` first (atomically placed later, like the other files).
+    fn payload_specs(&self, nevra: &str) -> Res<Vec<String>> {
+        let Some((root, rpm)) = self.imported(nevra) else {
+            return Ok(Vec::new());
+        };
+        let pkg = rpm::Package::open(&rpm).map_err(|e| format!("{nevra}: {e}"))?;
+        let stage = self.path("pkgcache").join(format!("{nevra}.d"));
+        std::fs::create_dir_all(&stage).map_err(|e| format!("{}: {e}", stage.display()))?;
+        let mut specs = Vec::new();
+        for (i, f) in pkg
+            .files()
+            .map_err(|e| format!("{nevra}: {e}"))?
+            .enumerate()
+        {
+            let f = f.map_err(|e| format!("{nevra}: {e}"))?;
+            let Some(content) = f.content() else { continue };
+            if f.metadata.mode().file_type() != rpm::FileType::Regular {
+                continue;
+            }
+            let staged = stage.join(i.to_string());
+            std::fs::write(&staged, content).map_err(|e| format!("{}: {e}", staged.display()))?;
+            let path = f.metadata.path();
+            let dest = root.join(path.strip_prefix("/").unwrap_or(&path));
+            specs.push(format!(
+                "{} {} {:o}",
+                dest.display(),
+                staged.display(),
+                f.metadata.permissions()
+            ));
+        }
+        Ok(specs)
     }
 
     /// `(package, "PATH[ SOURCE]")` pairs; the second part is passed as is to the
@@ -559,6 +855,8 @@ impl Fake {
         Ok(())
     }
 
+    /// Each spec: `PATH` (a placeholder), `PATH @IDENT` (a placeholder naming IDENT),
+    /// `PATH SOURCE` (a copy) or `PATH SOURCE MODE` (a copy with octal MODE).
     fn create_files_later(&self, args: &[String]) -> ExitCode {
         let Some((delay, files)) = args.split_first() else {
             return ExitCode::from(2);
@@ -578,13 +876,25 @@ impl Fake {
                 ".{}.fake-rpm-ostree",
                 p.file_name().and_then(|n| n.to_str()).unwrap_or("file")
             ));
-            let written = match words.next() {
+            let source = words.next();
+            let mode = words
+                .next()
+                .and_then(|m| u32::from_str_radix(m, 8).ok())
+                .unwrap_or(0o755);
+            let written = match source {
+                Some(ident) if ident.starts_with('@') => std::fs::write(
+                    &tmp,
+                    format!(
+                        "#!/bin/sh\n# placeholder from fake-rpm-ostree: {}\n",
+                        &ident[1..]
+                    ),
+                ),
                 Some(source) => std::fs::copy(source, &tmp).map(|_| ()),
                 None => std::fs::write(&tmp, "#!/bin/sh\n# placeholder from fake-rpm-ostree\n"),
             };
             if written.is_ok() {
                 use std::os::unix::fs::PermissionsExt;
-                let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
+                let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode));
                 let _ = std::fs::rename(&tmp, p);
             }
         }

@@ -1,0 +1,449 @@
+//! Booted node: Kata from local RPMs (`package.local_rpm_dir`) installed, then upgraded live
+//! (#24). The RPMs are real (kata_live_standins::test_rpms: header NEVRA, file digests,
+//! payload); the fake rpm-ostree reads them as rpm-ostree does and writes their payload
+//! into the node's `/` when they go live (NODE-FACTS.md, "rpm-ostree apply-live").
+
+mod support;
+use kata_live_standins::test_rpms::TestRpm;
+use support::kata::{serial, show, KataNode};
+use support::node::NodeOptions;
+use support::referee::HANDLER;
+
+const RPMS: &str = "/var/lib/kata-live/rpms";
+const SHIM: &str = "/usr/bin/containerd-shim-kata-v2";
+const KATA_CONFIG: &str = "/opt/kata/configuration-remote.toml";
+const FAKE: &str = "/var/lib/fake-rpm-ostree";
+
+fn shim_text(version: &str) -> String {
+    format!("#!/bin/sh\n# kata shim {version}\n")
+}
+
+/// Boots a node whose kata-live installs from `RPMS`, and whose fake rpm-ostree writes the
+/// RPMs' own files (not its name-keyed placeholders).
+fn boot(extra: &str) -> KataNode {
+    boot_with(NodeOptions::default(), extra)
+}
+
+fn boot_with(opts: NodeOptions, extra: &str) -> KataNode {
+    let k = KataNode::boot_with(
+        opts,
+        &format!("[package]\nlocal_rpm_dir = \"{RPMS}\"\n{extra}"),
+    );
+    k.node
+        .exec_ok(&["rm", "-f", &format!("{FAKE}/files")])
+        .expect("drop the placeholders");
+    k.node
+        .write_file(format!("{FAKE}/root"), b"/")
+        .expect("payload root");
+    k
+}
+
+/// Makes `RPMS` offer exactly kata-containers `version`.
+fn offer(k: &KataNode, version: &str) {
+    k.node
+        .exec_ok(&["sh", "-c", &format!("rm -rf {RPMS} && mkdir -p {RPMS}")])
+        .expect("empty the RPM directory");
+    let tmp = tempfile::tempdir().unwrap();
+    let rpm = TestRpm::new("kata-containers", version, "1.el9")
+        .file(SHIM, shim_text(version), 0o755)
+        .file(
+            KATA_CONFIG,
+            format!("# kata configuration {version}\n"),
+            0o644,
+        );
+    let path = rpm.write_to(tmp.path()).unwrap();
+    k.node
+        .write_file(
+            format!("{RPMS}/{}", rpm.file_name()),
+            &std::fs::read(path).unwrap(),
+        )
+        .expect("offer the RPM");
+}
+
+fn text(k: &KataNode, path: &str) -> String {
+    String::from_utf8(k.node.read_file(path).unwrap()).unwrap()
+}
+
+fn mutating_calls(k: &KataNode) -> Vec<String> {
+    text(k, &format!("{FAKE}/calls.log"))
+        .lines()
+        .filter(|l| !l.starts_with("[\"status\""))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_newer_release_is_upgraded_live_without_restarting_crio() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    k.referee_assert_serves(HANDLER);
+
+    // A sandbox on the handler, started on 3.20, before the upgrade.
+    k.seed_pod("shop", "vm", HANDLER);
+    let before = k.referee();
+    let crio = k.unit("crio.service");
+    let kubelet = k.unit("kubelet.service");
+    let calls = mutating_calls(&k).len();
+
+    offer(&k, "3.21.0");
+    let dry = k.kata(&["install", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", show(&dry));
+    let row = dry
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("kata-containers"))
+        .unwrap_or_else(|| panic!("no table row: {}", show(&dry)));
+    assert!(
+        row.contains("3.20.0-1.el9") && row.contains("3.21.0-1.el9") && row.contains("upgrade"),
+        "{row}"
+    );
+    assert_eq!(
+        mutating_calls(&k).len(),
+        calls,
+        "a dry run changed something"
+    );
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "upgrade to 3.21: {}", show(&run));
+    // One transaction: the old request out, the new one in, then live with replacement.
+    let new_calls = &mutating_calls(&k)[calls..];
+    assert_eq!(
+        new_calls,
+        [
+            format!(
+                "[\"install\",\"--idempotent\",\"--allow-inactive\",\
+                 \"--uninstall=kata-containers-3.20.0-1.el9.x86_64\",\
+                 \"{RPMS}/kata-containers-3.21.0-1.el9.x86_64.rpm\"]"
+            ),
+            "[\"apply-live\",\"--allow-replacement\"]".to_string(),
+        ],
+        "{}",
+        show(&run)
+    );
+    // The new files, by content, and CRI-O (with kubelet) not restarted: the drop-in did
+    // not change and CRI-O executes the shim per sandbox.
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    assert_eq!(
+        k.unit("kubelet.service").invocation_id,
+        kubelet.invocation_id
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "succeeded", "{st}");
+    assert_eq!(st["evidence"]["verdict"]["proven"], true, "{st}");
+    let steps = st["steps"].to_string();
+    assert!(
+        steps.contains("with the package's content (SHA-256 of its header)"),
+        "{steps}"
+    );
+    assert!(
+        steps.contains("new package versions live in the running /usr"),
+        "{steps}"
+    );
+    // Each package's NEVRA, in the run's evidence and in `status`.
+    assert_eq!(
+        st["evidence"]["package_versions"][0]["action"], "upgrade",
+        "{st}"
+    );
+    let status = k.kata(&["status"]);
+    assert!(
+        status.stdout.contains(
+            "live kata-containers-3.21.0-1.el9.x86_64, next boot \
+             kata-containers-3.21.0-1.el9.x86_64, offered kata-containers-3.21.0-1.el9.x86_64"
+        ),
+        "{}",
+        show(&status)
+    );
+    // The sandbox started before the upgrade is still there and ready; the handler serves.
+    let after = k.referee_assert_serves(HANDLER);
+    assert_eq!(after.pods, before.pods);
+    assert_eq!(after.containers, before.containers);
+    k.assert_healthy();
+
+    // Again with nothing new: nothing run, nothing restarted.
+    let n = mutating_calls(&k).len();
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_eq!(mutating_calls(&k).len(), n, "{}", show(&run));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+}
+
+#[test]
+fn a_downgrade_is_refused_unless_allowed() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.21: {}", show(&run));
+    let calls = mutating_calls(&k).len();
+
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 10, "a downgrade must be refused: {}", show(&run));
+    assert!(
+        run.stderr.contains(
+            "refusing to downgrade kata-containers (3.20.0-1.el9 offered, 3.21.0-1.el9 / \
+             3.21.0-1.el9 on the node)"
+        ),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        run.stderr.contains("package.allow_downgrade = true"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(
+        mutating_calls(&k).len(),
+        calls,
+        "a refusal changed something"
+    );
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    k.assert_healthy();
+
+    k.node
+        .write_file(
+            "/etc/kata-live/config.d/95-downgrade.toml",
+            b"[package]\nallow_downgrade = true\n",
+        )
+        .unwrap();
+    let run = k.install();
+    assert_eq!(run.code, 0, "an allowed downgrade: {}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    k.referee_assert_serves(HANDLER);
+}
+
+#[test]
+fn with_an_os_update_staged_the_upgrade_is_staged_and_said() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    // The machine-config daemon stages an OS update: the pending deployment's base commit
+    // differs from the booted one.
+    let state = format!("{FAKE}/state.json");
+    let mut v: serde_json::Value = serde_json::from_str(&text(&k, &state)).unwrap();
+    v["deployments"][0]["base-checksum"] = "ab".repeat(32).into();
+    k.node.write_file(&state, v.to_string().as_bytes()).unwrap();
+    let crio = k.unit("crio.service");
+    let calls = mutating_calls(&k).len();
+
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 19, "staged, not live: {}", show(&run));
+    assert!(
+        run.stderr
+            .contains("the new package versions are NOT live, they are staged for the next boot"),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        run.stderr.contains("an OS update is staged"),
+        "{}",
+        show(&run)
+    );
+    let new_calls = &mutating_calls(&k)[calls..];
+    assert_eq!(new_calls.len(), 1, "{new_calls:?}");
+    assert!(!new_calls[0].contains("apply-live"), "{new_calls:?}");
+    // The running node keeps 3.20, still proven; CRI-O untouched.
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    let st = k.status_json();
+    assert_eq!(st["exit_code"], 19, "{st}");
+    let status = k.kata(&["status", "--json"]);
+    let status_doc: serde_json::Value =
+        serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&status)));
+    let row = &status_doc["package_versions"][0];
+    // The install replaced the deployment applied live: the status cannot tell what is
+    // live, and says so rather than call it absent.
+    assert_eq!(row["live_unknown"], true, "{status_doc}");
+    assert_eq!(row["next_boot"]["version"], "3.21.0", "{status_doc}");
+    assert_eq!(st["evidence"]["verdict"]["proven"], true, "{st}");
+    let status: serde_json::Value =
+        serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())
+            .unwrap();
+    assert_eq!(
+        status["deployments"][0]["requested-local-packages"],
+        serde_json::json!(["kata-containers-3.21.0-1.el9.x86_64"])
+    );
+    k.referee_assert_serves(HANDLER);
+}
+
+/// A guest-image generator: a oneshot that counts its runs.
+const GENERATOR: &str = "[Unit]\nDescription=test guest-image generator\n\n[Service]\n\
+    Type=oneshot\nExecStart=/bin/sh -c 'echo run >> /var/lib/generator.runs'\n";
+
+#[test]
+fn post_install_units_run_again_only_when_the_packages_change() {
+    let _one = serial();
+    let k = boot_with(
+        NodeOptions::default().file("/etc/systemd/system/generator.service", GENERATOR, 0o644),
+        "[post_install]\nunits = [\"generator.service\"]\n",
+    );
+    let runs = |k: &KataNode| {
+        k.node
+            .read_if_exists("/var/lib/generator.runs")
+            .map(|b| String::from_utf8_lossy(&b).lines().count())
+            .unwrap_or(0)
+    };
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    assert_eq!(runs(&k), 1);
+    // Nothing changed: the generator's work of this boot stands.
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_eq!(runs(&k), 1, "the generator ran again with nothing changed");
+    // A new version: its work is due again.
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "upgrade: {}", show(&run));
+    assert_eq!(runs(&k), 2, "{}", show(&run));
+}
+
+#[test]
+fn an_upgrade_interrupted_in_its_live_apply_converges_on_the_next_run() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    let crio = k.unit("crio.service");
+    // The live apply is cut off half way: rpm-ostree records live-inprogress.
+    k.node.write_file(format!("{FAKE}/interrupt"), b"").unwrap();
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 11, "{}", show(&run));
+    assert!(
+        run.stderr.contains("the runtime's configuration untouched"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    k.assert_healthy();
+    k.node
+        .exec_ok(&["rm", "-f", &format!("{FAKE}/interrupt")])
+        .unwrap();
+    // The next run finishes that same live apply, and proves the node.
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let last = mutating_calls(&k).pop().unwrap();
+    assert!(
+        last.starts_with("[\"apply-live\",\"--target\"")
+            && last.ends_with("\"--allow-replacement\"]"),
+        "{last}"
+    );
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    k.referee_assert_serves(HANDLER);
+}
+
+/// Breaks the proof that follows it, once: kubelet drops its CRI connection (fake-kubelet's
+/// hold marker) when `/run/break-next-proof` exists. Started as a post-install unit, so it
+/// runs when the packages change.
+const BREAK_NEXT_PROOF: &str =
+    "[Unit]\nDescription=test: kubelet disconnects after the next package change\n\n\
+    [Service]\nType=oneshot\nExecStart=/bin/sh -c 'if [ -e /run/break-next-proof ]; then \
+    rm /run/break-next-proof; touch /run/fake-kubelet/hold-disconnected; fi'\n";
+
+#[test]
+fn a_failed_proof_after_an_upgrade_puts_the_previous_version_back() {
+    let _one = serial();
+    let k = boot_with(
+        NodeOptions::default().file(
+            "/etc/systemd/system/break-next-proof.service",
+            BREAK_NEXT_PROOF,
+            0o644,
+        ),
+        "[post_install]\nunits = [\"break-next-proof.service\"]\n",
+    );
+    // A kubelet restarted (with CRI-O, by the rollback) starts connected again.
+    k.unit_drop_in(
+        "kubelet.service",
+        "50-release-hold",
+        "[Service]\nExecStartPre=/bin/rm -f /run/fake-kubelet/hold-disconnected\n",
+    );
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    // The previous version's RPM is kept for the next upgrade's rollback.
+    assert!(k
+        .node
+        .exists("/var/lib/kata-live/rpms-live/kata-containers-3.20.0-1.el9.x86_64.rpm")
+        .unwrap());
+
+    k.node.write_file("/run/break-next-proof", b"").unwrap();
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(
+        run.code,
+        13,
+        "the proof must fail and roll back: {}",
+        show(&run)
+    );
+    let st = k.status_json();
+    let steps = st["steps"].to_string();
+    assert!(
+        steps.contains("kata-containers-3.20.0-1.el9.x86_64 live again"),
+        "{steps}"
+    );
+    // 3.20 back: live (by content), requested for the next boot, and proven.
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    let status: serde_json::Value =
+        serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())
+            .unwrap();
+    assert_eq!(
+        status["deployments"][0]["requested-local-packages"],
+        serde_json::json!(["kata-containers-3.20.0-1.el9.x86_64"])
+    );
+    k.assert_healthy();
+    k.referee_assert_serves(HANDLER);
+}
+
+#[test]
+fn an_upgrade_killed_in_its_package_step_converges_on_the_next_run() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    let crio = k.unit("crio.service");
+    offer(&k, "3.21.0");
+    k.rpm_ostree_fault("hang");
+    let _ = k.node.exec(&["rm", "-f", "/run/kata-live/status.json"]);
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let pid = k.wait_phase("package", std::time::Duration::from_secs(120));
+    k.wait_rpm_ostree_hanging(std::time::Duration::from_secs(30));
+    assert!(
+        mutating_calls(&k)
+            .last()
+            .is_some_and(|c| c.contains("--uninstall=kata-containers-3.20.0")),
+        "the upgrade's request must be under way"
+    );
+    k.kill9(pid);
+    let killed = k.wait_run(child, std::time::Duration::from_secs(30));
+    assert_ne!(killed.code, 0, "{}", show(&killed));
+    // The fake's hung client outlives kata-live (a real one would too); it is ended by pid.
+    k.clear_rpm_ostree_fault("hang");
+    let ps = k.node.exec_ok(&["ps", "-eo", "pid=,args="]).expect("ps");
+    for line in ps.lines().filter(|l| l.contains("rpm-ostree install")) {
+        let pid = line.split_whitespace().next().unwrap_or_default();
+        let _ = k.node.exec(&["kill", "-9", pid]);
+    }
+    let _ = k.node.exec(&["rm", "-f", &format!("{FAKE}/hanging")]);
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    k.assert_healthy();
+
+    // The re-run resumes the interrupted install and converges, with no CRI-O restart.
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    k.assert_no_leftover_state();
+    k.referee_assert_serves(HANDLER);
+}
