@@ -1079,3 +1079,38 @@ async fn the_rpm_database_tells_what_is_live_when_the_status_cannot() {
     assert_eq!(decisions[0].action, kata_live::rpm_ostree::Action::Upgrade);
     assert_eq!(live_nevras(&e), "kata-containers-3.21.0-1.el9.x86_64");
 }
+
+#[tokio::test]
+async fn one_transaction_at_a_time_while_a_client_runs_one() {
+    let e = env();
+    e.marker("hang");
+    let mut first = std::process::Command::new(e.rpm.exe())
+        .args(["install", "-A", "kata-containers"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut waited = 0;
+    while !e.dir.join("hanging").exists() {
+        assert!(waited < 600, "the fake never started hanging");
+        std::thread::sleep(Duration::from_millis(50));
+        waited += 1;
+    }
+    std::fs::remove_file(e.dir.join("hang")).unwrap();
+    let err = e.cli_err(&["install", "foo"]);
+    assert!(
+        err.contains(
+            "Transaction in progress: install -A kata-containers\n You can cancel the current \
+             transaction with `rpm-ostree cancel`"
+        ),
+        "{err}"
+    );
+    assert_eq!(e.status_json()["transaction"][0], "install");
+    let err = e.rpm.install(&pkg(), &[], DEADLINE).await.unwrap_err();
+    assert!(matches!(err, RpmOstreeError::TransactionActive), "{err:?}");
+    // Its client gone, the transaction is over.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(e.status_json()["transaction"].is_null());
+    e.cli_ok(&["install", "foo"]);
+}

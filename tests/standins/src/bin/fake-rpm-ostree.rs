@@ -76,6 +76,13 @@
 //!   `Failed to read package PATH: ...`) are matched by tests on their stable parts only
 //!   (`conflicting requests`, `cannot install both ... from @commandline`).
 //!
+//! - One transaction at a time, daemon-wide: while a client hangs in one (the `hang`
+//!   fault), `status --json` shows `"transaction": [method, sender, object-path]` and any
+//!   other mutating command fails with `Transaction in progress: TITLE` and ` You can cancel
+//!   the current transaction with `rpm-ostree cancel``. It lasts as long as that client's
+//!   process (stricter than the real daemon only in that a killed client ends it; recorded
+//!   in `transaction` as `PID TITLE`).
+//!
 //! Not copied: depsolving against repositories (there are none on RHCOS; a name is taken as
 //! a package of that name, with no version), `%pre`/`%post` scriptlets (they never run
 //! live), `Transaction in progress`, the daemon outliving a SIGTERM'd client.
@@ -375,6 +382,11 @@ impl Fake {
             // With `slow-cancel` too, the cancellation never completes (the real client then
             // waits for the daemon: `Awaiting transaction cancellation...`).
             catch_sigint();
+            let title = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+            let _ = std::fs::write(
+                self.path("transaction"),
+                format!("{} {title}\n", std::process::id()),
+            );
             let _ = std::fs::write(self.path("hanging"), format!("{}\n", std::process::id()));
             let mut said = false;
             loop {
@@ -382,6 +394,7 @@ impl Fake {
                     eprintln!("Caught SIGINT, cancelling transaction");
                     let _ = std::fs::write(self.path("cancelled"), b"SIGINT\n");
                     if !self.marker("slow-cancel") {
+                        let _ = std::fs::remove_file(self.path("transaction"));
                         return Err("Operation was cancelled".into());
                     }
                     said = true;
@@ -395,13 +408,48 @@ impl Fake {
         Ok(())
     }
 
+    /// The transaction another live client runs: its title.
+    fn transaction(&self) -> Option<String> {
+        let body = std::fs::read_to_string(self.path("transaction")).ok()?;
+        let (pid, title) = body.trim().split_once(' ')?;
+        let pid: i32 = pid.parse().ok()?;
+        let alive = pid as u32 != std::process::id()
+            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            });
+        alive.then(|| title.to_string())
+    }
+
+    fn refuse_if_busy(&self) -> Res<()> {
+        match self.transaction() {
+            Some(title) => Err(format!(
+                "Transaction in progress: {title}\n You can cancel the current transaction with `rpm-ostree cancel`"
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn dispatch(&self, args: &[String]) -> Res<()> {
         let (cmd, rest) = args.split_first().ok_or("No command specified")?;
+        if matches!(cmd.as_str(), "install" | "uninstall" | "apply-live") {
+            self.refuse_if_busy()?;
+        }
         match cmd.as_str() {
             "status" => {
                 let o = parse_opts(rest, &["--json", "--booted", "-v", "--verbose"], &[])?;
                 self.faults(true)?;
-                let state = self.load()?;
+                let mut state = self.load()?;
+                state["transaction"] = match self.transaction() {
+                    Some(title) => json!([
+                        title.split(' ').next().unwrap_or_default(),
+                        ":1.42",
+                        "/org/projectatomic/rpmostree1/rhcos"
+                    ]),
+                    None => Value::Null,
+                };
                 if o.flags.contains("--json") {
                     println!(
                         "{}",
