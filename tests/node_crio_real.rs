@@ -252,6 +252,19 @@ fn wait_static_pod(node: &Node) -> (String, String) {
     }
 }
 
+/// Puts [`STATIC_POD`] in kubelet's manifest directory and waits for it: (container id, pod
+/// id, container pid).
+fn start_static_pod(node: &Node) -> (String, String, i64) {
+    node.write_file(
+        "/etc/kubernetes/manifests/static-web.yaml",
+        STATIC_POD.as_bytes(),
+    )
+    .expect("write the static pod's manifest");
+    let (container, pod) = wait_static_pod(node);
+    let pid = container_pid(node, &container);
+    (container, pod, pid)
+}
+
 fn ok(run: &Run, what: &str) {
     assert_eq!(run.code, 0, "{what}: {}", show(run));
 }
@@ -305,14 +318,7 @@ fn the_real_node_runs_upstream_crio_and_kubelet() {
     stop_remove(&k.node, &id);
     stop_remove(&k.node, &named);
 
-    k.node
-        .write_file(
-            "/etc/kubernetes/manifests/static-web.yaml",
-            STATIC_POD.as_bytes(),
-        )
-        .unwrap();
-    let (container, pod) = wait_static_pod(&k.node);
-    assert!(!container.is_empty());
+    let (container, pod, _pid) = start_static_pod(&k.node);
     // kubelet's pod, on the default handler, and not stopped as an orphan.
     assert_eq!(sandbox_handler(&k.node, &pod), "");
     std::thread::sleep(Duration::from_secs(5));
@@ -328,15 +334,7 @@ fn the_real_node_runs_upstream_crio_and_kubelet() {
 fn install_on_real_crio_is_proven_by_a_real_sandbox() {
     let _one = serial();
     let k = boot(OCI_CONFIG, OCI_PACKAGE);
-    k.node
-        .write_file(
-            "/etc/kubernetes/manifests/static-web.yaml",
-            STATIC_POD.as_bytes(),
-        )
-        .unwrap();
-    let (static_container, static_pod) = wait_static_pod(&k.node);
-
-    let static_pid = container_pid(&k.node, &static_container);
+    let (static_container, static_pod, static_pid) = start_static_pod(&k.node);
     let refused = probe(&k.node, HANDLER, "before").expect_err("no handler before the install");
     assert!(
         refused.contains("failed to find runtime handler"),
@@ -724,14 +722,7 @@ allowed_annotations = []
         config,
         "kata-containers /opt/kata/crun /usr/local/bin/runc-node-limits\n",
     );
-    k.node
-        .write_file(
-            "/etc/kubernetes/manifests/static-web.yaml",
-            STATIC_POD.as_bytes(),
-        )
-        .unwrap();
-    let (static_container, static_pod) = wait_static_pod(&k.node);
-    let static_pid = container_pid(&k.node, &static_container);
+    let (static_container, static_pod, static_pid) = start_static_pod(&k.node);
     k.unit_drop_in(
         "crio.service",
         "hide-kata",
