@@ -146,11 +146,7 @@ fn activations_crio_real() {
             ("kubelet stable", kubelet.0 + 5_000_000),
             ("kubelet connected", connected),
         ];
-        let (last_name, last) = conds
-            .iter()
-            .copied()
-            .max_by_key(|c| c.1)
-            .unwrap_or_default();
+        let (last_name, last) = last_condition(&conds);
         let ms = (verdict as f64 - last as f64) / 1000.0;
         start_ms.push((ready as f64 - exec as f64) / 1000.0);
         reconnect_ms.push((connected as f64 - ready as f64) / 1000.0);
@@ -201,6 +197,15 @@ fn timed_run(k: &KataNode, i: usize, units: &[&str]) -> (bool, f64) {
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     assert_eq!(r.code, 0, "run {i}: {}", show(&r));
     (install, ms)
+}
+
+/// The condition that held last: (its name, when, µs).
+fn last_condition(conds: &[(&'static str, u64)]) -> (&'static str, u64) {
+    conds
+        .iter()
+        .copied()
+        .max_by_key(|c| c.1)
+        .unwrap_or_default()
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -281,11 +286,7 @@ fn activations(window_s: u64) {
             ("kubelet stable", kubelet.0 + window_s * 1_000_000),
             ("kubelet connected", connected),
         ];
-        let (last_name, last) = conds
-            .iter()
-            .copied()
-            .max_by_key(|c| c.1)
-            .unwrap_or_default();
+        let (last_name, last) = last_condition(&conds);
         let ms = (verdict as f64 - last as f64) / 1000.0;
         println!(
             "run {:2} {:9}: crio settled {:+6.0} ms, kubelet stable {:+6.0} ms, connected {:+6.0} ms \
