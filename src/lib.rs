@@ -19,6 +19,7 @@ pub mod install;
 pub mod kubelet;
 pub mod lock;
 pub mod logging;
+pub mod pace;
 pub mod plan;
 pub mod pod;
 pub mod report;

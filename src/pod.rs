@@ -14,7 +14,9 @@ use crate::cri::{CriClient, HandlerPresence};
 use crate::exit::ExitCode;
 use crate::fsutil::{self, FsError};
 use crate::host::Host;
+use crate::pace::{PaceError, Pacer};
 use crate::report::{read_status, RunResult, RunStatus, STATUS_PATH};
+use crate::systemd::client::UnitSnapshot;
 use crate::systemd::{jobs, Systemd, SystemdError};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
@@ -35,6 +37,8 @@ pub const HOST_RPM_FRAGMENT: &str = "/etc/kata-live/config.d/45-pod-rpms.toml";
 pub const HOST_BUS_SOCKET: &str = "/run/dbus/system_bus_socket";
 /// The file the entrypoint writes (in the pod's own filesystem) once it saw the run end.
 pub const OUTCOME_FILE: &str = "outcome.json";
+/// What a paced entrypoint waits for (pod-local), for the readiness probe to say.
+pub const WAITING_FILE: &str = "waiting.txt";
 
 const INSTALL_UNIT: &str = include_str!("../systemd/kata-live-install.service");
 const UNINSTALL_UNIT: &str = include_str!("../systemd/kata-live-uninstall.service");
@@ -81,6 +85,34 @@ pub struct EntryArgs {
     /// Exit after printing the outcome instead of staying alive (for a Job or a test).
     #[arg(long)]
     pub exit: bool,
+    #[command(flatten)]
+    pub pace: PaceArgs,
+}
+
+/// The rollout's slots (src/pace.rs): without `--pace-leases` the pod does not pace itself.
+#[derive(Debug, Args)]
+pub struct PaceArgs {
+    /// Take one of these Leases (comma-separated names, in --namespace) before this node's
+    /// run starts, and free it once the node is proven: at most that many nodes activate at
+    /// once. A failed node keeps its Lease, and the rollout stops there.
+    #[arg(
+        long,
+        value_name = "NAMES",
+        value_delimiter = ',',
+        env = "KATA_LIVE_PACE_LEASES"
+    )]
+    pub pace_leases: Vec<String>,
+    /// The Leases' namespace (the downward API's metadata.namespace).
+    #[arg(
+        long,
+        value_name = "NS",
+        env = "POD_NAMESPACE",
+        default_value = "kata-live"
+    )]
+    pub namespace: String,
+    /// This pod's node, the Lease holder's name (the downward API's spec.nodeName).
+    #[arg(long, value_name = "NODE", env = "NODE_NAME")]
+    pub node_name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -146,12 +178,14 @@ pub enum PodError {
     Systemd(#[from] SystemdError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("the rollout's slots: {0}")]
+    Pace(#[from] PaceError),
 }
 
 impl PodError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            PodError::Config(_) => ExitCode::Usage,
+            PodError::Config(_) | PodError::Pace(PaceError::NoNodeName) => ExitCode::Usage,
             PodError::Systemd(SystemdError::NoBus { .. }) => ExitCode::PreflightRefused,
             _ => ExitCode::Internal,
         }
@@ -459,18 +493,61 @@ struct Artifact {
     executable: bool,
 }
 
+/// The artifacts whose content on the host differs from the image's (nothing written).
+fn differing<'a>(root: &Path, artifacts: &'a [Artifact]) -> Result<Vec<&'a Artifact>, PodError> {
+    let mut out = Vec::new();
+    for a in artifacts {
+        let dest = resolve_in_root(root, &a.host_path)?;
+        if fsutil::read_nofollow(&dest)?.is_none_or(|b| b != a.bytes) {
+            out.push(a);
+        }
+    }
+    Ok(out)
+}
+
 /// Copies each artifact whose content differs; returns the host paths replaced.
 fn copy_artifacts(root: &Path, artifacts: &[Artifact]) -> Result<Vec<PathBuf>, PodError> {
     let mut changed = Vec::new();
-    for a in artifacts {
+    for a in differing(root, artifacts)? {
         let dest = resolve_in_root(root, &a.host_path)?;
-        let same = fsutil::read_nofollow(&dest)?.is_some_and(|b| b == a.bytes);
-        if !same {
-            fsutil::write_atomic(root, &dest, &a.bytes, a.mode)?;
-            changed.push(a.host_path.clone());
-        }
+        fsutil::write_atomic(root, &dest, &a.bytes, a.mode)?;
+        changed.push(a.host_path.clone());
     }
     Ok(changed)
+}
+
+/// Puts the image's files on the host, labels the executables, and has the host's systemd
+/// read the units again when any changed.
+async fn put_files(root: &Path, arts: &[Artifact], sd: &Systemd) -> Result<(), PodError> {
+    let t0 = Instant::now();
+    let changed = copy_artifacts(root, arts)?;
+    let labelled = label_executables(root, arts)?;
+    say(&format!(
+        "copy: {} in {} ms{}",
+        if changed.is_empty() {
+            "the host already has this image's kata-live and units".to_string()
+        } else {
+            format!(
+                "replaced {}",
+                changed
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+        t0.elapsed().as_millis(),
+        if labelled {
+            "; labelled bin_t (SELinux on)"
+        } else {
+            "; SELinux off: no label set"
+        }
+    ));
+    if !changed.is_empty() {
+        sd.daemon_reload(Duration::from_secs(60)).await?;
+        say("daemon-reload: the host's systemd read the units");
+    }
+    Ok(())
 }
 
 fn artifacts(rpm_dir: Option<&Path>) -> Result<Vec<Artifact>, PodError> {
@@ -596,34 +673,19 @@ fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> {
     let root = &a.paths.host_root;
     let host = Host::new(root, "/proc");
     let cfg = config::load(&host)?.config;
-    let t0 = Instant::now();
     let arts = artifacts(a.rpm_dir.as_deref())?;
-    let changed = copy_artifacts(root, &arts)?;
-    let labelled = label_executables(root, &arts)?;
-    say(&format!(
-        "copy: {} in {} ms{}",
-        if changed.is_empty() {
-            "the host already has this image's kata-live and units".to_string()
-        } else {
-            format!(
-                "replaced {}",
-                changed
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        },
-        t0.elapsed().as_millis(),
-        if labelled {
-            "; labelled bin_t (SELinux on)"
-        } else {
-            "; SELinux off: no label set"
-        }
-    ));
-    let outcome = runtime()?.block_on(start_and_follow(op, &host, &cfg, !changed.is_empty()))?;
-    say(&outcome.render());
     let state = &a.paths.pod_state;
+    let outcome = runtime()?.block_on(async {
+        let pacer = match (&a.pace.pace_leases[..], &a.pace.node_name) {
+            ([], _) => None,
+            (_, None) => return Err(PaceError::NoNodeName.into()),
+            (names, Some(node)) => {
+                Some(Pacer::connect(&a.pace.namespace, names.to_vec(), node).await?)
+            }
+        };
+        start_and_follow(op, &host, &cfg, &arts, pacer.as_ref(), state).await
+    })?;
+    say(&outcome.render());
     let bytes = serde_json::to_vec_pretty(&outcome).unwrap_or_default();
     fsutil::write_atomic(state, &state.join(OUTCOME_FILE), &bytes, 0o644)?;
     if a.exit {
@@ -648,14 +710,28 @@ fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> {
     Ok(ExitCode::Ok)
 }
 
+/// The unit's state; a unit the host does not know yet (a paced pod puts it there only once
+/// it holds a slot) is inactive, with no job.
+async fn snapshot_or_absent(sd: &Systemd, unit: &str) -> Result<UnitSnapshot, PodError> {
+    match sd.snapshot(unit).await {
+        Err(SystemdError::NoSuchUnit { .. }) => {
+            let mut s = UnitSnapshot::default();
+            s.state.name = unit.to_string();
+            s.state.active_state = "inactive".into();
+            Ok(s)
+        }
+        r => Ok(r?),
+    }
+}
+
 async fn observe(
     sd: &Systemd,
     host: &Host,
     op: Operation,
     files_changed: bool,
 ) -> Result<Observed, PodError> {
-    let ours = sd.snapshot(op.unit()).await?;
-    let other = sd.snapshot(op.other().unit()).await?;
+    let ours = snapshot_or_absent(sd, op.unit()).await?;
+    let other = snapshot_or_absent(sd, op.other().unit()).await?;
     Ok(Observed {
         active_state: ours.state.active_state,
         result: ours.state.result,
@@ -671,13 +747,19 @@ async fn start_and_follow(
     op: Operation,
     host: &Host,
     cfg: &Config,
-    files_changed: bool,
+    arts: &[Artifact],
+    pacer: Option<&Pacer>,
+    pod_state: &Path,
 ) -> Result<Outcome, PodError> {
     let bus_path = resolve_in_root(&host.root, Path::new(HOST_BUS_SOCKET))?;
     let sd = Systemd::at_address(&format!("unix:path={}", bus_path.display())).await?;
-    if files_changed {
-        sd.daemon_reload(Duration::from_secs(60)).await?;
-        say("daemon-reload: the host's systemd read the units");
+    let files_changed = !differing(&host.root, arts)?.is_empty();
+    // A paced pod changes nothing on the node before it holds a slot: the files are put
+    // there once it does (or at once when no run of ours would start, a run under way).
+    let mut copied = false;
+    if pacer.is_none() {
+        put_files(&host.root, arts, &sd).await?;
+        copied = true;
     }
     // The unit's own TimeoutStartSec= ends a run that overruns; this only bounds our wait.
     let follow = cfg.deadlines.worst_case() + Duration::from_secs(300);
@@ -693,8 +775,39 @@ async fn start_and_follow(
         o = observe(&sd, host, op, files_changed).await?;
         d = decide(op, &o);
     }
+    if let (Decision::Start(_), Some(p)) = (&d, pacer) {
+        let waiting = pod_state.join(WAITING_FILE);
+        let slot = p
+            .acquire(op.name(), &|w| {
+                say(w);
+                // Best effort: only the probe's words depend on it.
+                let _ = fsutil::write_atomic(pod_state, &waiting, w.as_bytes(), 0o644);
+            })
+            .await;
+        let _ = std::fs::remove_file(&waiting);
+        say(&format!(
+            "holding the rollout slot {slot}: this node's run may start"
+        ));
+        put_files(&host.root, arts, &sd).await?;
+        copied = true;
+        // The wait may have been long: decide again on what the node is now.
+        o = observe(&sd, host, op, files_changed).await?;
+        d = decide(op, &o);
+        if d == Decision::WaitForOther {
+            sd.wait_settled(op.other().unit(), Instant::now() + follow)
+                .await?;
+            o = observe(&sd, host, op, files_changed).await?;
+            d = decide(op, &o);
+        }
+    }
+    if !copied && files_changed && !matches!(d, Decision::Start(_)) {
+        put_files(&host.root, arts, &sd).await?;
+    }
     let t = Instant::now();
-    let before = sd.snapshot(op.unit()).await?.state.invocation_id;
+    let before = snapshot_or_absent(&sd, op.unit())
+        .await?
+        .state
+        .invocation_id;
     match &d {
         Decision::Start(why) => {
             say(&format!("starting {} on the host: {why}", op.unit()));
@@ -757,13 +870,62 @@ async fn start_and_follow(
         ));
     }
     let st = read_status(&host.path(STATUS_PATH)).filter(|s| s.operation == op.name());
-    Ok(Outcome {
+    let outcome = Outcome {
         operation: op,
         unit_result: snap.state.result.clone(),
         exit_code: jobs::exit_status(snap.exec_main_code, snap.exec_main_status),
         run_result: st.as_ref().map(|s| s.result),
         error: st.and_then(|s| s.error),
-    })
+    };
+    if let Some(p) = pacer {
+        settle_slot(p, &outcome).await;
+    }
+    Ok(outcome)
+}
+
+/// A proven node frees its slot; any other outcome keeps it, marked failed with the words
+/// the pod printed. Retried for ten minutes: a slot left held stops the rollout.
+async fn settle_slot(p: &Pacer, outcome: &Outcome) {
+    let until = Instant::now() + Duration::from_secs(600);
+    let proven = outcome.proven();
+    loop {
+        let r = if proven {
+            p.release().await
+        } else {
+            p.hold_failed(&outcome.render()).await
+        };
+        match r {
+            Ok(names) if names.is_empty() => return,
+            Ok(names) if proven => {
+                return say(&format!(
+                    "proven: freed the rollout slot {}: the next node may start",
+                    names.join(", ")
+                ))
+            }
+            Ok(names) => {
+                return say(&format!(
+                    "not proven: this node keeps the rollout slot {}, marked failed; the \
+                     rollout stops here until this node is fixed and its pod deleted",
+                    names.join(", ")
+                ))
+            }
+            Err(e) if Instant::now() < until => {
+                say(&format!("{e}; trying again in 5 s"));
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            Err(e) => {
+                return say(&format!(
+                    "gave up after 10 minutes: {e}. This node still holds its rollout slot: \
+                     {}",
+                    if proven {
+                        "it is proven, so free the slot by hand (README, \"A stopped rollout\")"
+                    } else {
+                        "it is not proven, and the slot is not marked failed"
+                    }
+                ))
+            }
+        }
+    }
 }
 
 fn ready(a: &ReadyArgs) -> Result<ExitCode, PodError> {
@@ -804,6 +966,11 @@ fn ready(a: &ReadyArgs) -> Result<ExitCode, PodError> {
         }
         Err(why) => {
             println!("not ready:");
+            if outcome.is_none() {
+                if let Ok(Some(w)) = fsutil::read_nofollow(&a.paths.pod_state.join(WAITING_FILE)) {
+                    println!("  - {}", String::from_utf8_lossy(&w));
+                }
+            }
             for w in why {
                 println!("  - {w}");
             }

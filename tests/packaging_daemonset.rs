@@ -1,8 +1,9 @@
 //! The DaemonSet manifests under packaging/daemonset/: they parse into the Kubernetes API
 //! types (every field known: the typed round trip gives back the same document), and carry
 //! what `kata-live pod` needs and no more: privileged root, the node's / at /host and no other
-//! host access, a rolling update one node at a time gated by the readiness probe, and
-//! commands that kata-live's own command line accepts.
+//! host access, a rolling update one node at a time gated by the readiness probe, the
+//! rollout's slot Leases (kata-live-pacing.yaml) with the right to read and update those
+//! names only, and commands that kata-live's own command line accepts.
 
 use clap::Parser;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -10,6 +11,48 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kata_live::cli::{Cli, Command};
 use kata_live::pod::{PodCommand, HOST_BIN};
 use std::path::{Path, PathBuf};
+
+const NAMESPACE: &str = "kata-live";
+const SERVICE_ACCOUNT: &str = "kata-live";
+
+fn manifest(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/daemonset")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// kata-live-pacing.yaml's documents, each as its kind and raw value.
+fn pacing_docs() -> Vec<(String, serde_json::Value)> {
+    use serde::Deserialize;
+    let text = manifest("kata-live-pacing.yaml");
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| {
+            let v = serde_json::Value::deserialize(d).unwrap();
+            (v["kind"].as_str().unwrap_or_default().to_string(), v)
+        })
+        .collect()
+}
+
+fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(v: &serde_json::Value) -> T {
+    let t: T = serde_json::from_value(v.clone()).unwrap();
+    // A misspelt or misplaced field would be dropped by the typed parse.
+    assert_eq!(
+        &serde_json::to_value(&t).unwrap(),
+        v,
+        "fields the API types do not know"
+    );
+    t
+}
+
+fn pacing_leases() -> Vec<String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    pacing_docs()
+        .iter()
+        .filter(|(k, _)| k == "Lease")
+        .map(|(_, v)| typed::<Lease>(v).metadata.name.unwrap())
+        .collect()
+}
 
 fn load(name: &str) -> (DaemonSet, serde_json::Value) {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -45,11 +88,10 @@ fn check(name: &str, op: &str) -> DaemonSet {
     let pod = spec.template.spec.as_ref().expect("pod spec");
     assert!(pod.node_selector.as_ref().is_some_and(|s| !s.is_empty()));
     assert!(pod.tolerations.as_ref().is_some_and(|t| !t.is_empty()));
-    assert_eq!(
-        pod.automount_service_account_token,
-        Some(false),
-        "no API credentials"
-    );
+    // API credentials for the slot Leases only (kata-live-pacing.yaml's Role).
+    assert_eq!(pod.automount_service_account_token, Some(true));
+    assert_eq!(pod.service_account_name.as_deref(), Some(SERVICE_ACCOUNT));
+    assert_eq!(ds.metadata.namespace.as_deref(), Some(NAMESPACE));
     for (what, v) in [
         ("hostNetwork", pod.host_network),
         ("hostPID", pod.host_pid),
@@ -84,6 +126,47 @@ fn check(name: &str, op: &str) -> DaemonSet {
         (mounts[0].name.as_str(), mounts[0].mount_path.as_str()),
         ("host", "/host")
     );
+
+    let env: Vec<_> = c.env.clone().unwrap_or_default();
+    let value = |k: &str| {
+        env.iter()
+            .find(|e| e.name == k)
+            .and_then(|e| e.value.clone())
+    };
+    let field = |k: &str| {
+        env.iter()
+            .find(|e| e.name == k)
+            .and_then(|e| e.value_from.as_ref())
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.clone())
+    };
+    assert_eq!(
+        value("KATA_LIVE_PACE_LEASES"),
+        Some(pacing_leases().join(",")),
+        "{name}: every slot Lease of kata-live-pacing.yaml, and only those"
+    );
+    assert_eq!(field("NODE_NAME").as_deref(), Some("spec.nodeName"));
+    assert_eq!(
+        field("POD_NAMESPACE").as_deref(),
+        Some("metadata.namespace")
+    );
+    // ...which are the variables kata-live's `pod` arguments read.
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let entry = cmd
+        .find_subcommand("pod")
+        .and_then(|p| p.find_subcommand(op))
+        .expect("pod subcommand");
+    for (id, var) in [
+        ("pace_leases", "KATA_LIVE_PACE_LEASES"),
+        ("node_name", "NODE_NAME"),
+        ("namespace", "POD_NAMESPACE"),
+    ] {
+        let arg = entry
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .unwrap_or_else(|| panic!("no --{id}"));
+        assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(var));
+    }
 
     let command = c.command.clone().expect("command");
     assert_eq!(command, ["/kata-live", "pod", op, "--host-root", "/host"]);
@@ -148,4 +231,116 @@ fn uninstall_daemonset_is_the_same_delivery() {
     assert_eq!(pi.tolerations, pu.tolerations);
     assert_eq!(pi.node_selector, pu.node_selector);
     assert_eq!(pi.containers[0].image, pu.containers[0].image);
+}
+
+#[test]
+fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let docs = pacing_docs();
+    let kinds: Vec<&str> = docs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Lease"
+        ],
+        "one slot by default: one node at a time"
+    );
+    let leases = pacing_leases();
+    assert_eq!(leases, ["kata-live-slot-0"]);
+    for (kind, v) in &docs {
+        match kind.as_str() {
+            "Namespace" => {
+                let n: Namespace = typed(v);
+                assert_eq!(n.metadata.name.as_deref(), Some(NAMESPACE));
+            }
+            "ServiceAccount" => {
+                let sa: ServiceAccount = typed(v);
+                assert_eq!(sa.metadata.name.as_deref(), Some(SERVICE_ACCOUNT));
+                assert_eq!(sa.metadata.namespace.as_deref(), Some(NAMESPACE));
+            }
+            "Role" => {
+                let r: Role = typed(v);
+                assert_eq!(r.metadata.namespace.as_deref(), Some(NAMESPACE));
+                let rules = r.rules.unwrap();
+                assert_eq!(rules.len(), 1, "leases, nothing else");
+                let rule = &rules[0];
+                assert_eq!(
+                    rule.api_groups.as_deref(),
+                    Some(&["coordination.k8s.io".to_string()][..])
+                );
+                assert_eq!(rule.resources.as_deref(), Some(&["leases".to_string()][..]));
+                assert_eq!(
+                    rule.resource_names.as_deref(),
+                    Some(&leases[..]),
+                    "those names only"
+                );
+                assert_eq!(
+                    rule.verbs,
+                    ["get", "update"],
+                    "no create, delete, list or watch"
+                );
+            }
+            "RoleBinding" => {
+                let b: RoleBinding = typed(v);
+                assert_eq!(b.metadata.namespace.as_deref(), Some(NAMESPACE));
+                assert_eq!(b.role_ref.kind, "Role");
+                assert_eq!(b.role_ref.name, "kata-live-pace");
+                let subjects = b.subjects.unwrap();
+                assert_eq!(subjects.len(), 1);
+                assert_eq!(subjects[0].kind, "ServiceAccount");
+                assert_eq!(subjects[0].name, SERVICE_ACCOUNT);
+                assert_eq!(subjects[0].namespace.as_deref(), Some(NAMESPACE));
+            }
+            "Lease" => {
+                let l: Lease = typed(v);
+                assert_eq!(l.metadata.namespace.as_deref(), Some(NAMESPACE));
+                let spec = l.spec.unwrap_or_default();
+                assert_eq!(spec.holder_identity, None, "free when applied");
+                assert_eq!(
+                    spec.lease_duration_seconds, None,
+                    "a node that is not proven never gives its place away by the clock"
+                );
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+}
+
+/// The README's DaemonSet section names the pacing settings the manifests carry, and says
+/// what each rests on.
+#[test]
+fn the_readme_names_the_pacing_the_manifests_carry() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let start = readme
+        .find("## Install on a running cluster (DaemonSet)")
+        .expect("the DaemonSet section");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    for needle in [
+        "kata-live-pacing.yaml",
+        "kata-live-slot-0",
+        "maxUnavailable: 1",
+        "holderIdentity",
+        "409",
+        "kubectl -n kata-live rollout status daemonset/kata-live-install",
+        "kubectl -n kata-live get lease",
+        "A stopped rollout",
+        "kubectl -n kata-live delete pod",
+    ] {
+        assert!(
+            section.contains(needle),
+            "README's DaemonSet section lacks {needle:?}"
+        );
+    }
+    assert!(
+        !section.contains("no API credentials"),
+        "the pods hold credentials for the slot Leases"
+    );
 }

@@ -1,6 +1,8 @@
 #!/bin/bash
-# Builds (once per machine, cached outside the clone) upstream CRI-O, pinns, crictl and kubelet
-# from the Go module proxy, for the real-CRI-O test node (tests/node/rootfs-crio-real.sh).
+# Builds (once per machine, cached outside the clone) upstream CRI-O, pinns, crictl, kubelet,
+# the control plane (kube-apiserver, kube-controller-manager, kube-scheduler) and etcd from the
+# Go module proxy, for the real-CRI-O test node (tests/node/rootfs-sid.sh crio-real) and the
+# fleet scenario (tests/fleet/).
 #
 # Usage: tests/crio-real/build.sh          build if needed, print the output directory
 #        tests/crio-real/build.sh --check  exit 0 if the cached build is current, 1 if not
@@ -10,7 +12,8 @@
 # be built here: of CRI-O's releases the module proxy serves only v1.34.0 (checked 2026-12-02:
 # v1.31.0's .info is listed but its .mod is refused with 403, and v1.29.0–v1.33.5 are refused). The cache key covers this script and the Go version: a change builds
 # anew next to the old one (pruned after). Output: $cache/build-<key>/{crio,pinns,crictl,kubelet,
-# crio.service,containerd-shim-runc-v2,containerd,VERSIONS}.
+# kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,etcd,crio.service,
+# containerd-shim-runc-v2,containerd,VERSIONS}.
 #
 # How each is built (the proxy serves module zips, not git checkouts):
 # - CRI-O: `go build ./cmd/crio` in its module directory (its go.mod has no replace directives),
@@ -24,10 +27,11 @@
 # - kubelet: k8s.io/kubernetes's go.mod replaces its 31 staging modules with ./staging/...,
 #   which the module zip does not carry; a small main module requires k8s.io/kubernetes and
 #   replaces each staging module with its published version (v0.X.Y of the same release),
-#   then builds k8s.io/kubernetes/cmd/kubelet with the version stamped in as the release does.
+#   then builds k8s.io/kubernetes/cmd/{kubelet,kube-apiserver,kube-controller-manager,
+#   kube-scheduler,kubectl} with the version stamped in as the release does.
 #
-# Environment: KATA_LIVE_CRIO_REAL_CACHE (default /var/cache/kata-live/crio-real), GOMODCACHE,
-# GOCACHE (the go command's defaults: outside the clone too).
+# Environment: KATA_LIVE_CRIO_REAL_CACHE (default /var/cache/kata-live/crio-real); GOMODCACHE,
+# GOCACHE to keep the go command's caches (by default they are thrown away with the build).
 set -euo pipefail
 
 CRIO_VERSION=v1.34.0
@@ -72,6 +76,14 @@ tmp=$cache/.build-$key.$$
 rm -rf "$cache"/.build-"$key".*
 mkdir -p "$tmp"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+# The go command's module and build caches take some 6 GB for these builds. Without a
+# caller's own (GOMODCACHE / GOCACHE set), they live in the build's temporary directory and
+# go with it: the binaries are what is cached, and a CI machine's disk is the suite's too.
+if [ -z "${GOMODCACHE:-}" ]; then
+    export GOMODCACHE=$tmp/gomod
+    trap 'chmod -R u+w "$tmp/gomod" 2>/dev/null; rm -rf "$tmp"' EXIT
+fi
+[ -n "${GOCACHE:-}" ] || export GOCACHE=$tmp/gocache
 modcache=$(go env GOMODCACHE)
 
 t=$EPOCHREALTIME
@@ -130,22 +142,53 @@ cat >"$kube/tools.go" <<'GO'
 
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kubelet"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
+GO
+# etcd's own main package lives in go.etcd.io/etcd/v3, whose go.mod replaces its parts with
+# ./server etc.; its server module is already in Kubernetes's graph (the version Kubernetes
+# tests against), and etcdmain.Main is what that main calls.
+mkdir -p "$kube/etcd"
+cat >"$kube/etcd/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
 GO
 (cd "$kube" && go mod tidy >&2)
 ver=k8s.io/component-base/version
 (cd "$kube" && go build -trimpath -ldflags "-s -w -X $ver.gitVersion=$KUBE_VERSION \
     -X $ver.gitMajor=1 -X $ver.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2) \
     -X $ver.gitTreeState=clean -X $ver.buildDate=1970-01-01T00:00:00Z" \
-    -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet)
+    -o "$tmp/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubectl)
+(cd "$kube" && go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./etcd)
+etcd_version=$(cd "$kube" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 rm -rf "$kube"
-log "kubelet built in $(since "$t")s"
+log "kubelet, the control plane and etcd $etcd_version built in $(since "$t")s"
 
-printf 'cri-o %s\ncrictl %s\nkubelet %s\ncontainerd-shim-runc-v2 %s\ngo %s\n' "$CRIO_VERSION" \
-    "$CRICTL_VERSION" "$KUBE_VERSION" "$SHIM_VERSION" "$go_version" >"$tmp/VERSIONS"
+printf 'cri-o %s\ncrictl %s\nkubernetes %s\netcd %s\ncontainerd-shim-runc-v2 %s\ngo %s\n' \
+    "$CRIO_VERSION" "$CRICTL_VERSION" "$KUBE_VERSION" "$etcd_version" "$SHIM_VERSION" \
+    "$go_version" >"$tmp/VERSIONS"
 "$tmp/crio" --version >&2
 "$tmp/kubelet" --version >&2
+"$tmp/kube-apiserver" --version >&2
+"$tmp/etcd" --version >&2
 "$tmp/crictl" --version >&2
+for c in gomod gocache; do
+    [ ! -e "$tmp/$c" ] || { chmod -R u+w "$tmp/$c"; rm -rf "${tmp:?}/$c"; }
+done
 echo "$key" >"$tmp/.complete"
 mv -T "$tmp" "$out"
 log "built $out in $(since "$start")s"

@@ -1,5 +1,6 @@
 pub mod containerd;
 pub mod crio_real;
+pub mod fleet;
 pub mod hold;
 pub mod image;
 pub mod kata;

@@ -1,0 +1,537 @@
+//! The fleet: the DaemonSets of packaging/daemonset/ on a real control plane (etcd,
+//! kube-apiserver, kube-controller-manager, kube-scheduler of Kubernetes 1.34, built from the
+//! Go module proxy: tests/fleet/control-plane.sh) with two real-CRI-O test nodes whose real
+//! kubelets register to it, the kata-live image imported into each node's containers-storage
+//! (no registry: the manifest's `imagePullPolicy: IfNotPresent`).
+//!
+//! The pacing is judged from each node's own journal (systemd's start and end of
+//! kata-live-install.service / -uninstall.service, and of crio.service's starts), never from
+//! kata-live's report: no two nodes' runs overlap, and every CRI-O restart falls inside its own
+//! node's run.
+//!
+//! What the harness changes in the manifests, and why: the nodes' network namespaces have
+//! loopback only (no pod network to a service IP and no kube-proxy), so the pods run with
+//! `hostNetwork: true` and `KUBERNETES_SERVICE_HOST=127.0.0.1`, where a relay (one listening
+//! socket made in the node's namespace) leads to the host's API server; and a node label in
+//! the nodeSelector lets the scenario choose when each node becomes eligible.
+//!
+//! Timeline figures are printed, never asserted.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::crio_real::{OCI_CONFIG, OCI_PACKAGE};
+use support::fleet::{ControlPlane, Relay, API_PORT};
+use support::kata::KataNode;
+use support::node::{Node, NodeOptions};
+
+const NS: &str = "kata-live";
+const LEASE: &str = "kata-live-slot-0";
+const PICK: &str = "kata-live.test/fleet";
+const ROLLOUT: Duration = Duration::from_secs(420);
+
+/// The node loses kata-live (the harness bind-mounts it read-only) and its units: the pod's
+/// copy is what its unit runs.
+const FORGET_KATA_LIVE: &str = r#"set -eu
+umount /usr/local/bin/kata-live
+rm -f /usr/local/bin/kata-live /usr/bin/kata-live /etc/systemd/system/kata-live-install.service /etc/systemd/system/kata-live-uninstall.service
+systemctl daemon-reload
+"#;
+
+/// kubelet registered to the API server (the standalone node's flags plus these).
+fn kubelet_drop_in(name: &str, ip: &str) -> String {
+    format!(
+        "[Service]\nExecStart=\nExecStart=/usr/local/bin/kubelet \
+         --config=/etc/kubernetes/kubelet.conf --kubeconfig=/etc/kubernetes/fleet.kubeconfig \
+         --hostname-override={name} --node-ip={ip} --v=2\n"
+    )
+}
+
+struct FleetNode {
+    name: String,
+    k: KataNode,
+    _relay: Relay,
+}
+
+impl FleetNode {
+    fn node(&self) -> &Node {
+        &self.k.node
+    }
+}
+
+fn sh_ok(node: &Node, script: &str) -> String {
+    let o = node.sh(script);
+    assert!(
+        o.status.success(),
+        "{}: {script}\n{}{}",
+        node.name(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Boots a real-CRI-O node and registers its kubelet as `name` (node IP `ip`, an address on
+/// the node's loopback device: kubelet refuses a loopback-range node IP).
+fn join(cp: &ControlPlane, name: &str, ip: &str) -> FleetNode {
+    let opts = NodeOptions::crio_real()
+        .file("/var/lib/fake-rpm-ostree/files", OCI_PACKAGE, 0o644)
+        .file(
+            "/etc/kubernetes/fleet.kubeconfig",
+            cp.node_kubeconfig(name, &format!("https://127.0.0.1:{API_PORT}")),
+            0o600,
+        );
+    let k = KataNode::boot_with(opts, OCI_CONFIG);
+    let relay = Relay::into_node(
+        &k.node,
+        API_PORT,
+        SocketAddr::from(([127, 0, 0, 1], API_PORT)),
+    );
+    let o = std::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{}/ns/net", k.node.leader_pid()))
+        .args(["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"])
+        .output()
+        .expect("nsenter ip addr add");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    k.unit_drop_in("kubelet.service", "50-fleet", &kubelet_drop_in(name, ip));
+    sh_ok(&k.node, "systemctl restart kubelet.service");
+    k.wait_kubelet_on_runtime(Duration::from_secs(60));
+    cp.wait(
+        &format!("node {name} Ready"),
+        Duration::from_secs(120),
+        |cp| node_ready(cp, name),
+    );
+    cp.kubectl(&["label", "node", name, "node-role.kubernetes.io/worker="]);
+    // The DaemonSet image, in the storage CRI-O reads, under the manifest's name.
+    let layout = support::image::dir().join("oci");
+    let dest = k.node.host_path("/var/lib/kl-image").expect("image place");
+    let o = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&layout)
+        .arg(&dest)
+        .output()
+        .expect("cp the image");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    sh_ok(
+        &k.node,
+        &format!(
+            "skopeo --insecure-policy copy --quiet oci:/var/lib/kl-image:kata-live:{v} \
+             containers-storage:localhost/kata-live:{v}",
+            v = env!("CARGO_PKG_VERSION")
+        ),
+    );
+    sh_ok(&k.node, FORGET_KATA_LIVE);
+    FleetNode {
+        name: name.to_string(),
+        k,
+        _relay: relay,
+    }
+}
+
+fn node_ready(cp: &ControlPlane, name: &str) -> bool {
+    let o = cp.kubectl_output(&["get", "node", name, "-o", "json"], None);
+    if !o.status.success() {
+        return false;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    condition(&v, "Ready") == Some(true)
+}
+
+fn condition(obj: &serde_json::Value, kind: &str) -> Option<bool> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .map(|c| c["status"] == "True")
+}
+
+/// A packaged DaemonSet as this harness must run it (see the file's header), as JSON.
+fn daemonset(file: &str) -> String {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("packaging/daemonset")
+            .join(file),
+    )
+    .expect("the manifest");
+    let mut v: serde_json::Value = serde_norway::from_str(&text).expect("YAML");
+    let pod = &mut v["spec"]["template"]["spec"];
+    pod["hostNetwork"] = true.into();
+    pod["nodeSelector"][PICK] = "yes".into();
+    let env = pod["containers"][0]["env"]
+        .as_array_mut()
+        .expect("the container's env");
+    env.push(serde_json::json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}));
+    env.push(serde_json::json!({"name": "KUBERNETES_SERVICE_PORT", "value": API_PORT.to_string()}));
+    v.to_string()
+}
+
+fn pacing_manifest() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("packaging/daemonset/kata-live-pacing.yaml"),
+    )
+    .expect("kata-live-pacing.yaml")
+}
+
+/// The DaemonSet's pods: node name → (pod name, Ready).
+fn pods(cp: &ControlPlane, component: &str) -> Vec<(String, String, bool)> {
+    let v = cp.json(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        &format!("app.kubernetes.io/component={component}"),
+    ]);
+    v["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|p| {
+                    (
+                        p["spec"]["nodeName"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        p["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        condition(p, "Ready") == Some(true),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ready_on(cp: &ControlPlane, component: &str, node: &str) -> bool {
+    pods(cp, component)
+        .iter()
+        .any(|(n, _, ready)| n == node && *ready)
+}
+
+/// The Lease's holder and its kata-live.io/state.
+fn lease(cp: &ControlPlane) -> (Option<String>, Option<String>, Option<String>) {
+    let v = cp.json(&["-n", NS, "get", "lease", LEASE]);
+    let s = |x: &serde_json::Value| x.as_str().map(str::to_string);
+    (
+        s(&v["spec"]["holderIdentity"]),
+        s(&v["metadata"]["annotations"]["kata-live.io/state"]),
+        s(&v["metadata"]["annotations"]["kata-live.io/detail"]),
+    )
+}
+
+/// Everything the containers of `component`'s pods on `node` printed (all their restarts),
+/// read with crictl on the node (the API server cannot reach the node's kubelet here).
+fn pod_logs(node: &Node, component: &str) -> String {
+    let label = format!("app.kubernetes.io/component={component}");
+    let pods = node.exec(&["crictl", "pods", "-q", "--label", &label]);
+    let mut out = String::new();
+    for pod in String::from_utf8_lossy(&pods.stdout).split_whitespace() {
+        let ids = node.exec(&["crictl", "ps", "-a", "-q", "--pod", pod]);
+        for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+            let o = node.exec(&["crictl", "logs", id]);
+            out.push_str(&String::from_utf8_lossy(&o.stdout));
+            out.push_str(&String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    out
+}
+
+/// The handlers the running CRI-O lists (`crictl info`), the real tool's word.
+fn listed_handlers(node: &Node) -> Vec<String> {
+    let o = node.exec(&["crictl", "info"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    v["runtimeHandlers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|h| h["name"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Realtime µs of systemd's messages about `unit` after `since_us`: (start job begun, job
+/// ended) pairs; an unfinished one ends at u64::MAX.
+fn runs(node: &Node, unit: &str, since_us: u64) -> Vec<(u64, u64)> {
+    let o = node.exec(&[
+        "journalctl",
+        "-b",
+        "--no-pager",
+        "-o",
+        "json",
+        "_PID=1",
+        &format!("UNIT={unit}"),
+    ]);
+    let mut out = Vec::new();
+    let mut open: Option<u64> = None;
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let t: u64 = v["__REALTIME_TIMESTAMP"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if t < since_us {
+            continue;
+        }
+        let msg = v["MESSAGE"].as_str().unwrap_or_default();
+        if msg.starts_with("Starting ") {
+            open = Some(t);
+        } else if v["JOB_RESULT"].is_string() && v["JOB_TYPE"] != "stop" {
+            if let Some(s) = open.take() {
+                out.push((s, t));
+            }
+        }
+    }
+    if let Some(s) = open {
+        out.push((s, u64::MAX));
+    }
+    out
+}
+
+/// CRI-O's starts (realtime µs) after `since_us`.
+fn crio_starts(node: &Node, since_us: u64) -> Vec<u64> {
+    runs(node, "crio.service", since_us)
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect()
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// The pacing verdict from the nodes' journals: no two runs overlap, and each CRI-O start
+/// lies inside a run of its own node. Prints the timeline.
+fn judge(nodes: &[&FleetNode], unit: &str, since_us: u64) {
+    let mut all = Vec::new();
+    for f in nodes {
+        let rs = runs(f.node(), unit, since_us);
+        for (s, e) in &rs {
+            eprintln!(
+                "fleet: {unit} on {}: {:.2} s → {}",
+                f.name,
+                (*s - since_us) as f64 / 1e6,
+                if *e == u64::MAX {
+                    "still running".to_string()
+                } else {
+                    format!("{:.2} s", (*e - since_us) as f64 / 1e6)
+                }
+            );
+            all.push((*s, *e, f.name.clone()));
+        }
+        for c in crio_starts(f.node(), since_us) {
+            eprintln!(
+                "fleet: crio.service started on {} at {:.2} s",
+                f.name,
+                (c - since_us) as f64 / 1e6
+            );
+            assert!(
+                rs.iter().any(|(s, e)| *s <= c && c <= *e),
+                "{}'s CRI-O started at {c} outside any {unit} run of that node: {rs:?}",
+                f.name
+            );
+        }
+    }
+    all.sort();
+    for w in all.windows(2) {
+        assert!(
+            w[0].1 < w[1].0,
+            "{unit} runs overlap: {} ran {}..{} and {} started at {}",
+            w[0].2,
+            w[0].0,
+            w[0].1,
+            w[1].2,
+            w[1].0
+        );
+    }
+}
+
+fn crio_invocation(f: &FleetNode) -> String {
+    f.k.unit("crio.service").invocation_id
+}
+
+/// Install: node B first (made to fail: its kubelet cannot start again after CRI-O's
+/// restart), node A eligible while B holds the slot. The rollout stops at B with A untouched;
+/// after the cause is removed, the README's resume finishes it, one node at a time. Then
+/// uninstall, both nodes eligible when the DaemonSet is created.
+/// Both nodes' pod logs (install and uninstall) and their kata-live unit journals.
+fn fleet_logs(nodes: &[&FleetNode]) -> String {
+    let mut out = String::new();
+    for f in nodes {
+        for c in ["install", "uninstall"] {
+            out.push_str(&format!(
+                "--- {} pod logs ({c})\n{}",
+                f.name,
+                pod_logs(f.node(), c)
+            ));
+            out.push_str(&format!(
+                "--- {} journal of kata-live-{c}.service\n{}",
+                f.name,
+                f.node().journal_unit(&format!("kata-live-{c}.service"))
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
+    let cp = ControlPlane::start(&["kl-fleet-a", "kl-fleet-b"]);
+    let a = join(&cp, "kl-fleet-a", "10.99.0.10");
+    let b = join(&cp, "kl-fleet-b", "10.99.0.11");
+    let wait = |what: &str, deadline: Duration, check: &dyn Fn(&ControlPlane) -> bool| {
+        cp.wait_or(what, deadline, check, || fleet_logs(&[&a, &b]))
+    };
+    cp.kubectl_in(&["apply", "-f", "-"], Some(&pacing_manifest()));
+
+    // B's kubelet fails at its next start: after the CRI-O restart that kata-live does.
+    b.k.unit_drop_in(
+        "kubelet.service",
+        "60-held-away",
+        "[Service]\nExecStartPre=/bin/false\n",
+    );
+    let t0 = now_us();
+    let started = Instant::now();
+    cp.kubectl(&["label", "node", &b.name, &format!("{PICK}=yes")]);
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&daemonset("kata-live-install.yaml")),
+    );
+    wait("node B holds the slot", Duration::from_secs(120), &|cp| {
+        lease(cp).0.as_deref() == Some(b.name.as_str())
+    });
+    let a_crio = crio_invocation(&a);
+    cp.kubectl(&["label", "node", &a.name, &format!("{PICK}=yes")]);
+    wait("node A's pod waits for the slot", ROLLOUT, &|_| {
+        pod_logs(a.node(), "install").contains("waiting for one of 1 rollout slot(s)")
+    });
+    wait("node B's run fails and keeps the slot", ROLLOUT, &|cp| {
+        lease(cp).1.as_deref() == Some("failed")
+    });
+    let (holder, _, detail) = lease(&cp);
+    assert_eq!(holder.as_deref(), Some(b.name.as_str()));
+    eprintln!(
+        "fleet: B failed after {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        detail.unwrap_or_default()
+    );
+    // The rollout stays stopped: A changes nothing for a while after B's failure.
+    std::thread::sleep(Duration::from_secs(15));
+    assert!(!ready_on(&cp, "install", &a.name));
+    assert!(!ready_on(&cp, "install", &b.name));
+    assert!(
+        pod_logs(a.node(), "install").contains(&format!("The rollout is stopped at {}", b.name)),
+        "A's pod must name the failed node:\n{}",
+        pod_logs(a.node(), "install")
+    );
+    assert_eq!(crio_invocation(&a), a_crio, "A's CRI-O was restarted");
+    assert!(!a.node().exists("/usr/local/bin/kata-live").unwrap());
+    assert!(!a
+        .node()
+        .exists("/etc/systemd/system/kata-live-install.service")
+        .unwrap());
+    assert!(runs(a.node(), "kata-live-install.service", t0).is_empty());
+    let rollout = cp.kubectl_output(
+        &[
+            "-n",
+            NS,
+            "rollout",
+            "status",
+            "daemonset/kata-live-install",
+            "--timeout=5s",
+        ],
+        None,
+    );
+    assert!(
+        !rollout.status.success(),
+        "the rollout must not be complete"
+    );
+
+    // The cause removed, then the README's resume.
+    b.k.remove_unit_drop_in("kubelet.service", "60-held-away");
+    sh_ok(
+        b.node(),
+        "systemctl reset-failed kubelet.service; systemctl start kubelet.service; \
+         systemctl reset-failed kata-live-install.service",
+    );
+    wait("node B Ready again", Duration::from_secs(120), &|cp| {
+        node_ready(cp, &b.name)
+    });
+    let resumed = Instant::now();
+    cp.kubectl(&[
+        "-n",
+        NS,
+        "delete",
+        "pod",
+        "--field-selector",
+        &format!("spec.nodeName={}", b.name),
+        "-l",
+        "app.kubernetes.io/component=install",
+    ]);
+    wait("both install pods Ready", ROLLOUT, &|cp| {
+        ready_on(cp, "install", &a.name) && ready_on(cp, "install", &b.name)
+    });
+    eprintln!(
+        "fleet: install finished {:.1} s after the resume",
+        resumed.elapsed().as_secs_f64()
+    );
+    cp.kubectl(&[
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        "daemonset/kata-live-install",
+        "--timeout=60s",
+    ]);
+    assert_eq!(lease(&cp).0, None, "the last proven node frees the slot");
+    judge(&[&a, &b], "kata-live-install.service", t0);
+    for f in [&a, &b] {
+        assert!(
+            listed_handlers(f.node()).iter().any(|h| h == "kata-remote"),
+            "{}'s CRI-O must list the handler",
+            f.name
+        );
+    }
+
+    // Uninstall: both nodes eligible when the DaemonSet is created.
+    cp.kubectl(&["-n", NS, "delete", "daemonset", "kata-live-install"]);
+    wait("the install pods gone", Duration::from_secs(120), &|cp| {
+        pods(cp, "install").is_empty()
+    });
+    let t1 = now_us();
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&daemonset("kata-live-uninstall.yaml")),
+    );
+    wait("both uninstall pods Ready", ROLLOUT, &|cp| {
+        ready_on(cp, "uninstall", &a.name) && ready_on(cp, "uninstall", &b.name)
+    });
+    eprintln!(
+        "fleet: uninstall on both nodes in {:.1} s",
+        (now_us() - t1) as f64 / 1e6
+    );
+    assert_eq!(lease(&cp).0, None);
+    judge(&[&a, &b], "kata-live-uninstall.service", t1);
+    let waited = pod_logs(a.node(), "uninstall") + &pod_logs(b.node(), "uninstall");
+    assert!(
+        waited.contains("waiting for one of 1 rollout slot(s)"),
+        "created together, one of the two pods must have waited:\n{waited}"
+    );
+    for f in [&a, &b] {
+        let h = listed_handlers(f.node());
+        assert!(!h.is_empty(), "{}: crictl info lists no handlers", f.name);
+        assert!(!h.iter().any(|h| h == "kata-remote"), "{}: {h:?}", f.name);
+    }
+}
