@@ -14,8 +14,9 @@
 //! The same Leases pace install and uninstall. kured's node lock and fleetlock work this way.
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -25,6 +26,13 @@ pub const STATE_ANNOTATION: &str = "kata-live.io/state";
 pub const DETAIL_ANNOTATION: &str = "kata-live.io/detail";
 pub const STATE_ACTIVATING: &str = "activating";
 pub const STATE_FAILED: &str = "failed";
+
+/// The pod condition the DaemonSets list in `readinessGates`: kubelet reports a pod Ready
+/// only when it is True, and only the entrypoint sets it, once its node is proven. The
+/// readiness probe alone is not enough: a restarted kubelet (it restarts with CRI-O) reports a
+/// running container Ready before its first probe runs (seen with kubelet 1.34.4: the pod
+/// Ready while the probe, asked in the container, said not ready).
+pub const PROVEN_CONDITION: &str = "kata-live.io/proven";
 
 /// Each API request's own bound; the wait for a slot is the rollout's queue and has none
 /// (the node ahead decides how long it takes, and a failed one holds it until a person acts).
@@ -38,7 +46,7 @@ const CONFLICT_RETRIES: usize = 10;
 pub enum PaceError {
     #[error("no Kubernetes API configuration (in-cluster service account or KUBECONFIG): {0}; the manifest mounts the pod's service account token")]
     Config(String),
-    #[error("{verb} the Lease {namespace}/{name}: {detail}")]
+    #[error("{verb} {namespace}/{name}: {detail}")]
     Api {
         verb: &'static str,
         namespace: String,
@@ -154,6 +162,7 @@ pub fn waiting_words(slots: &[Slot]) -> String {
 /// A connection to the Leases of one namespace, as one node.
 pub struct Pacer {
     api: Api<Lease>,
+    pods: Api<Pod>,
     namespace: String,
     names: Vec<String>,
     node: String,
@@ -192,6 +201,7 @@ impl Pacer {
         cfg.write_timeout = Some(REQUEST_TIMEOUT);
         let client = kube::Client::try_from(cfg).map_err(|e| PaceError::Config(api_error(&e)))?;
         Ok(Pacer {
+            pods: Api::namespaced(client.clone(), namespace),
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             names,
@@ -203,7 +213,7 @@ impl Pacer {
         PaceError::Api {
             verb,
             namespace: self.namespace.clone(),
-            name: name.to_string(),
+            name: format!("the Lease {name}"),
             detail: api_error(e),
         }
     }
@@ -361,6 +371,32 @@ impl Pacer {
             }
         })
         .await
+    }
+
+    /// Sets this pod's [`PROVEN_CONDITION`] (a strategic merge patch of its status: the
+    /// other conditions, kubelet's, stay).
+    pub async fn mark_pod(&self, pod: &str, proven: bool, message: &str) -> Result<(), PaceError> {
+        let patch = serde_json::json!({
+            "status": {
+                "conditions": [{
+                    "type": PROVEN_CONDITION,
+                    "status": if proven { "True" } else { "False" },
+                    "reason": if proven { "Proven" } else { "NotProven" },
+                    "message": message,
+                    "lastTransitionTime": now().0.to_string(),
+                }]
+            }
+        });
+        self.pods
+            .patch_status(pod, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| PaceError::Api {
+                verb: "setting the readiness gate of",
+                namespace: self.namespace.clone(),
+                name: format!("pod {pod}"),
+                detail: api_error(&e),
+            })
     }
 
     /// This node's run failed: it keeps its slot, marked failed with the reason.

@@ -8,6 +8,11 @@
 //! restarts. When kubelet starts the pod again it finds the unit's result and never starts a
 //! second run (see [`decide`]). It then stays alive, and `pod ready` (its readiness probe)
 //! answers 0 only once this node's run is proven and the running CRI-O still agrees.
+//!
+//! Paced (`--pace-leases`, as the DaemonSets run it): nothing on the node changes before the
+//! pod holds one of the rollout's slot Leases ([`crate::pace`]); the slot is freed once the
+//! node is proven and kept, marked failed, otherwise; and the pod's readiness gate
+//! (`kata-live.io/proven`) is set from the outcome.
 
 use crate::config::{self, Config};
 use crate::cri::{CriClient, HandlerPresence};
@@ -113,6 +118,10 @@ pub struct PaceArgs {
     /// This pod's node, the Lease holder's name (the downward API's spec.nodeName).
     #[arg(long, value_name = "NODE", env = "NODE_NAME")]
     pub node_name: Option<String>,
+    /// This pod's name (the downward API's metadata.name): its readiness gate
+    /// (kata-live.io/proven) is set once the node is proven.
+    #[arg(long, value_name = "POD", env = "POD_NAME")]
+    pub pod_name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -683,7 +692,11 @@ fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> {
                 Some(Pacer::connect(&a.pace.namespace, names.to_vec(), node).await?)
             }
         };
-        start_and_follow(op, &host, &cfg, &arts, pacer.as_ref(), state).await
+        let o = start_and_follow(op, &host, &cfg, &arts, pacer.as_ref(), state).await?;
+        if let (Some(p), Some(pod)) = (pacer.as_ref(), a.pace.pod_name.as_deref()) {
+            mark_pod(p, pod, &o).await;
+        }
+        Ok::<_, PodError>(o)
     })?;
     say(&outcome.render());
     let bytes = serde_json::to_vec_pretty(&outcome).unwrap_or_default();
@@ -881,6 +894,28 @@ async fn start_and_follow(
         settle_slot(p, &outcome).await;
     }
     Ok(outcome)
+}
+
+/// Sets the pod's readiness gate from the outcome, retried for a minute (the probe keeps
+/// the pod unready meanwhile: both must agree for Ready).
+async fn mark_pod(p: &Pacer, pod: &str, outcome: &Outcome) {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        match p.mark_pod(pod, outcome.proven(), &outcome.render()).await {
+            Ok(()) => {
+                return say(&format!(
+                    "readiness gate {}: {}",
+                    crate::pace::PROVEN_CONDITION,
+                    if outcome.proven() { "True" } else { "False" }
+                ))
+            }
+            Err(e) if Instant::now() < until => {
+                say(&format!("{e}; trying again in 3 s"));
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+            Err(e) => return say(&format!("gave up after a minute: {e}")),
+        }
+    }
 }
 
 /// A proven node frees its slot; any other outcome keeps it, marked failed with the words

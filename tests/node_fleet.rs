@@ -209,6 +209,24 @@ fn pods(cp: &ControlPlane, component: &str) -> Vec<(String, String, bool)> {
         .unwrap_or_default()
 }
 
+/// The `kata-live.io/proven` condition (the readiness gate) of `component`'s pod on `node`.
+fn gate_on(cp: &ControlPlane, component: &str, node: &str) -> Option<bool> {
+    let v = cp.json(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        &format!("app.kubernetes.io/component={component}"),
+    ]);
+    v["items"]
+        .as_array()?
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .find(|p| p["spec"]["nodeName"] == node)
+        .and_then(|p| condition(p, "kata-live.io/proven"))
+}
+
 fn ready_on(cp: &ControlPlane, component: &str, node: &str) -> bool {
     pods(cp, component)
         .iter()
@@ -235,7 +253,7 @@ fn pod_logs(node: &Node, component: &str) -> String {
     for pod in String::from_utf8_lossy(&pods.stdout).split_whitespace() {
         let ids = node.exec(&["crictl", "ps", "-a", "-q", "--pod", pod]);
         for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
-            let o = node.exec(&["crictl", "logs", id]);
+            let o = node.exec(&["crictl", "logs", "--timestamps", id]);
             out.push_str(&String::from_utf8_lossy(&o.stdout));
             out.push_str(&String::from_utf8_lossy(&o.stderr));
         }
@@ -358,6 +376,96 @@ fn judge(nodes: &[&FleetNode], unit: &str, since_us: u64) {
     }
 }
 
+/// Prints when each pod became Ready and when the slot was last written (figures only).
+fn ready_times(cp: &ControlPlane, component: &str) {
+    let v = cp.json(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        &format!("app.kubernetes.io/component={component}"),
+    ]);
+    for p in v["items"].as_array().into_iter().flatten() {
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| c["lastTransitionTime"].to_string())
+            .unwrap_or_default();
+        eprintln!(
+            "fleet: {component} pod on {} Ready since {ready}",
+            p["spec"]["nodeName"]
+        );
+    }
+    let l = cp.json(&["-n", NS, "get", "lease", LEASE]);
+    eprintln!(
+        "fleet: {LEASE}: holder {}, renewed {}",
+        l["spec"]["holderIdentity"], l["spec"]["renewTime"]
+    );
+}
+
+/// Prints the pod log lines that took and freed the slot (with their times).
+fn slot_lines(nodes: &[&FleetNode], component: &str) {
+    for f in nodes {
+        for line in pod_logs(f.node(), component).lines() {
+            if line.contains("rollout slot") && !line.contains("waiting for") {
+                eprintln!("fleet: {}: {line}", f.name);
+            }
+        }
+    }
+}
+
+/// Whether `component`'s pod on `f` is Ready, checked against the node: a Ready pod on a
+/// node whose kata-live unit is still running (activating) is a readiness that lies.
+fn ready_and_true(cp: &ControlPlane, f: &FleetNode, component: &str) -> bool {
+    if !ready_on(cp, component, &f.name) {
+        return false;
+    }
+    let state = f.k.unit(&format!("kata-live-{component}.service")).active;
+    if state == "activating" {
+        // Who says Ready: the probe itself, asked now in the container, and kubelet's log.
+        let ids = f
+            .node()
+            .exec(&["crictl", "ps", "-q", "--name", "kata-live"]);
+        let mut probe = String::new();
+        for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+            let o = f.node().exec(&[
+                "crictl",
+                "exec",
+                id,
+                "/kata-live",
+                "pod",
+                "ready",
+                component,
+                "--host-root",
+                "/host",
+            ]);
+            probe.push_str(&format!(
+                "{id}: {} {}{}\n",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        let kubelet: Vec<String> = f
+            .node()
+            .journal_unit("kubelet.service")
+            .lines()
+            .filter(|l| l.contains("kata-live-") && !l.contains("VerifyControllerAttachedVolume"))
+            .map(str::to_string)
+            .collect();
+        let n = kubelet.len().saturating_sub(40);
+        panic!(
+            "{}'s {component} pod is Ready while its run is still under way\nthe probe now: \
+             {probe}\nkubelet:\n{}\npod logs:\n{}",
+            f.name,
+            kubelet[n..].join("\n"),
+            pod_logs(f.node(), component)
+        );
+    }
+    true
+}
+
 fn crio_invocation(f: &FleetNode) -> String {
     f.k.unit("crio.service").invocation_id
 }
@@ -427,6 +535,10 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         started.elapsed().as_secs_f64(),
         detail.unwrap_or_default()
     );
+    wait("B's readiness gate False", Duration::from_secs(60), &|cp| {
+        gate_on(cp, "install", &b.name) == Some(false)
+    });
+    assert_eq!(gate_on(&cp, "install", &a.name), None, "A has not run");
     // The rollout stays stopped: A changes nothing for a while after B's failure.
     std::thread::sleep(Duration::from_secs(15));
     assert!(!ready_on(&cp, "install", &a.name));
@@ -481,7 +593,11 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         "app.kubernetes.io/component=install",
     ]);
     wait("both install pods Ready", ROLLOUT, &|cp| {
-        ready_on(cp, "install", &a.name) && ready_on(cp, "install", &b.name)
+        let (ra, rb) = (
+            ready_and_true(cp, &a, "install"),
+            ready_and_true(cp, &b, "install"),
+        );
+        ra && rb
     });
     eprintln!(
         "fleet: install finished {:.1} s after the resume",
@@ -495,7 +611,16 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         "daemonset/kata-live-install",
         "--timeout=60s",
     ]);
-    assert_eq!(lease(&cp).0, None, "the last proven node frees the slot");
+    for f in [&a, &b] {
+        assert_eq!(gate_on(&cp, "install", &f.name), Some(true), "{}", f.name);
+    }
+    ready_times(&cp, "install");
+    slot_lines(&[&a, &b], "install");
+    wait(
+        "the last proven node frees the slot",
+        Duration::from_secs(30),
+        &|cp| lease(cp).0.is_none(),
+    );
     judge(&[&a, &b], "kata-live-install.service", t0);
     for f in [&a, &b] {
         assert!(
@@ -516,13 +641,23 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         Some(&daemonset("kata-live-uninstall.yaml")),
     );
     wait("both uninstall pods Ready", ROLLOUT, &|cp| {
-        ready_on(cp, "uninstall", &a.name) && ready_on(cp, "uninstall", &b.name)
+        let (ra, rb) = (
+            ready_and_true(cp, &a, "uninstall"),
+            ready_and_true(cp, &b, "uninstall"),
+        );
+        ra && rb
     });
     eprintln!(
         "fleet: uninstall on both nodes in {:.1} s",
         (now_us() - t1) as f64 / 1e6
     );
-    assert_eq!(lease(&cp).0, None);
+    ready_times(&cp, "uninstall");
+    slot_lines(&[&a, &b], "uninstall");
+    wait(
+        "the last proven node frees the slot",
+        Duration::from_secs(30),
+        &|cp| lease(cp).0.is_none(),
+    );
     judge(&[&a, &b], "kata-live-uninstall.service", t1);
     let waited = pod_logs(a.node(), "uninstall") + &pod_logs(b.node(), "uninstall");
     assert!(

@@ -150,6 +150,19 @@ fn check(name: &str, op: &str) -> DaemonSet {
         field("POD_NAMESPACE").as_deref(),
         Some("metadata.namespace")
     );
+    assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"));
+    // Ready only once the entrypoint says proven (a restarted kubelet's readiness lies).
+    let gates: Vec<_> = pod
+        .readiness_gates
+        .iter()
+        .flatten()
+        .map(|g| g.condition_type.as_str())
+        .collect();
+    assert_eq!(
+        gates,
+        [kata_live::pace::PROVEN_CONDITION],
+        "{name}: readiness gate"
+    );
     // ...which are the variables kata-live's `pod` arguments read.
     let cmd = <Cli as clap::CommandFactory>::command();
     let entry = cmd
@@ -160,6 +173,7 @@ fn check(name: &str, op: &str) -> DaemonSet {
         ("pace_leases", "KATA_LIVE_PACE_LEASES"),
         ("node_name", "NODE_NAME"),
         ("namespace", "POD_NAMESPACE"),
+        ("pod_name", "POD_NAME"),
     ] {
         let arg = entry
             .get_arguments()
@@ -268,7 +282,18 @@ fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
                 let r: Role = typed(v);
                 assert_eq!(r.metadata.namespace.as_deref(), Some(NAMESPACE));
                 let rules = r.rules.unwrap();
-                assert_eq!(rules.len(), 1, "leases, nothing else");
+                assert_eq!(
+                    rules.len(),
+                    2,
+                    "the slot Leases and the pods' readiness gate"
+                );
+                let gate = &rules[1];
+                assert_eq!(gate.api_groups.as_deref(), Some(&[String::new()][..]));
+                assert_eq!(
+                    gate.resources.as_deref(),
+                    Some(&["pods/status".to_string()][..])
+                );
+                assert_eq!(gate.verbs, ["patch"], "the status only, never the pods");
                 let rule = &rules[0];
                 assert_eq!(
                     rule.api_groups.as_deref(),

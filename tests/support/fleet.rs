@@ -46,7 +46,13 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
+    /// On [`API_PORT`] and etcd's default ports, with tokens for these kubelets.
     pub fn start(nodes: &[&str]) -> ControlPlane {
+        Self::start_on(nodes, API_PORT, 23790)
+    }
+
+    /// On other ports (a second cluster beside the fleet's).
+    pub fn start_on(nodes: &[&str], api_port: u16, etcd_port: u16) -> ControlPlane {
         let bin = kube_bin();
         let dir = tempfile::Builder::new()
             .prefix("kata-fleet-cp-")
@@ -59,7 +65,8 @@ impl ControlPlane {
             .arg(dir.path())
             .env("KATA_LIVE_KUBE_BIN", &bin)
             .env("KATA_LIVE_FLEET_NODES", nodes.join(" "))
-            .env("KATA_LIVE_FLEET_API_PORT", API_PORT.to_string())
+            .env("KATA_LIVE_FLEET_API_PORT", api_port.to_string())
+            .env("KATA_LIVE_FLEET_ETCD_PORT", etcd_port.to_string())
             .output()
             .expect("run tests/fleet/control-plane.sh");
         assert!(
