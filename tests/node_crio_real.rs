@@ -24,7 +24,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::crio_real::{OCI_CONFIG, OCI_PACKAGE};
+use support::crio_real::{
+    crictl, crictl_ok, inspectp, probe, runp, sandbox_handler, stop_remove, OCI_CONFIG, OCI_PACKAGE,
+};
 use support::kata::{outcomes, serial, show, KataNode, Run};
 use support::node::{Node, NodeOptions};
 
@@ -55,25 +57,6 @@ fn boot(config: &str, package: &str) -> KataNode {
     k
 }
 
-/// crictl inside the node (the real one, of CRI-O's minor), within a deadline.
-fn crictl(node: &Node, args: &[&str]) -> std::process::Output {
-    let mut argv = vec!["crictl"];
-    argv.extend_from_slice(args);
-    node.exec_timeout(&argv, Duration::from_secs(60))
-}
-
-fn crictl_ok(node: &Node, args: &[&str]) -> String {
-    let o = crictl(node, args);
-    assert!(
-        o.status.success(),
-        "crictl {}: {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// Waits until `crictl info` says the runtime and the network are ready.
 fn wait_crio_ready(node: &Node) {
     node.wait_for("CRI-O RuntimeReady and NetworkReady", WAIT, |n| {
@@ -94,36 +77,6 @@ fn wait_crio_ready(node: &Node) {
     .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("crio.service")));
 }
 
-/// `crictl runp` of a sandbox named `name` on `handler` ("" = the default): its id, or the
-/// error crictl printed.
-fn runp(node: &Node, handler: &str, name: &str) -> Result<String, String> {
-    let config = serde_json::json!({
-        "metadata": {"name": name, "namespace": "kata-live-real", "uid": format!("uid-{name}"), "attempt": 0},
-        "log_directory": format!("/var/log/kata-live-test/{name}"),
-        "linux": {},
-    });
-    let path = format!("/root/sandbox-{name}.json");
-    node.write_file(&path, config.to_string().as_bytes())
-        .expect("write the sandbox config");
-    let mut args = vec!["runp"];
-    if !handler.is_empty() {
-        args.extend(["--runtime", handler]);
-    }
-    args.push(&path);
-    let o = crictl(node, &args);
-    if o.status.success() {
-        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&o.stderr).into_owned())
-    }
-}
-
-/// `crictl inspectp` of a sandbox, as JSON.
-fn inspectp(node: &Node, id: &str) -> serde_json::Value {
-    let out = crictl_ok(node, &["inspectp", id]);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("inspectp {id}: {e}: {out}"))
-}
-
 /// The `runtimeHandler` field of a sandbox as `ListPodSandbox` (`crictl pods`) gives it.
 fn listed_handler(node: &Node, id: &str) -> String {
     let pods = crictl_ok(node, &["pods", "--id", id, "-o", "json"]);
@@ -132,16 +85,6 @@ fn listed_handler(node: &Node, id: &str) -> String {
     v["items"][0]["runtimeHandler"]
         .as_str()
         .unwrap_or_default()
-        .to_string()
-}
-
-/// The handler a sandbox runs on, as CRI-O tells it: only in the verbose info's runtime spec
-/// annotations (its CRI `runtime_handler` is empty, NODE-FACTS).
-fn sandbox_handler(node: &Node, id: &str) -> String {
-    let v = inspectp(node, id);
-    v["info"]["runtimeSpec"]["annotations"]["io.kubernetes.cri-o.RuntimeHandler"]
-        .as_str()
-        .unwrap_or_else(|| panic!("sandbox {id}: no handler annotation in {v:#}"))
         .to_string()
 }
 
@@ -154,20 +97,6 @@ fn sandbox_state_pid(node: &Node, id: &str) -> (String, i64) {
             .to_string(),
         v["info"]["pid"].as_i64().unwrap_or(0),
     )
-}
-
-fn stop_remove(node: &Node, id: &str) {
-    crictl_ok(node, &["stopp", id]);
-    crictl_ok(node, &["rmp", id]);
-}
-
-/// A probe: a sandbox on `handler` run and removed at once. `Ok(())` if CRI-O ran it.
-fn probe(node: &Node, handler: &str, name: &str) -> Result<(), String> {
-    let id = runp(node, handler, name)?;
-    let on = sandbox_handler(node, &id);
-    stop_remove(node, &id);
-    assert_eq!(on, handler, "the probe ran on another handler");
-    Ok(())
 }
 
 /// crio.service's InvocationID: changes exactly when CRI-O (re)starts.

@@ -22,7 +22,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::crio_real::{OCI_CONFIG, OCI_PACKAGE};
+use support::crio_real::{probe, OCI_CONFIG, OCI_PACKAGE};
 use support::fleet::{ControlPlane, Relay, API_PORT};
 use support::kata::KataNode;
 use support::node::{Node, NodeOptions};
@@ -622,12 +622,22 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         &|cp| lease(cp).0.is_none(),
     );
     judge(&[&a, &b], "kata-live-install.service", t0);
+    // Judged without kata-live: the running CRI-O runs a sandbox on the handler, and
+    // kubelet's current process is connected to the current CRI-O and heartbeats (Ready).
     for f in [&a, &b] {
         assert!(
             listed_handlers(f.node()).iter().any(|h| h == "kata-remote"),
             "{}'s CRI-O must list the handler",
             f.name
         );
+        probe(
+            f.node(),
+            "kata-remote",
+            &format!("after-install-{}", f.name),
+        )
+        .unwrap_or_else(|e| panic!("{}: no sandbox on the handler: {e}", f.name));
+        f.k.wait_kubelet_on_runtime(Duration::from_secs(60));
+        assert!(node_ready(&cp, &f.name), "{} NotReady", f.name);
     }
 
     // Uninstall: both nodes eligible when the DaemonSet is created.
@@ -668,5 +678,19 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         let h = listed_handlers(f.node());
         assert!(!h.is_empty(), "{}: crictl info lists no handlers", f.name);
         assert!(!h.iter().any(|h| h == "kata-remote"), "{}: {h:?}", f.name);
+        let refused = probe(
+            f.node(),
+            "kata-remote",
+            &format!("after-uninstall-{}", f.name),
+        );
+        assert!(
+            refused.is_err(),
+            "{}: a sandbox still ran on the handler",
+            f.name
+        );
+        probe(f.node(), "", &format!("default-{}", f.name))
+            .unwrap_or_else(|e| panic!("{}: the default handler: {e}", f.name));
+        f.k.wait_kubelet_on_runtime(Duration::from_secs(60));
+        assert!(node_ready(&cp, &f.name), "{} NotReady", f.name);
     }
 }

@@ -81,7 +81,9 @@ export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 # go with it: the binaries are what is cached, and a CI machine's disk is the suite's too.
 if [ -z "${GOMODCACHE:-}" ]; then
     export GOMODCACHE=$tmp/gomod
-    trap 'chmod -R u+w "$tmp/gomod" 2>/dev/null; rm -rf "$tmp"' EXIT
+    # `|| true`: under set -e a failing command in the trap fails the build (seen in CI: the
+    # build done, $tmp moved away, chmod found nothing, exit 1).
+    trap 'chmod -R u+w "$tmp/gomod" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 fi
 [ -n "${GOCACHE:-}" ] || export GOCACHE=$tmp/gocache
 modcache=$(go env GOMODCACHE)

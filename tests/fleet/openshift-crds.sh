@@ -25,7 +25,7 @@ fi
 command -v go >/dev/null || die "no go command: install Go first"
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
-trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'chmod -R u+w "$tmp" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 dir=$(GOMODCACHE=$tmp/gomod GOFLAGS=-mod=mod go mod download -json \
     "github.com/openshift/api@$OPENSHIFT_API" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 [ -d "$dir" ] || die "go mod download github.com/openshift/api@$OPENSHIFT_API gave no directory"

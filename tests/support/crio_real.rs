@@ -2,6 +2,9 @@
 //! tests/bench/verdict_latency.rs): the handler they install there.
 #![allow(dead_code)] // each test binary uses its own part of this
 
+use super::node::Node;
+use std::time::Duration;
+
 /// The handler as an `oci` runtime: crun behind the node's wrapper, brought by the (stand-in)
 /// Kata package as /usr/bin/kata-crun, as the real package brings its shim.
 pub const OCI_CONFIG: &str = r#"
@@ -19,3 +22,78 @@ allowed_annotations = []
 /// wrapper under a name holding "crun" runs the real crun.
 pub const OCI_PACKAGE: &str =
     "kata-containers /usr/bin/kata-crun /usr/local/bin/runc-node-limits\n";
+
+// crictl on a real-CRI-O node (the real one, of CRI-O's minor): what the scenarios judge by.
+
+/// crictl inside the node (the real one, of CRI-O's minor), within a deadline.
+pub fn crictl(node: &Node, args: &[&str]) -> std::process::Output {
+    let mut argv = vec!["crictl"];
+    argv.extend_from_slice(args);
+    node.exec_timeout(&argv, Duration::from_secs(60))
+}
+
+pub fn crictl_ok(node: &Node, args: &[&str]) -> String {
+    let o = crictl(node, args);
+    assert!(
+        o.status.success(),
+        "crictl {}: {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `crictl runp` of a sandbox named `name` on `handler` ("" = the default): its id, or the
+/// error crictl printed.
+pub fn runp(node: &Node, handler: &str, name: &str) -> Result<String, String> {
+    let config = serde_json::json!({
+        "metadata": {"name": name, "namespace": "kata-live-real", "uid": format!("uid-{name}"), "attempt": 0},
+        "log_directory": format!("/var/log/kata-live-test/{name}"),
+        "linux": {},
+    });
+    let path = format!("/root/sandbox-{name}.json");
+    node.write_file(&path, config.to_string().as_bytes())
+        .expect("write the sandbox config");
+    let mut args = vec!["runp"];
+    if !handler.is_empty() {
+        args.extend(["--runtime", handler]);
+    }
+    args.push(&path);
+    let o = crictl(node, &args);
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    }
+}
+
+/// `crictl inspectp` of a sandbox, as JSON.
+pub fn inspectp(node: &Node, id: &str) -> serde_json::Value {
+    let out = crictl_ok(node, &["inspectp", id]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("inspectp {id}: {e}: {out}"))
+}
+
+/// The handler a sandbox runs on, as CRI-O tells it: only in the verbose info's runtime spec
+/// annotations (its CRI `runtime_handler` is empty, NODE-FACTS).
+pub fn sandbox_handler(node: &Node, id: &str) -> String {
+    let v = inspectp(node, id);
+    v["info"]["runtimeSpec"]["annotations"]["io.kubernetes.cri-o.RuntimeHandler"]
+        .as_str()
+        .unwrap_or_else(|| panic!("sandbox {id}: no handler annotation in {v:#}"))
+        .to_string()
+}
+
+pub fn stop_remove(node: &Node, id: &str) {
+    crictl_ok(node, &["stopp", id]);
+    crictl_ok(node, &["rmp", id]);
+}
+
+/// A probe: a sandbox on `handler` run and removed at once. `Ok(())` if CRI-O ran it.
+pub fn probe(node: &Node, handler: &str, name: &str) -> Result<(), String> {
+    let id = runp(node, handler, name)?;
+    let on = sandbox_handler(node, &id);
+    stop_remove(node, &id);
+    assert_eq!(on, handler, "the probe ran on another handler");
+    Ok(())
+}
