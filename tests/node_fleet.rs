@@ -637,7 +637,12 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         )
         .unwrap_or_else(|e| panic!("{}: no sandbox on the handler: {e}", f.name));
         f.k.wait_kubelet_on_runtime(Duration::from_secs(60));
-        assert!(node_ready(&cp, &f.name), "{} NotReady", f.name);
+        // A restarted kubelet reports its Node NotReady until its runtime checks pass.
+        cp.wait(
+            &format!("node {} Ready after the restart", f.name),
+            Duration::from_secs(90),
+            |cp| node_ready(cp, &f.name),
+        );
     }
 
     // Uninstall: both nodes eligible when the DaemonSet is created.
@@ -691,6 +696,11 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         probe(f.node(), "", &format!("default-{}", f.name))
             .unwrap_or_else(|e| panic!("{}: the default handler: {e}", f.name));
         f.k.wait_kubelet_on_runtime(Duration::from_secs(60));
-        assert!(node_ready(&cp, &f.name), "{} NotReady", f.name);
+        // A restarted kubelet reports its Node NotReady until its runtime checks pass.
+        cp.wait(
+            &format!("node {} Ready after the restart", f.name),
+            Duration::from_secs(90),
+            |cp| node_ready(cp, &f.name),
+        );
     }
 }
