@@ -25,7 +25,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::crio_real::{
-    crictl, crictl_ok, inspectp, probe, runp, sandbox_handler, stop_remove, OCI_CONFIG, OCI_PACKAGE,
+    crictl, crictl_ok, inspectp, probe, runp, sandbox_handler, status_handlers, stop_remove,
+    OCI_CONFIG, OCI_PACKAGE,
 };
 use support::kata::{outcomes, serial, show, KataNode, Run};
 use support::node::{Node, NodeOptions};
@@ -375,18 +376,6 @@ fn served_table(node: &Node, handler: &str) -> Option<toml::Table> {
         .get(handler)?
         .as_table()
         .cloned()
-}
-
-/// The names `Status` lists (`crictl info`'s runtimeHandlers; "" is the default handler).
-fn status_handlers(node: &Node) -> Vec<String> {
-    let v: serde_json::Value =
-        serde_json::from_str(&crictl_ok(node, &["info"])).expect("crictl info is JSON");
-    v["runtimeHandlers"]
-        .as_array()
-        .unwrap_or_else(|| panic!("crictl info has no runtimeHandlers: {v:#}"))
-        .iter()
-        .map(|h| h["name"].as_str().unwrap_or_default().to_string())
-        .collect()
 }
 
 /// A restart for the fact checks, the start limit's counter cleared first (they restart

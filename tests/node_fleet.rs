@@ -22,7 +22,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::crio_real::{probe, OCI_CONFIG, OCI_PACKAGE};
+use support::crio_real::{probe, status_handlers, OCI_CONFIG, OCI_PACKAGE};
 use support::fleet::{ControlPlane, Relay, API_PORT};
 use support::kata::KataNode;
 use support::node::{Node, NodeOptions};
@@ -149,13 +149,7 @@ fn condition(obj: &serde_json::Value, kind: &str) -> Option<bool> {
 
 /// A packaged DaemonSet as this harness must run it (see the file's header), as JSON.
 fn daemonset(file: &str) -> String {
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("packaging/daemonset")
-            .join(file),
-    )
-    .expect("the manifest");
-    let mut v: serde_json::Value = serde_norway::from_str(&text).expect("YAML");
+    let mut v: serde_json::Value = serde_norway::from_str(&manifest(file)).expect("YAML");
     let pod = &mut v["spec"]["template"]["spec"];
     pod["hostNetwork"] = true.into();
     pod["nodeSelector"][PICK] = "yes".into();
@@ -167,16 +161,16 @@ fn daemonset(file: &str) -> String {
     v.to_string()
 }
 
-fn pacing_manifest() -> String {
-    std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("packaging/daemonset/kata-live-pacing.yaml"),
-    )
-    .expect("kata-live-pacing.yaml")
+/// A file of packaging/daemonset/, as shipped.
+fn manifest(file: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/daemonset")
+        .join(file);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// The DaemonSet's pods: node name → (pod name, Ready).
-fn pods(cp: &ControlPlane, component: &str) -> Vec<(String, String, bool)> {
+/// `component`'s pods that are not being deleted, as the API gives them.
+fn live_pods(cp: &ControlPlane, component: &str) -> Vec<serde_json::Value> {
     let v = cp.json(&[
         "-n",
         NS,
@@ -187,50 +181,27 @@ fn pods(cp: &ControlPlane, component: &str) -> Vec<(String, String, bool)> {
     ]);
     v["items"]
         .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-                .map(|p| {
-                    (
-                        p["spec"]["nodeName"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
-                        p["metadata"]["name"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
-                        condition(p, "Ready") == Some(true),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .cloned()
+        .collect()
+}
+
+/// `component`'s pod on `node`, if there is one.
+fn pod_on(cp: &ControlPlane, component: &str, node: &str) -> Option<serde_json::Value> {
+    live_pods(cp, component)
+        .into_iter()
+        .find(|p| p["spec"]["nodeName"] == node)
 }
 
 /// The `kata-live.io/proven` condition (the readiness gate) of `component`'s pod on `node`.
 fn gate_on(cp: &ControlPlane, component: &str, node: &str) -> Option<bool> {
-    let v = cp.json(&[
-        "-n",
-        NS,
-        "get",
-        "pods",
-        "-l",
-        &format!("app.kubernetes.io/component={component}"),
-    ]);
-    v["items"]
-        .as_array()?
-        .iter()
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .find(|p| p["spec"]["nodeName"] == node)
-        .and_then(|p| condition(p, "kata-live.io/proven"))
+    pod_on(cp, component, node).and_then(|p| condition(&p, "kata-live.io/proven"))
 }
 
 fn ready_on(cp: &ControlPlane, component: &str, node: &str) -> bool {
-    pods(cp, component)
-        .iter()
-        .any(|(n, _, ready)| n == node && *ready)
+    pod_on(cp, component, node).is_some_and(|p| condition(&p, "Ready") == Some(true))
 }
 
 /// The Lease's holder and its kata-live.io/state.
@@ -259,20 +230,6 @@ fn pod_logs(node: &Node, component: &str) -> String {
         }
     }
     out
-}
-
-/// The handlers the running CRI-O lists (`crictl info`), the real tool's word.
-fn listed_handlers(node: &Node) -> Vec<String> {
-    let o = node.exec(&["crictl", "info"]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-    v["runtimeHandlers"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|h| h["name"].as_str().unwrap_or_default().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Realtime µs of systemd's messages about `unit` after `since_us`: (start job begun, job
@@ -378,15 +335,7 @@ fn judge(nodes: &[&FleetNode], unit: &str, since_us: u64) {
 
 /// Prints when each pod became Ready and when the slot was last written (figures only).
 fn ready_times(cp: &ControlPlane, component: &str) {
-    let v = cp.json(&[
-        "-n",
-        NS,
-        "get",
-        "pods",
-        "-l",
-        &format!("app.kubernetes.io/component={component}"),
-    ]);
-    for p in v["items"].as_array().into_iter().flatten() {
+    for p in live_pods(cp, component) {
         let ready = p["status"]["conditions"]
             .as_array()
             .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
@@ -502,7 +451,10 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     let wait = |what: &str, deadline: Duration, check: &dyn Fn(&ControlPlane) -> bool| {
         cp.wait_or(what, deadline, check, || fleet_logs(&[&a, &b]))
     };
-    cp.kubectl_in(&["apply", "-f", "-"], Some(&pacing_manifest()));
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&manifest("kata-live-pacing.yaml")),
+    );
 
     // B's kubelet fails at its next start: after the CRI-O restart that kata-live does.
     b.k.unit_drop_in(
@@ -626,7 +578,7 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     // kubelet's current process is connected to the current CRI-O and heartbeats (Ready).
     for f in [&a, &b] {
         assert!(
-            listed_handlers(f.node()).iter().any(|h| h == "kata-remote"),
+            status_handlers(f.node()).iter().any(|h| h == "kata-remote"),
             "{}'s CRI-O must list the handler",
             f.name
         );
@@ -648,7 +600,7 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     // Uninstall: both nodes eligible when the DaemonSet is created.
     cp.kubectl(&["-n", NS, "delete", "daemonset", "kata-live-install"]);
     wait("the install pods gone", Duration::from_secs(120), &|cp| {
-        pods(cp, "install").is_empty()
+        live_pods(cp, "install").is_empty()
     });
     let t1 = now_us();
     cp.kubectl_in(
@@ -680,7 +632,7 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         "created together, one of the two pods must have waited:\n{waited}"
     );
     for f in [&a, &b] {
-        let h = listed_handlers(f.node());
+        let h = status_handlers(f.node());
         assert!(!h.is_empty(), "{}: crictl info lists no handlers", f.name);
         assert!(!h.iter().any(|h| h == "kata-remote"), "{}: {h:?}", f.name);
         let refused = probe(

@@ -97,3 +97,15 @@ pub fn probe(node: &Node, handler: &str, name: &str) -> Result<(), String> {
     assert_eq!(on, handler, "the probe ran on another handler");
     Ok(())
 }
+
+/// The names `Status` lists (`crictl info`'s runtimeHandlers; "" is the default handler).
+pub fn status_handlers(node: &Node) -> Vec<String> {
+    let v: serde_json::Value =
+        serde_json::from_str(&crictl_ok(node, &["info"])).expect("crictl info is JSON");
+    v["runtimeHandlers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("crictl info has no runtimeHandlers: {v:#}"))
+        .iter()
+        .map(|h| h["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
