@@ -740,3 +740,117 @@ fn vm_handler_with_a_real_shim_is_proven_and_runs_sandboxes() {
     );
     k.assert_healthy();
 }
+
+/// Issue 21 on the real CRI-O: `systemctl stop kata-live-install.service` landing in the stop
+/// half of CRI-O's restart. CRI-O's stop is held (an `ExecStopPost=` that waits for a file)
+/// until the stop job of kata-live's unit is queued, so the stop always lands in that window;
+/// with `After=crio.service` on the unit, CRI-O's start then waited for the unit's stop while
+/// kata-live waited for CRI-O. Judged by systemd (unit states, the job list, the unit's exit
+/// status), kubelet's socket peer and a real sandbox on the handler.
+#[test]
+fn a_stop_of_the_unit_during_the_crio_restart_never_holds_crio() {
+    let _one = serial();
+    let k = boot(OCI_CONFIG, OCI_PACKAGE);
+    const HOLD: &str = "/run/kata-live-test-hold-crio-stop";
+    k.node
+        .write_file(
+            "/etc/systemd/system/crio.service.d/90-hold-stop.conf",
+            format!(
+                "[Service]\nExecStopPost=/bin/sh -c 'while [ -e {HOLD} ]; do sleep 0.05; done'\n"
+            )
+            .as_bytes(),
+        )
+        .expect("the hold drop-in");
+    k.node
+        .exec_ok(&["systemctl", "daemon-reload"])
+        .expect("daemon-reload");
+    k.node.exec_ok(&["touch", HOLD]).expect("hold CRI-O's stop");
+    let crio_before = crio_invocation(&k);
+    let _ = k.node.exec(&["rm", "-f", support::kata::STATUS]);
+    k.node
+        .exec_ok(&[
+            "systemctl",
+            "start",
+            "--no-block",
+            "kata-live-install.service",
+        ])
+        .expect("start the install unit");
+    k.wait_phase("activate", WAIT);
+    k.node
+        .wait_for("crio.service in its stop half", WAIT, |_| {
+            k.unit("crio.service").active == "deactivating"
+        })
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", k.jobs()));
+    k.node
+        .exec_ok(&[
+            "systemctl",
+            "stop",
+            "--no-block",
+            "kata-live-install.service",
+        ])
+        .expect("stop the install unit");
+    k.wait_job("kata-live-install.service", "stop");
+
+    let released = Instant::now();
+    k.node
+        .exec_ok(&["rm", "-f", HOLD])
+        .expect("release CRI-O's stop");
+    k.node
+        .wait_for(
+            "crio.service running again",
+            Duration::from_secs(30),
+            |_| k.unit("crio.service").sub == "running",
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "CRI-O did not come back within 30 s of its stop half ending ({e:?}); \
+                 systemctl list-jobs:\n{}\n{}",
+                k.jobs(),
+                k.node
+                    .journal_units(&["kata-live-install.service", "crio.service"])
+            )
+        });
+    let back = released.elapsed();
+    k.node
+        .wait_for("kata-live-install.service stopped", WAIT, |_| {
+            matches!(
+                k.unit("kata-live-install.service").active.as_str(),
+                "inactive" | "failed"
+            )
+        })
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", k.jobs()));
+    eprintln!(
+        "real CRI-O: running {:.3} s after its stop half ended, with kata-live's unit stopped \
+         during the restart",
+        back.as_secs_f64()
+    );
+    // The run finished its activation and proved it before it stopped.
+    let status = k
+        .node
+        .exec_ok(&[
+            "systemctl",
+            "show",
+            "-p",
+            "ExecMainStatus",
+            "--value",
+            "kata-live-install.service",
+        ])
+        .expect("ExecMainStatus");
+    assert_eq!(
+        status.trim(),
+        "0",
+        "{}",
+        k.node.journal_unit("kata-live-install.service")
+    );
+    assert_ne!(crio_invocation(&k), crio_before, "CRI-O was not restarted");
+    k.assert_no_jobs_left();
+    k.wait_kubelet_on_runtime(Duration::from_secs(30));
+    probe(&k.node, HANDLER, "after-stop").expect("a sandbox on kata-remote after the stop");
+    k.node
+        .exec_ok(&["rm", "/etc/systemd/system/crio.service.d/90-hold-stop.conf"])
+        .expect("drop the hold");
+    k.node
+        .exec_ok(&["systemctl", "daemon-reload"])
+        .expect("daemon-reload");
+    k.assert_healthy();
+}

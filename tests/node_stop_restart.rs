@@ -28,14 +28,6 @@ fn systemctl(k: &KataNode, args: &[&str]) {
         .unwrap_or_else(|e| panic!("systemctl {args:?}: {e:?}"));
 }
 
-fn jobs(k: &KataNode) -> String {
-    let o = k
-        .node
-        .exec(&["systemctl", "list-jobs", "--no-legend", "--no-pager"]);
-    assert!(o.status.success(), "systemctl list-jobs: {o:?}");
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 fn show_prop(k: &KataNode, unit: &str, prop: &str) -> String {
     let out = k
         .node
@@ -67,22 +59,6 @@ fn install_unit_held_in_crio_stop(k: &KataNode) {
         .unwrap_or_else(|e| panic!("CRI-O's restart never reached its stop half: {e:?}"));
 }
 
-/// Waits until `unit` has a job of `kind` queued or running (the request landed).
-fn wait_job(k: &KataNode, unit: &str, kind: &str) {
-    k.node
-        .wait_for(
-            &format!("a {kind} job on {unit}"),
-            Duration::from_secs(30),
-            |_| {
-                jobs(k).lines().any(|l| {
-                    let w: Vec<&str> = l.split_whitespace().collect();
-                    w.get(1) == Some(&unit) && w.get(2) == Some(&kind)
-                })
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", jobs(k)));
-}
-
 /// Releases CRI-O's held stop and returns how long CRI-O then took to be running again,
 /// failing (with systemd's job list, which shows what waits for what) past [`BACK_WITHIN`].
 fn release_and_time_crio_back(k: &KataNode) -> Duration {
@@ -97,7 +73,7 @@ fn release_and_time_crio_back(k: &KataNode) -> Duration {
         panic!(
             "CRI-O did not come back within {BACK_WITHIN:?} of its stop half ending ({e:?}); \
              systemctl list-jobs:\n{}\n{}",
-            jobs(k),
+            k.jobs(),
             kata_journal(k)
         );
     }
@@ -110,7 +86,7 @@ fn wait_inactive(k: &KataNode, unit: &str, within: Duration) {
         .wait_for(&format!("{unit} inactive"), within, |_| {
             matches!(k.unit(unit).active.as_str(), "inactive" | "failed")
         })
-        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", jobs(k), kata_journal(k)));
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", k.jobs(), kata_journal(k)));
 }
 
 /// kubelet's current process connected to the current CRI-O, by their own journal lines.
@@ -124,14 +100,6 @@ fn assert_kubelet_on_current_crio(k: &KataNode) {
         .unwrap_or_else(|e| panic!("{e:?}\n{}", kata_journal(k)));
 }
 
-fn assert_no_jobs_left(k: &KataNode) {
-    k.node
-        .wait_for("no systemd job left", Duration::from_secs(30), |_| {
-            jobs(k).trim().is_empty()
-        })
-        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", jobs(k)));
-}
-
 /// `systemctl stop kata-live-install.service` during CRI-O's restart: CRI-O and kubelet come
 /// back at once, kata-live finishes the activation and proves it, and the stop returns.
 #[test]
@@ -141,7 +109,7 @@ fn unit_stopped_during_the_restart_never_holds_crio() {
     let starts = k.crio_starts();
     install_unit_held_in_crio_stop(&k);
     systemctl(&k, &["stop", "--no-block", "kata-live-install.service"]);
-    wait_job(&k, "kata-live-install.service", "stop");
+    k.wait_job("kata-live-install.service", "stop");
 
     let back = release_and_time_crio_back(&k);
     wait_inactive(&k, "kata-live-install.service", Duration::from_secs(60));
@@ -162,7 +130,7 @@ fn unit_stopped_during_the_restart_never_holds_crio() {
     assert!(k.node.exists(DROP_IN).expect("stat the drop-in"));
     assert_eq!(k.crio_starts(), starts + 1, "one restart, by the run");
     k.referee_assert_serves("kata-remote");
-    assert_no_jobs_left(&k);
+    k.assert_no_jobs_left();
     assert_kubelet_on_current_crio(&k);
     k.assert_healthy();
 }
@@ -177,7 +145,7 @@ fn unit_restarted_during_the_restart_never_holds_crio() {
     install_unit_held_in_crio_stop(&k);
     let first = k.unit("kata-live-install.service").invocation_id;
     systemctl(&k, &["restart", "--no-block", "kata-live-install.service"]);
-    wait_job(&k, "kata-live-install.service", "restart");
+    k.wait_job("kata-live-install.service", "restart");
 
     let back = release_and_time_crio_back(&k);
     eprintln!(
@@ -194,7 +162,7 @@ fn unit_restarted_during_the_restart_never_holds_crio() {
                 u.invocation_id != first && u.active == "active"
             },
         )
-        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", jobs(&k), kata_journal(&k)));
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", k.jobs(), kata_journal(&k)));
     assert_eq!(
         show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
         "0",
@@ -204,7 +172,7 @@ fn unit_restarted_during_the_restart_never_holds_crio() {
     // The second run saw the handler served by a CRI-O newer than the drop-in: no restart.
     assert_eq!(k.crio_starts(), starts + 1, "{}", kata_journal(&k));
     k.referee_assert_serves("kata-remote");
-    assert_no_jobs_left(&k);
+    k.assert_no_jobs_left();
     assert_kubelet_on_current_crio(&k);
     k.assert_healthy();
 }
@@ -219,7 +187,7 @@ fn the_other_unit_started_during_the_restart_never_holds_crio() {
     let starts = k.crio_starts();
     install_unit_held_in_crio_stop(&k);
     systemctl(&k, &["start", "--no-block", "kata-live-uninstall.service"]);
-    wait_job(&k, "kata-live-install.service", "stop");
+    k.wait_job("kata-live-install.service", "stop");
 
     let back = release_and_time_crio_back(&k);
     eprintln!(
@@ -233,7 +201,7 @@ fn the_other_unit_started_during_the_restart_never_holds_crio() {
             Duration::from_secs(120),
             |_| k.unit("kata-live-uninstall.service").active == "active",
         )
-        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", jobs(&k), kata_journal(&k)));
+        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", k.jobs(), kata_journal(&k)));
     assert_eq!(k.unit("kata-live-install.service").active, "inactive");
     assert_eq!(
         show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
@@ -250,7 +218,7 @@ fn the_other_unit_started_during_the_restart_never_holds_crio() {
     assert!(!k.node.exists(DROP_IN).expect("stat the drop-in"));
     k.referee_assert_refuses("kata-remote");
     assert_eq!(k.crio_starts(), starts + 2, "one restart each");
-    assert_no_jobs_left(&k);
+    k.assert_no_jobs_left();
     assert_kubelet_on_current_crio(&k);
     k.assert_healthy();
 }
@@ -276,7 +244,7 @@ fn a_stop_of_everything_during_the_restart_is_not_fought() {
             "crio.service",
         ],
     );
-    wait_job(&k, "crio.service", "stop");
+    k.wait_job("crio.service", "stop");
     let released = Instant::now();
     k.clear_crio_fault("hold-stop");
     for u in [
@@ -315,7 +283,7 @@ fn a_stop_of_everything_during_the_restart_is_not_fought() {
     // The previous configuration (no drop-in) is back for CRI-O's next start.
     assert!(!k.node.exists(DROP_IN).expect("stat the drop-in"), "{st:#}");
     k.assert_no_leftover_state();
-    assert_no_jobs_left(&k);
+    k.assert_no_jobs_left();
 
     systemctl(&k, &["start", "crio.service", "kubelet.service"]);
     assert_kubelet_on_current_crio(&k);
@@ -338,7 +306,7 @@ fn a_shutdown_during_the_restart_is_not_held() {
     install_unit_held_in_crio_stop(&k);
     let nspawn = k.node.nspawn_pid();
     systemctl(&k, &["poweroff", "--no-block"]);
-    wait_job(&k, "crio.service", "stop");
+    k.wait_job("crio.service", "stop");
     let released = Instant::now();
     let marker = k
         .node

@@ -64,8 +64,13 @@ fn text(k: &KataNode, path: &str) -> String {
     String::from_utf8(k.node.read_file(path).unwrap()).unwrap()
 }
 
+/// rpm-ostree's calls that change something (none before its first call).
 fn mutating_calls(k: &KataNode) -> Vec<String> {
-    text(k, &format!("{FAKE}/calls.log"))
+    let log = k
+        .node
+        .read_file(format!("{FAKE}/calls.log"))
+        .unwrap_or_default();
+    String::from_utf8_lossy(&log)
         .lines()
         .filter(|l| !l.starts_with("[\"status\""))
         .map(str::to_string)
@@ -446,4 +451,74 @@ fn an_upgrade_killed_in_its_package_step_converges_on_the_next_run() {
     assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
     k.assert_no_leftover_state();
     k.referee_assert_serves(HANDLER);
+}
+
+/// The directory of the kept RPM copies is written after the package step: a symlink there
+/// (itself, or a file where the directory goes) is refused in preflight, before rpm-ostree is
+/// asked for anything, not met after the package went live (issue 21, section 2).
+#[test]
+fn a_symlinked_directory_for_the_kept_rpms_is_refused_before_any_change() {
+    let _one = serial();
+    let k = boot("");
+    offer(&k, "3.20.0");
+    let crio = k.unit("crio.service");
+    let kept = "/var/lib/kata-live/rpms-live";
+    for (setup, words) in [
+        (
+            format!("mkdir -p /srv/foreign /var/lib/kata-live && ln -s /srv/foreign {kept}"),
+            "is a symlink",
+        ),
+        (
+            format!("mkdir -p /var/lib/kata-live && printf 'x\\n' > {kept}"),
+            "is not a directory",
+        ),
+    ] {
+        let done = k
+            .node
+            .sh(&format!("set -e; rm -rf {kept} /srv/foreign; {setup}"));
+        assert!(done.status.success(), "setup: {done:?}");
+        let run = k.install();
+        assert_eq!(run.code, 10, "{setup}: {}", show(&run));
+        for w in [kept, words, "copies of the live RPMs", "re-run"] {
+            assert!(
+                run.stderr.contains(w),
+                "{setup}: no {w:?} in {}",
+                show(&run)
+            );
+        }
+        assert!(!run.stderr.contains("internal error"), "{}", show(&run));
+        assert!(
+            mutating_calls(&k).is_empty(),
+            "{setup}: rpm-ostree was asked to change the node: {:?}",
+            mutating_calls(&k)
+        );
+        assert!(
+            !k.node.exists(SHIM).expect("stat"),
+            "{setup}: the shim went live"
+        );
+        assert_eq!(k.unit("crio.service"), crio, "{setup}: CRI-O was touched");
+    }
+    k.node.sh(&format!("rm -rf {kept} /srv/foreign"));
+    let run = k.install();
+    assert_eq!(run.code, 0, "with the node fixed: {}", show(&run));
+    assert!(
+        k.node
+            .exists(format!("{kept}/kata-containers-3.20.0-1.el9.x86_64.rpm"))
+            .expect("stat"),
+        "the live RPM is kept for the next upgrade's rollback"
+    );
+    k.referee_assert_serves(HANDLER);
+
+    // Uninstalled (the removal staged for the next boot, the default): nothing is left to
+    // roll back to, so the copies go too.
+    let run = k.kata(&["uninstall"]);
+    assert_eq!(run.code, 0, "uninstall: {}", show(&run));
+    let left = k.node.sh(&format!("ls -A {kept}"));
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "kept copies left after the uninstall: {}",
+        show(&run)
+    );
+    k.assert_healthy();
 }

@@ -49,20 +49,55 @@ pub fn written(ctx: &Ctx) -> Vec<(String, PathBuf)> {
     v
 }
 
+/// The directories a run fills with files of its own choosing (named only when written, so
+/// [`written`] cannot list them): each must be a directory, or absent, reached without a
+/// symlink.
+pub fn written_dirs(ctx: &Ctx) -> Vec<(String, PathBuf)> {
+    let mut v = Vec::new();
+    if ctx.cfg.package.local_rpm_dir.is_some() {
+        v.push((
+            "kata-live's copies of the live RPMs (kept for an upgrade's rollback)".to_string(),
+            ctx.host.path(crate::rpm_ostree::KEPT_RPMS),
+        ));
+    }
+    v
+}
+
+/// What a checked path must be when it exists.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+}
+
 /// The first written path that is a symlink (itself or a directory on the way to it) or not
 /// a regular file, in words that say what to do; `None` when every one can be written.
 pub fn problem(root: &Path, written: &[(String, PathBuf)]) -> Option<String> {
+    first_problem(root, written, Kind::File)
+}
+
+/// [`problem`] for directories ([`written_dirs`]).
+pub fn dir_problem(root: &Path, dirs: &[(String, PathBuf)]) -> Option<String> {
+    first_problem(root, dirs, Kind::Dir)
+}
+
+fn first_problem(root: &Path, written: &[(String, PathBuf)], kind: Kind) -> Option<String> {
     written.iter().find_map(|(what, path)| {
-        let e = check_one(root, path).err()?;
+        let e = check_one(root, path, kind).err()?;
         Some(match e {
             FsError::Symlink { path: link } => {
                 let target = std::fs::read_link(&link)
                     .map(|t| t.display().to_string())
                     .unwrap_or_else(|_| "an unreadable target".to_string());
-                let (kind, fix) = if &link == path {
+                let (how, fix) = if &link == path && kind == Kind::File {
                     (
                         "is a symlink",
                         "replace it with a regular file (`cp --remove-destination \"$(readlink -f PATH)\" PATH` keeps the content) or remove it",
+                    )
+                } else if &link == path {
+                    (
+                        "is a symlink",
+                        "replace it with a real directory holding the same files",
                     )
                 } else {
                     (
@@ -71,13 +106,18 @@ pub fn problem(root: &Path, written: &[(String, PathBuf)]) -> Option<String> {
                     )
                 };
                 format!(
-                    "{what} {} {kind} ({} points to {target}): kata-live never writes through a \
+                    "{what} {} {how} ({} points to {target}): kata-live never writes through a \
                      symlink, which would change a file it did not check. Fix: {}, then re-run",
                     path.display(),
                     link.display(),
                     fix.replace("PATH", &link.display().to_string())
                 )
             }
+            FsError::NotRegular { .. } if kind == Kind::Dir => format!(
+                "{what} {} exists but is not a directory: kata-live writes files into a \
+                 directory there. Move it away, then re-run",
+                path.display()
+            ),
             FsError::NotRegular { .. } => format!(
                 "{what} {} exists but is not a regular file: kata-live writes a regular file \
                  there. Move it away, then re-run",
@@ -88,10 +128,13 @@ pub fn problem(root: &Path, written: &[(String, PathBuf)]) -> Option<String> {
     })
 }
 
-fn check_one(root: &Path, path: &Path) -> Result<(), FsError> {
+fn check_one(root: &Path, path: &Path, kind: Kind) -> Result<(), FsError> {
     fsutil::refuse_symlinks(root, path)?;
     match std::fs::symlink_metadata(path) {
-        Ok(m) if !m.is_file() => Err(FsError::NotRegular {
+        Ok(m) if kind == Kind::File && !m.is_file() => Err(FsError::NotRegular {
+            path: path.to_path_buf(),
+        }),
+        Ok(m) if kind == Kind::Dir && !m.is_dir() => Err(FsError::NotRegular {
             path: path.to_path_buf(),
         }),
         _ => Ok(()),
@@ -100,7 +143,8 @@ fn check_one(root: &Path, path: &Path) -> Result<(), FsError> {
 
 /// [`problem`] for this run, as the preflight's refusal.
 pub fn refuse_unwritable(ctx: &Ctx) -> Result<(), FlowError> {
-    match problem(&ctx.host.root, &written(ctx)) {
+    let root = &ctx.host.root;
+    match problem(root, &written(ctx)).or_else(|| dir_problem(root, &written_dirs(ctx))) {
         Some(why) => Err(FlowError::Refused(why)),
         None => Ok(()),
     }
@@ -169,6 +213,26 @@ mod tests {
         std::fs::create_dir_all(r.path().join("etc/crio/crio.conf.d/50-kata-remote")).unwrap();
         let why = problem(r.path(), &paths(r.path())).unwrap();
         assert!(why.contains("not a regular file"), "{why}");
+    }
+
+    #[test]
+    fn a_directory_kata_live_fills_must_be_a_real_directory() {
+        let r = tempfile::tempdir().unwrap();
+        let dir = r.path().join("var/lib/kata-live/rpms-live");
+        let dirs = vec![("the copies".to_string(), dir.clone())];
+        assert_eq!(dir_problem(r.path(), &dirs), None, "absent is fine");
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(dir_problem(r.path(), &dirs), None, "a directory is fine");
+        std::fs::remove_dir(&dir).unwrap();
+        std::fs::write(&dir, "x").unwrap();
+        let why = dir_problem(r.path(), &dirs).unwrap();
+        assert!(why.contains("is not a directory"), "{why}");
+        std::fs::remove_file(&dir).unwrap();
+        std::fs::create_dir_all(r.path().join("srv/rpms")).unwrap();
+        symlink(r.path().join("srv/rpms"), &dir).unwrap();
+        let why = dir_problem(r.path(), &dirs).unwrap();
+        assert!(why.starts_with("the copies"), "{why}");
+        assert!(why.contains("is a symlink"), "{why}");
     }
 
     #[test]

@@ -291,6 +291,24 @@ fn keep_rpms(
     Ok(())
 }
 
+/// Removes every RPM copy kept for an upgrade's rollback (the package is no longer
+/// requested: nothing is left to roll back to); how many were removed.
+fn drop_kept_rpms(ctx: &Ctx) -> Result<usize, crate::fsutil::FsError> {
+    let dir = ctx.host.path(crate::rpm_ostree::KEPT_RPMS);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(0);
+    };
+    let mut n = 0;
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".rpm")
+            && crate::fsutil::remove_file(&ctx.host.root, &e.path())?
+        {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// The rollback's package part: the previous versions back live, by content.
 pub async fn put_back(
     ctx: &Ctx,
@@ -584,7 +602,23 @@ impl Step for RemovePackage {
                 }
             };
             rep.evidence("package", removal);
-            let words = removal.to_string();
+            let mut words = removal.to_string();
+            if removal != crate::rpm_ostree::RemovalOutcome::Kept {
+                match drop_kept_rpms(ctx) {
+                    Ok(0) => {}
+                    Ok(n) => words.push_str(&format!(
+                        "; {n} kept RPM cop{} removed from {}",
+                        if n == 1 { "y" } else { "ies" },
+                        crate::rpm_ostree::KEPT_RPMS
+                    )),
+                    // The handler is gone and proven: stale copies only take disk.
+                    Err(e) => tracing::warn!(
+                        "the kept RPM copies under {} were not removed ({e}): remove them by \
+                         hand",
+                        crate::rpm_ostree::KEPT_RPMS
+                    ),
+                }
+            }
             run.summary.push(format!("package: {words}"));
             Ok(Done::ran(words))
         })

@@ -421,6 +421,40 @@ impl KataNode {
         }
     }
 
+    /// systemd's job list (`systemctl list-jobs`): what waits for what.
+    pub fn jobs(&self) -> String {
+        let o = self
+            .node
+            .exec(&["systemctl", "list-jobs", "--no-legend", "--no-pager"]);
+        assert!(o.status.success(), "systemctl list-jobs: {o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Waits until `unit` has a job of `kind` queued or running (the request landed).
+    pub fn wait_job(&self, unit: &str, kind: &str) {
+        self.node
+            .wait_for(
+                &format!("a {kind} job on {unit}"),
+                Duration::from_secs(30),
+                |_| {
+                    self.jobs().lines().any(|l| {
+                        let w: Vec<&str> = l.split_whitespace().collect();
+                        w.get(1) == Some(&unit) && w.get(2) == Some(&kind)
+                    })
+                },
+            )
+            .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", self.jobs()));
+    }
+
+    /// Waits until systemd has no job left.
+    pub fn assert_no_jobs_left(&self) {
+        self.node
+            .wait_for("no systemd job left", Duration::from_secs(30), |_| {
+                self.jobs().trim().is_empty()
+            })
+            .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", self.jobs()));
+    }
+
     /// Polls status.json until the running run is in `phase`; returns its pid inside the
     /// node. Fails if the run finishes first. Remove status.json before starting the run.
     pub fn wait_phase(&self, phase: &str, deadline: Duration) -> u32 {
