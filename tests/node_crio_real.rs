@@ -767,28 +767,14 @@ fn a_stop_of_the_unit_during_the_crio_restart_never_holds_crio() {
     k.node.exec_ok(&["touch", HOLD]).expect("hold CRI-O's stop");
     let crio_before = crio_invocation(&k);
     let _ = k.node.exec(&["rm", "-f", support::kata::STATUS]);
-    k.node
-        .exec_ok(&[
-            "systemctl",
-            "start",
-            "--no-block",
-            "kata-live-install.service",
-        ])
-        .expect("start the install unit");
+    k.systemctl(&["start", "--no-block", "kata-live-install.service"]);
     k.wait_phase("activate", WAIT);
     k.node
         .wait_for("crio.service in its stop half", WAIT, |_| {
             k.unit("crio.service").active == "deactivating"
         })
         .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", k.jobs()));
-    k.node
-        .exec_ok(&[
-            "systemctl",
-            "stop",
-            "--no-block",
-            "kata-live-install.service",
-        ])
-        .expect("stop the install unit");
+    k.systemctl(&["stop", "--no-block", "kata-live-install.service"]);
     k.wait_job("kata-live-install.service", "stop");
 
     let released = Instant::now();
@@ -825,17 +811,7 @@ fn a_stop_of_the_unit_during_the_crio_restart_never_holds_crio() {
         back.as_secs_f64()
     );
     // The run finished its activation and proved it before it stopped.
-    let status = k
-        .node
-        .exec_ok(&[
-            "systemctl",
-            "show",
-            "-p",
-            "ExecMainStatus",
-            "--value",
-            "kata-live-install.service",
-        ])
-        .expect("ExecMainStatus");
+    let status = k.show_prop("kata-live-install.service", "ExecMainStatus");
     assert_eq!(
         status.trim(),
         "0",

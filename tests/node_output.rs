@@ -109,14 +109,7 @@ fn systemctl_status_shows_the_current_step_in_words() {
     let k = KataNode::boot("");
     // rpm-ostree hangs: the run stays in its package step while we look.
     k.rpm_ostree_fault("hang");
-    k.node
-        .exec_ok(&[
-            "systemctl",
-            "start",
-            "--no-block",
-            "kata-live-install.service",
-        ])
-        .expect("start the install unit");
+    k.systemctl(&["start", "--no-block", "kata-live-install.service"]);
     k.wait_phase("package", std::time::Duration::from_secs(60));
     let text = k.status_text("kata-live-install.service");
     assert!(

@@ -63,14 +63,7 @@ fn unit_stopped_during_the_package_step_changes_nothing() {
     let starts = k.crio_starts();
     k.rpm_ostree_fault("hang");
     let _ = k.node.exec(&["rm", "-f", STATUS]);
-    k.node
-        .exec_ok(&[
-            "systemctl",
-            "start",
-            "--no-block",
-            "kata-live-install.service",
-        ])
-        .expect("start the install unit");
+    k.systemctl(&["start", "--no-block", "kata-live-install.service"]);
     k.wait_phase("package", Duration::from_secs(60));
     k.wait_rpm_ostree_hanging(Duration::from_secs(30));
 

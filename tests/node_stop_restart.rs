@@ -20,22 +20,6 @@ use support::kata::{serial, show, KataNode, DROP_IN, STATUS};
 /// so anything near this bound means its start waited for something.
 const BACK_WITHIN: Duration = Duration::from_secs(20);
 
-fn systemctl(k: &KataNode, args: &[&str]) {
-    let mut argv = vec!["systemctl"];
-    argv.extend_from_slice(args);
-    k.node
-        .exec_ok(&argv)
-        .unwrap_or_else(|e| panic!("systemctl {args:?}: {e:?}"));
-}
-
-fn show_prop(k: &KataNode, unit: &str, prop: &str) -> String {
-    let out = k
-        .node
-        .exec_ok(&["systemctl", "show", "-p", prop, "--value", unit])
-        .expect("systemctl show");
-    out.trim().to_string()
-}
-
 fn kata_journal(k: &KataNode) -> String {
     k.node.journal_units(&[
         "kata-live-install.service",
@@ -50,7 +34,7 @@ fn kata_journal(k: &KataNode) -> String {
 fn install_unit_held_in_crio_stop(k: &KataNode) {
     let _ = k.node.exec(&["rm", "-f", STATUS]);
     k.crio_fault("hold-stop", "");
-    systemctl(k, &["start", "--no-block", "kata-live-install.service"]);
+    k.systemctl(&["start", "--no-block", "kata-live-install.service"]);
     k.wait_phase("activate", Duration::from_secs(60));
     k.node
         .wait_for("crio.service deactivating", Duration::from_secs(30), |_| {
@@ -108,7 +92,7 @@ fn unit_stopped_during_the_restart_never_holds_crio() {
     let k = KataNode::boot("");
     let starts = k.crio_starts();
     install_unit_held_in_crio_stop(&k);
-    systemctl(&k, &["stop", "--no-block", "kata-live-install.service"]);
+    k.systemctl(&["stop", "--no-block", "kata-live-install.service"]);
     k.wait_job("kata-live-install.service", "stop");
 
     let back = release_and_time_crio_back(&k);
@@ -119,7 +103,7 @@ fn unit_stopped_during_the_restart_never_holds_crio() {
     );
     // Finished and proven before stopping: exit 0, the stop recorded.
     assert_eq!(
-        show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
+        k.show_prop("kata-live-install.service", "ExecMainStatus"),
         "0",
         "{}",
         kata_journal(&k)
@@ -144,7 +128,7 @@ fn unit_restarted_during_the_restart_never_holds_crio() {
     let starts = k.crio_starts();
     install_unit_held_in_crio_stop(&k);
     let first = k.unit("kata-live-install.service").invocation_id;
-    systemctl(&k, &["restart", "--no-block", "kata-live-install.service"]);
+    k.systemctl(&["restart", "--no-block", "kata-live-install.service"]);
     k.wait_job("kata-live-install.service", "restart");
 
     let back = release_and_time_crio_back(&k);
@@ -164,7 +148,7 @@ fn unit_restarted_during_the_restart_never_holds_crio() {
         )
         .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", k.jobs(), kata_journal(&k)));
     assert_eq!(
-        show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
+        k.show_prop("kata-live-install.service", "ExecMainStatus"),
         "0",
         "{}",
         kata_journal(&k)
@@ -186,7 +170,7 @@ fn the_other_unit_started_during_the_restart_never_holds_crio() {
     let k = KataNode::boot("");
     let starts = k.crio_starts();
     install_unit_held_in_crio_stop(&k);
-    systemctl(&k, &["start", "--no-block", "kata-live-uninstall.service"]);
+    k.systemctl(&["start", "--no-block", "kata-live-uninstall.service"]);
     k.wait_job("kata-live-install.service", "stop");
 
     let back = release_and_time_crio_back(&k);
@@ -204,13 +188,13 @@ fn the_other_unit_started_during_the_restart_never_holds_crio() {
         .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", k.jobs(), kata_journal(&k)));
     assert_eq!(k.unit("kata-live-install.service").active, "inactive");
     assert_eq!(
-        show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
+        k.show_prop("kata-live-install.service", "ExecMainStatus"),
         "0",
         "the install was finished and proven before it stopped: {}",
         kata_journal(&k)
     );
     assert_eq!(
-        show_prop(&k, "kata-live-uninstall.service", "ExecMainStatus"),
+        k.show_prop("kata-live-uninstall.service", "ExecMainStatus"),
         "0",
         "{}",
         kata_journal(&k)
@@ -234,16 +218,13 @@ fn a_stop_of_everything_during_the_restart_is_not_fought() {
     let _one = serial();
     let k = KataNode::boot("");
     install_unit_held_in_crio_stop(&k);
-    systemctl(
-        &k,
-        &[
-            "stop",
-            "--no-block",
-            "kata-live-install.service",
-            "kubelet.service",
-            "crio.service",
-        ],
-    );
+    k.systemctl(&[
+        "stop",
+        "--no-block",
+        "kata-live-install.service",
+        "kubelet.service",
+        "crio.service",
+    ]);
     k.wait_job("crio.service", "stop");
     let released = Instant::now();
     k.clear_crio_fault("hold-stop");
@@ -270,7 +251,7 @@ fn a_stop_of_everything_during_the_restart_is_not_fought() {
     );
     assert_eq!(k.crio_starts(), starts);
     assert_eq!(
-        show_prop(&k, "kata-live-install.service", "ExecMainStatus"),
+        k.show_prop("kata-live-install.service", "ExecMainStatus"),
         "18",
         "{}",
         kata_journal(&k)
@@ -285,7 +266,7 @@ fn a_stop_of_everything_during_the_restart_is_not_fought() {
     k.assert_no_leftover_state();
     k.assert_no_jobs_left();
 
-    systemctl(&k, &["start", "crio.service", "kubelet.service"]);
+    k.systemctl(&["start", "crio.service", "kubelet.service"]);
     assert_kubelet_on_current_crio(&k);
     k.referee_assert_refuses("kata-remote");
     let run = k.install();
@@ -305,7 +286,7 @@ fn a_shutdown_during_the_restart_is_not_held() {
     let k = KataNode::boot("");
     install_unit_held_in_crio_stop(&k);
     let nspawn = k.node.nspawn_pid();
-    systemctl(&k, &["poweroff", "--no-block"]);
+    k.systemctl(&["poweroff", "--no-block"]);
     k.wait_job("crio.service", "stop");
     let released = Instant::now();
     let marker = k

@@ -421,6 +421,24 @@ impl KataNode {
         }
     }
 
+    /// `systemctl ARGS…` in the node, which must succeed.
+    pub fn systemctl(&self, args: &[&str]) {
+        let mut argv = vec!["systemctl"];
+        argv.extend_from_slice(args);
+        self.node
+            .exec_ok(&argv)
+            .unwrap_or_else(|e| panic!("systemctl {args:?}: {e:?}"));
+    }
+
+    /// One property of a unit, as `systemctl show -p PROP --value UNIT` gives it.
+    pub fn show_prop(&self, unit: &str, prop: &str) -> String {
+        let out = self
+            .node
+            .exec_ok(&["systemctl", "show", "-p", prop, "--value", unit])
+            .expect("systemctl show");
+        out.trim().to_string()
+    }
+
     /// systemd's job list (`systemctl list-jobs`): what waits for what.
     pub fn jobs(&self) -> String {
         let o = self
