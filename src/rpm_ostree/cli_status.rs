@@ -172,9 +172,6 @@ impl Status {
             .is_none_or(|c| self.deployments.iter().any(|d| d.checksum == c))
     }
 
-    /// Where `name` stands. When the live tree is unknown this answers from the booted
-    /// deployment: callers that must not over-report a removal check
-    /// [`Status::live_tree_known`].
     /// The next boot brings another OS commit (an update staged, by the MCO say).
     pub fn os_update_pending(&self) -> bool {
         self.pending
@@ -211,6 +208,9 @@ impl Status {
         m
     }
 
+    /// Where `name` stands. When the live tree is unknown this answers from the booted
+    /// deployment: callers that must not over-report a removal check
+    /// [`Status::live_tree_known`].
     pub fn package_state(&self, name: &str) -> PackageState {
         if self.running_deployment().has_package(name) {
             PackageState::Live
