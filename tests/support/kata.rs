@@ -476,23 +476,30 @@ impl KataNode {
     /// Polls status.json until the running run is in `phase`; returns its pid inside the
     /// node. Fails if the run finishes first. Remove status.json before starting the run.
     pub fn wait_phase(&self, phase: &str, deadline: Duration) -> u32 {
+        self.wait_phase_any(&[phase], deadline).0
+    }
+
+    /// [`KataNode::wait_phase`] for the first of several phases the run is seen in (a short
+    /// phase can pass between two polls): the pid and the phase seen.
+    pub fn wait_phase_any(&self, phases: &[&str], deadline: Duration) -> (u32, String) {
         let start = std::time::Instant::now();
         let mut last = serde_json::Value::Null;
         loop {
             if let Ok(bytes) = self.node.read_file(STATUS) {
                 if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
                     if v["result"] != "running" {
-                        panic!("the run ended before reaching phase {phase}: {v:#}");
+                        panic!("the run ended before reaching phase {phases:?}: {v:#}");
                     }
-                    if v["phase"] == phase {
-                        return v["pid"].as_u64().expect("status.json pid") as u32;
+                    if let Some(p) = v["phase"].as_str().filter(|p| phases.contains(p)) {
+                        let pid = v["pid"].as_u64().expect("status.json pid") as u32;
+                        return (pid, p.to_string());
                     }
                     last = v;
                 }
             }
             assert!(
                 start.elapsed() < deadline,
-                "phase {phase} not reached within {deadline:?}; last status: {last:#}"
+                "phase {phases:?} not reached within {deadline:?}; last status: {last:#}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
