@@ -135,26 +135,20 @@ fn install_killed_at(
     before_kill: impl FnOnce(&KataNode),
 ) -> serde_json::Value {
     let _ = k.node.exec(&["rm", "-f", STATUS]);
-    let child = k.spawn_kata(&["install", "--no-detach"]);
-    // The proof can end before a poll sees it (seen in a cold CI run): held there, whatever
-    // the machine's speed, by kubelet (the stand-in) kept disconnected once activation began.
+    // The proof can end before a poll sees it (seen in a cold CI run): kubelet kept away
+    // from the restarted CRI-O holds the run there.
     let hold = phase == "prove";
     if hold {
-        // Activation can be over between two polls: the proof is held as well.
-        k.wait_phase_any(&["activate", "prove"], Duration::from_secs(60));
-        k.node
-            .write_file("/run/fake-kubelet/hold-disconnected", b"")
-            .expect("hold kubelet disconnected");
+        k.hold_kubelet_after_restart();
     }
+    let child = k.spawn_kata(&["install", "--no-detach"]);
     let pid = k.wait_phase(phase, Duration::from_secs(60));
     before_kill(k);
     k.kill9(pid);
     let killed = k.wait_run(child, Duration::from_secs(30));
     assert_ne!(killed.code, 0, "the killed run must not report success");
     if hold {
-        k.node
-            .exec_ok(&["rm", "-f", "/run/fake-kubelet/hold-disconnected"])
-            .expect("release kubelet");
+        k.release_kubelet();
         k.wait_kubelet_connected(Duration::from_secs(60));
     }
     let st = k.status_json();

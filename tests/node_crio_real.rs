@@ -752,18 +752,11 @@ fn a_stop_of_the_unit_during_the_crio_restart_never_holds_crio() {
     let _one = serial();
     let k = boot(OCI_CONFIG, OCI_PACKAGE);
     const HOLD: &str = "/run/kata-live-test-hold-crio-stop";
-    k.node
-        .write_file(
-            "/etc/systemd/system/crio.service.d/90-hold-stop.conf",
-            format!(
-                "[Service]\nExecStopPost=/bin/sh -c 'while [ -e {HOLD} ]; do sleep 0.05; done'\n"
-            )
-            .as_bytes(),
-        )
-        .expect("the hold drop-in");
-    k.node
-        .exec_ok(&["systemctl", "daemon-reload"])
-        .expect("daemon-reload");
+    k.unit_drop_in(
+        "crio.service",
+        "90-hold-stop",
+        &format!("[Service]\nExecStopPost=/bin/sh -c 'while [ -e {HOLD} ]; do sleep 0.05; done'\n"),
+    );
     k.node.exec_ok(&["touch", HOLD]).expect("hold CRI-O's stop");
     let crio_before = crio_invocation(&k);
     let _ = k.node.exec(&["rm", "-f", support::kata::STATUS]);
@@ -797,23 +790,15 @@ fn a_stop_of_the_unit_during_the_crio_restart_never_holds_crio() {
             )
         });
     let back = released.elapsed();
-    k.node
-        .wait_for("kata-live-install.service stopped", WAIT, |_| {
-            matches!(
-                k.unit("kata-live-install.service").active.as_str(),
-                "inactive" | "failed"
-            )
-        })
-        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}", k.jobs()));
+    k.wait_inactive("kata-live-install.service", WAIT);
     eprintln!(
         "real CRI-O: running {:.3} s after its stop half ended, with kata-live's unit stopped \
          during the restart",
         back.as_secs_f64()
     );
     // The run finished its activation and proved it before it stopped.
-    let status = k.show_prop("kata-live-install.service", "ExecMainStatus");
     assert_eq!(
-        status.trim(),
+        k.show_prop("kata-live-install.service", "ExecMainStatus"),
         "0",
         "{}",
         k.node.journal_unit("kata-live-install.service")
@@ -822,11 +807,6 @@ fn a_stop_of_the_unit_during_the_crio_restart_never_holds_crio() {
     k.assert_no_jobs_left();
     k.wait_kubelet_on_runtime(Duration::from_secs(30));
     probe(&k.node, HANDLER, "after-stop").expect("a sandbox on kata-remote after the stop");
-    k.node
-        .exec_ok(&["rm", "/etc/systemd/system/crio.service.d/90-hold-stop.conf"])
-        .expect("drop the hold");
-    k.node
-        .exec_ok(&["systemctl", "daemon-reload"])
-        .expect("daemon-reload");
+    k.remove_unit_drop_in("crio.service", "90-hold-stop");
     k.assert_healthy();
 }

@@ -51,9 +51,6 @@ fn state_journal(k: &KataNode) -> Value {
     .expect("state journal is JSON")
 }
 
-/// fake-kubelet drops its CRI connection and stays away while this marker exists.
-const HOLD_KUBELET: &str = "/run/fake-kubelet/hold-disconnected";
-
 /// The backup's bytes, `None` only when there is none: a read error fails the test.
 fn backup(k: &KataNode) -> Option<Vec<u8>> {
     k.node.read_if_exists(BACKUP)
@@ -407,20 +404,13 @@ fn uninstall_killed_then_install_rolls_back_to_what_it_found_then_converges() {
     let _ = k.node.exec(&["rm", "-f", STATUS]);
     // kubelet stays away from the restarted CRI-O, so that the proof is still waiting when
     // the kill lands (without it, a loaded machine let the proof finish first).
-    k.unit_drop_in(
-        "kubelet.service",
-        "hold",
-        &format!("[Service]\nExecStartPost=/usr/bin/touch {HOLD_KUBELET}\n"),
-    );
+    k.hold_kubelet_after_restart();
     let child = k.spawn_kata(&["uninstall", "--no-detach"]);
     let pid = k.wait_phase("prove", Duration::from_secs(120));
     k.kill9(pid);
     let killed = k.wait_run(child, Duration::from_secs(30));
     assert_ne!(killed.code, 0, "{}", show(&killed));
-    k.remove_unit_drop_in("kubelet.service", "hold");
-    k.node
-        .exec_ok(&["rm", "-f", HOLD_KUBELET])
-        .expect("release kubelet");
+    k.release_kubelet();
     let j = state_journal(&k);
     assert_eq!(j["operation"], "uninstall", "{j:#}");
     assert_eq!(j["phase"], "prove", "{j:#}");

@@ -64,15 +64,6 @@ fn release_and_time_crio_back(k: &KataNode) -> Duration {
     released.elapsed()
 }
 
-/// Stopped: `inactive`, or `failed` for a unit whose process exited non-zero.
-fn wait_inactive(k: &KataNode, unit: &str, within: Duration) {
-    k.node
-        .wait_for(&format!("{unit} inactive"), within, |_| {
-            matches!(k.unit(unit).active.as_str(), "inactive" | "failed")
-        })
-        .unwrap_or_else(|e| panic!("{e:?}; jobs:\n{}\n{}", k.jobs(), kata_journal(k)));
-}
-
 /// kubelet's current process connected to the current CRI-O, by their own journal lines.
 fn assert_kubelet_on_current_crio(k: &KataNode) {
     k.node
@@ -96,7 +87,7 @@ fn unit_stopped_during_the_restart_never_holds_crio() {
     k.wait_job("kata-live-install.service", "stop");
 
     let back = release_and_time_crio_back(&k);
-    wait_inactive(&k, "kata-live-install.service", Duration::from_secs(60));
+    k.wait_inactive("kata-live-install.service", Duration::from_secs(60));
     eprintln!(
         "stop during the restart: crio.service running {:.3} s after its stop half ended",
         back.as_secs_f64()
@@ -233,7 +224,7 @@ fn a_stop_of_everything_during_the_restart_is_not_fought() {
         "kubelet.service",
         "crio.service",
     ] {
-        wait_inactive(&k, u, Duration::from_secs(30));
+        k.wait_inactive(u, Duration::from_secs(30));
     }
     eprintln!(
         "stop of everything during the restart: all three units inactive {:.3} s after CRI-O's \

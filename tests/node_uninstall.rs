@@ -194,21 +194,15 @@ fn uninstall_refused_while_a_pod_uses_the_handler_then_forced() {
 fn uninstall_killed_during_proof_then_rerun_converges() {
     let k = installed();
     let _ = k.node.exec(&["rm", "-f", support::kata::STATUS]);
+    // Held in the proof, whatever the machine's speed: kubelet (the stand-in) restarted with
+    // CRI-O stays disconnected, so the proof waits for it until the kill.
+    k.hold_kubelet_after_restart();
     let child = k.spawn_kata(&["uninstall", "--no-detach"]);
-    // Held in the proof, whatever the machine's speed: once activation began, kubelet (the
-    // stand-in) stays disconnected, so the proof waits for it until the kill.
-    // Activation can be over between two polls: the proof is held as well.
-    k.wait_phase_any(&["activate", "prove"], Duration::from_secs(60));
-    k.node
-        .write_file("/run/fake-kubelet/hold-disconnected", b"")
-        .expect("hold kubelet disconnected");
     let pid = k.wait_phase("prove", Duration::from_secs(60));
     k.kill9(pid);
     let killed = k.wait_run(child, Duration::from_secs(30));
     assert_ne!(killed.code, 0, "the killed run must not report success");
-    k.node
-        .exec_ok(&["rm", "-f", "/run/fake-kubelet/hold-disconnected"])
-        .expect("release kubelet");
+    k.release_kubelet();
     k.wait_kubelet_connected(Duration::from_secs(60));
 
     // Killed after its restart: the drop-in is gone, CRI-O restarted once, the journal

@@ -280,27 +280,23 @@ fn keep_rpms(
         let bytes = crate::fsutil::read_nofollow(&o.path)?.unwrap_or_default();
         crate::fsutil::write_atomic(&ctx.host.root, &dest, &bytes, 0o644)?;
     }
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".rpm") && !wanted.contains(&name) {
-                crate::fsutil::remove_file(&ctx.host.root, &e.path())?;
-            }
-        }
-    }
+    prune_kept_rpms(ctx, &wanted)?;
     Ok(())
 }
 
-/// Removes every RPM copy kept for an upgrade's rollback (the package is no longer
-/// requested: nothing is left to roll back to); how many were removed.
-fn drop_kept_rpms(ctx: &Ctx) -> Result<usize, crate::fsutil::FsError> {
+/// Removes the RPM copies under [`KEPT_RPMS`](crate::rpm_ostree::KEPT_RPMS) whose file name
+/// is not in `wanted` (none wanted once an uninstall removed the package: nothing is left to
+/// roll back to); how many were removed.
+fn prune_kept_rpms(ctx: &Ctx, wanted: &[String]) -> Result<usize, crate::fsutil::FsError> {
     let dir = ctx.host.path(crate::rpm_ostree::KEPT_RPMS);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(0);
     };
     let mut n = 0;
     for e in entries.flatten() {
-        if e.file_name().to_string_lossy().ends_with(".rpm")
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".rpm")
+            && !wanted.contains(&name)
             && crate::fsutil::remove_file(&ctx.host.root, &e.path())?
         {
             n += 1;
@@ -604,7 +600,7 @@ impl Step for RemovePackage {
             rep.evidence("package", removal);
             let mut words = removal.to_string();
             if removal != crate::rpm_ostree::RemovalOutcome::Kept {
-                match drop_kept_rpms(ctx) {
+                match prune_kept_rpms(ctx, &[]) {
                     Ok(0) => {}
                     Ok(n) => words.push_str(&format!(
                         "; {n} kept RPM cop{} removed from {}",

@@ -439,6 +439,22 @@ impl KataNode {
         out.trim().to_string()
     }
 
+    /// Stopped: `inactive`, or `failed` for a unit whose process exited non-zero.
+    pub fn wait_inactive(&self, unit: &str, within: Duration) {
+        self.node
+            .wait_for(&format!("{unit} inactive"), within, |_| {
+                matches!(self.unit(unit).active.as_str(), "inactive" | "failed")
+            })
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{e:?}; jobs:\n{}\n{}",
+                    self.jobs(),
+                    self.node
+                        .journal_units(&[unit, "crio.service", "kubelet.service"])
+                )
+            });
+    }
+
     /// systemd's job list (`systemctl list-jobs`): what waits for what.
     pub fn jobs(&self) -> String {
         let o = self
@@ -476,30 +492,23 @@ impl KataNode {
     /// Polls status.json until the running run is in `phase`; returns its pid inside the
     /// node. Fails if the run finishes first. Remove status.json before starting the run.
     pub fn wait_phase(&self, phase: &str, deadline: Duration) -> u32 {
-        self.wait_phase_any(&[phase], deadline).0
-    }
-
-    /// [`KataNode::wait_phase`] for the first of several phases the run is seen in (a short
-    /// phase can pass between two polls): the pid and the phase seen.
-    pub fn wait_phase_any(&self, phases: &[&str], deadline: Duration) -> (u32, String) {
         let start = std::time::Instant::now();
         let mut last = serde_json::Value::Null;
         loop {
             if let Ok(bytes) = self.node.read_file(STATUS) {
                 if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
                     if v["result"] != "running" {
-                        panic!("the run ended before reaching phase {phases:?}: {v:#}");
+                        panic!("the run ended before reaching phase {phase}: {v:#}");
                     }
-                    if let Some(p) = v["phase"].as_str().filter(|p| phases.contains(p)) {
-                        let pid = v["pid"].as_u64().expect("status.json pid") as u32;
-                        return (pid, p.to_string());
+                    if v["phase"] == phase {
+                        return v["pid"].as_u64().expect("status.json pid") as u32;
                     }
                     last = v;
                 }
             }
             assert!(
                 start.elapsed() < deadline,
-                "phase {phases:?} not reached within {deadline:?}; last status: {last:#}"
+                "phase {phase} not reached within {deadline:?}; last status: {last:#}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -577,6 +586,28 @@ impl KataNode {
         self.node
             .exec_ok(&["systemctl", "daemon-reload"])
             .expect("systemctl daemon-reload");
+    }
+
+    /// Every kubelet (the stand-in) started from now on stays disconnected from the runtime
+    /// until [`KataNode::release_kubelet`]: a run's proof waits for it, whatever the
+    /// machine's speed (a status poll can miss a proof that ends first).
+    pub fn hold_kubelet_after_restart(&self) {
+        self.unit_drop_in(
+            "kubelet.service",
+            "hold",
+            &format!(
+                "[Service]\nExecStartPost=/usr/bin/touch {}\n",
+                super::kubelet_node::HOLD
+            ),
+        );
+    }
+
+    /// Ends [`KataNode::hold_kubelet_after_restart`]: the running kubelet reconnects.
+    pub fn release_kubelet(&self) {
+        self.remove_unit_drop_in("kubelet.service", "hold");
+        self.node
+            .exec_ok(&["rm", "-f", super::kubelet_node::HOLD])
+            .expect("release kubelet");
     }
 
     /// The drop-in's exact bytes, `None` when there is no file.
