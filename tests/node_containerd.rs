@@ -12,7 +12,6 @@ mod support;
 
 use std::time::Duration;
 
-use kata_live_standins::cri_api as cri;
 use support::containerd::{self as ctd, CtdCri};
 use support::kata::{outcomes, serial, show, KataNode};
 use support::node::NodeOptions;
@@ -44,23 +43,31 @@ fn main_file(k: &KataNode) -> String {
 }
 
 fn wait_ready(cri: &mut CtdCri, id: &str) -> i64 {
-    let start = std::time::Instant::now();
-    loop {
-        let (state, pid) = cri.sandbox_state_pid(id);
-        if state == cri::PodSandboxState::SandboxReady {
-            // A Ready sandbox without a pid would make "the pod was not restarted" 0 == 0.
-            return pid.unwrap_or_else(|| panic!("sandbox {id} is Ready but reports no pid"));
-        }
-        assert!(
-            start.elapsed() < WAIT,
-            "sandbox {id} not Ready within {WAIT:?}: {state:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    cri.wait_ready(id, WAIT)
+}
+
+/// kubelet after a run that restarted containerd, judged without kata-live: the same
+/// process as before (the kubeadm-style unit is not restarted with containerd), answering
+/// healthz, and its CRI connection's peer (`ss`) is the main process of the containerd that
+/// RUNS NOW: reconnected, not merely not restarted.
+fn assert_kubelet_on_running(k: &KataNode, kubelet_pid: u32) {
+    ctd::wait_kubelet_on_running(&k.node, WAIT);
+    assert_eq!(
+        k.unit("kubelet.service").main_pid,
+        kubelet_pid,
+        "kubelet was restarted"
+    );
+}
+
+/// The handler as the scenarios configure it ([`CONFIG`]), served by the RUNNING containerd:
+/// declared with runc's runtime type, a real sandbox on it Ready.
+fn assert_serves(cri: &mut CtdCri, name: &str) {
+    cri.assert_serves(HANDLER, "io.containerd.runc.v2", name);
 }
 
 /// The whole life of the handler on containerd: install proven (a real sandbox then runs on
-/// the handler, a pod started before survives, kubelet is not restarted), a second install
+/// the handler, a pod started before survives, kubelet, not restarted, is connected to the
+/// new containerd), a second install
 /// changes nothing, uninstall is refused while a pod uses the handler, then removes the
 /// handler and gives containerd's main file back byte for byte.
 #[test]
@@ -112,7 +119,8 @@ fn install_is_proven_by_a_real_sandbox_and_uninstall_restores_the_main_file() {
     assert_eq!(outcomes(&st, "prove"), ["ran"], "{st:#}");
 
     // Judged by the running containerd itself: a new process, our definition, a REAL
-    // sandbox on the handler, the earlier pod untouched, kubelet not restarted.
+    // sandbox on the handler, the earlier pod untouched; kubelet, not restarted, connected
+    // to the new process.
     assert_ne!(ctd::main_pid(&k.node, ctd::UNIT), containerd_before);
     cri.reconnect();
     assert!(
@@ -128,7 +136,7 @@ fn install_is_proven_by_a_real_sandbox_and_uninstall_restores_the_main_file() {
         .unwrap_or_else(|e| panic!("a real sandbox on the handler: {}", e.message()));
     wait_ready(&mut cri, &canary);
     assert_eq!(wait_ready(&mut cri, &pod), pod_pid, "the pod was restarted");
-    assert_eq!(k.unit("kubelet.service").main_pid, kubelet_before.main_pid);
+    assert_kubelet_on_running(&k, kubelet_before.main_pid);
     // verify proves it again; status says which runtime and why.
     let verify = k.kata(&["verify"]);
     assert_eq!(verify.code, 0, "{}", show(&verify));
@@ -167,6 +175,12 @@ fn install_is_proven_by_a_real_sandbox_and_uninstall_restores_the_main_file() {
     cri.stop_remove(&canary);
     let un = k.uninstall(&[]);
     assert_eq!(un.code, 0, "{}", show(&un));
+    assert_ne!(
+        ctd::main_pid(&k.node, ctd::UNIT),
+        containerd_after,
+        "the uninstall did not restart containerd"
+    );
+    assert_kubelet_on_running(&k, kubelet_before.main_pid);
     cri.reconnect();
     assert!(
         !k.node.exists(DROP_IN).unwrap(),
@@ -207,6 +221,8 @@ fn containerd_failing_to_start_with_the_change_is_rolled_back() {
     let (k, mut cri) = boot("");
     let pod = cri.run_sandbox("", "survivor").expect("a sandbox on runc");
     let pod_pid = wait_ready(&mut cri, &pod);
+    let kubelet = k.unit("kubelet.service").main_pid;
+    let containerd_before = ctd::main_pid(&k.node, ctd::UNIT);
     k.unit_drop_in(
         ctd::UNIT,
         "50-fail-with-kata",
@@ -221,18 +237,14 @@ fn containerd_failing_to_start_with_the_change_is_rolled_back() {
         "the main file was left edited"
     );
     assert_eq!(k.unit(ctd::UNIT).active, "active");
+    // The rollback started containerd again (the failed start ended the one found): kubelet
+    // is connected to the process that runs now.
+    assert_ne!(ctd::main_pid(&k.node, ctd::UNIT), containerd_before);
+    assert_kubelet_on_running(&k, kubelet);
     cri.reconnect();
     assert_eq!(wait_ready(&mut cri, &pod), pod_pid, "the pod was restarted");
     // containerd's own refusal of an unknown handler, not any error (a dead socket too).
-    let refused = cri
-        .run_sandbox(HANDLER, "after")
-        .expect_err("the handler is still served after the rollback");
-    assert!(
-        refused
-            .message()
-            .contains(&format!("no runtime for \"{HANDLER}\" is configured")),
-        "not containerd's unknown-handler answer: {refused:?}"
-    );
+    cri.assert_refuses(HANDLER, "after");
     cri.stop_remove(&pod);
 }
 
@@ -383,11 +395,12 @@ fn a_symlinked_main_file_or_drop_in_is_refused_before_any_change() {
 /// kubelet (not restarted with containerd) stays disconnected once containerd restarts (a
 /// containerd drop-in raises fake-kubelet's hold at each start): the proof's connection
 /// evidence runs out, and so does the rollback's: exit 14, with the drop-in and the main
-/// file put back. Once the hold goes, a re-run is proven.
+/// file put back. Once the hold goes, a re-run is proven: judged by containerd itself (a
+/// real sandbox on the handler) and by kubelet's socket (connected to the new containerd).
 #[test]
 fn kubelet_never_reconnecting_to_the_new_containerd_is_not_proven() {
     let _one = serial();
-    let (k, _cri) = boot("[deadlines]\nkubelet = 6.0\n");
+    let (k, mut cri) = boot("[deadlines]\nkubelet = 6.0\n");
     k.unit_drop_in(
         ctd::UNIT,
         "50-hold-kubelet",
@@ -414,14 +427,26 @@ fn kubelet_never_reconnecting_to_the_new_containerd_is_not_proven() {
         kubelet,
         "kubelet restarted"
     );
+    // The fault fired, seen on the sockets: kubelet holds no connection to containerd.
+    assert_eq!(
+        ctd::kubelet_peer(&k.node),
+        None,
+        "kubelet is connected after all"
+    );
+    // containerd, started again by the rollback, does not serve the handler.
+    cri.assert_refuses(HANDLER, "after-rollback");
 
     k.remove_unit_drop_in(ctd::UNIT, "50-hold-kubelet");
     k.node
         .exec_ok(&["rm", "-f", "/run/fake-kubelet/hold-disconnected"])
         .expect("release kubelet");
     ctd::wait_kubelet_on_running(&k.node, WAIT);
+    let containerd_before = ctd::main_pid(&k.node, ctd::UNIT);
     let run = k.install();
     assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_ne!(ctd::main_pid(&k.node, ctd::UNIT), containerd_before);
+    assert_serves(&mut cri, "after-rerun");
+    assert_kubelet_on_running(&k, kubelet);
 }
 
 /// Killed while writing containerd's main file (the temp file of its atomic write created,
@@ -431,8 +456,9 @@ fn kubelet_never_reconnecting_to_the_new_containerd_is_not_proven() {
 #[test]
 fn install_killed_mid_main_file_write_then_rerun_and_uninstall_converge() {
     let _one = serial();
-    let (k, _cri) = boot("");
+    let (k, mut cri) = boot("");
     let pid = ctd::main_pid(&k.node, ctd::UNIT);
+    let kubelet = k.unit("kubelet.service").main_pid;
     let dir = k.node.host_path("/etc/containerd").expect("dir");
     let hold = support::hold::OpenHold::start(&dir, 1, |name| {
         name.starts_with(".config.toml.") && name.ends_with(".tmp")
@@ -462,15 +488,25 @@ fn install_killed_mid_main_file_write_then_rerun_and_uninstall_converge() {
         pid,
         "containerd was restarted"
     );
+    // The running containerd (not restarted, main file without the import) does not know
+    // the handler although the drop-in is there.
+    cri.assert_refuses(HANDLER, "after-kill");
 
     let run = k.install();
     assert_eq!(run.code, 0, "re-run: {}", show(&run));
     assert_eq!(leftovers(&k), 0, "the killed write's temp file was left");
     assert!(main_file(&k).contains("/etc/containerd/conf.d/*.toml"));
+    assert_ne!(ctd::main_pid(&k.node, ctd::UNIT), pid);
+    assert_serves(&mut cri, "after-rerun");
+    assert_kubelet_on_running(&k, kubelet);
+    let installed = ctd::main_pid(&k.node, ctd::UNIT);
     let un = k.uninstall(&[]);
     assert_eq!(un.code, 0, "{}", show(&un));
     assert_eq!(main_file(&k), ctd::CONFIG_AS_BOOTED);
     assert!(!k.node.exists(DROP_IN).unwrap());
+    assert_ne!(ctd::main_pid(&k.node, ctd::UNIT), installed);
+    cri.assert_refuses(HANDLER, "after-uninstall");
+    assert_kubelet_on_running(&k, kubelet);
 }
 
 /// A main file that already imports the drop-in directory (the operator's own import):
@@ -478,24 +514,34 @@ fn install_killed_mid_main_file_write_then_rerun_and_uninstall_converge() {
 #[test]
 fn an_import_the_operator_wrote_is_used_and_kept() {
     let _one = serial();
-    let (k, _cri) = boot("");
+    let (k, mut cri) = boot("");
+    let kubelet = k.unit("kubelet.service").main_pid;
     let theirs = ctd::with_import(ctd::CONFIG_AS_BOOTED);
     k.node.write_file(ctd::CONFIG, theirs.as_bytes()).unwrap();
     k.node
         .exec_ok(&["systemctl", "restart", ctd::UNIT])
         .expect("restart containerd");
     ctd::wait_kubelet_on_running(&k.node, WAIT);
+    let found = ctd::main_pid(&k.node, ctd::UNIT);
     let run = k.install();
     assert_eq!(run.code, 0, "{}", show(&run));
     let st = k.status_json();
     assert_eq!(outcomes(&st, "import"), ["skipped"], "{st:#}");
     assert_eq!(main_file(&k), theirs);
+    // Served through the operator's import, by a new containerd kubelet reconnected to.
+    assert_ne!(ctd::main_pid(&k.node, ctd::UNIT), found);
+    assert_serves(&mut cri, "installed");
+    assert_kubelet_on_running(&k, kubelet);
+    let installed = ctd::main_pid(&k.node, ctd::UNIT);
     let un = k.uninstall(&[]);
     assert_eq!(un.code, 0, "{}", show(&un));
     let st = k.status_json();
     assert_eq!(outcomes(&st, "import"), ["skipped"], "{st:#}");
     assert_eq!(main_file(&k), theirs, "the operator's import was touched");
     assert!(!k.node.exists(DROP_IN).unwrap());
+    assert_ne!(ctd::main_pid(&k.node, ctd::UNIT), installed);
+    cri.assert_refuses(HANDLER, "uninstalled");
+    assert_kubelet_on_running(&k, kubelet);
 }
 
 /// kata-live added the import; another tool then put its own drop-in in the same directory
@@ -507,8 +553,11 @@ fn an_import_the_operator_wrote_is_used_and_kept() {
 fn the_import_stays_on_uninstall_while_another_file_relies_on_it() {
     let _one = serial();
     let (k, mut cri) = boot("");
+    let kubelet = k.unit("kubelet.service").main_pid;
     let run = k.install();
     assert_eq!(run.code, 0, "{}", show(&run));
+    assert_serves(&mut cri, "installed");
+    assert_kubelet_on_running(&k, kubelet);
     let imported = main_file(&k);
     assert_ne!(imported, ctd::CONFIG_AS_BOOTED, "kata-live added no import");
     let other = format!("{}/60-other-tool.toml", ctd::DROP_IN_DIR);

@@ -321,6 +321,61 @@ impl CtdCri {
         (state, pid)
     }
 
+    /// Waits until sandbox `id` is Ready; its pause process's pid. A Ready sandbox without a
+    /// pid fails (it would make "the pod was not restarted" 0 == 0).
+    pub fn wait_ready(&mut self, id: &str, deadline: Duration) -> i64 {
+        let start = Instant::now();
+        loop {
+            let (state, pid) = self.sandbox_state_pid(id);
+            if state == cri::PodSandboxState::SandboxReady {
+                return pid.unwrap_or_else(|| panic!("sandbox {id} is Ready but reports no pid"));
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "sandbox {id} not Ready within {deadline:?}: {state:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The RUNNING containerd serves `handler`, judged by itself (a fresh connection: it may
+    /// have restarted): its effective configuration declares `handler` with `runtime_type`,
+    /// and a REAL sandbox named `name` on it becomes Ready (then stopped and removed).
+    pub fn assert_serves(&mut self, handler: &str, runtime_type: &str, name: &str) {
+        self.reconnect();
+        let eff = self.effective_config();
+        let table = &eff["containerd"]["runtimes"][handler];
+        assert_eq!(
+            table["runtimeType"], runtime_type,
+            "the running containerd does not declare {handler} as {runtime_type}: {table:#}"
+        );
+        let id = self.run_sandbox(handler, name).unwrap_or_else(|e| {
+            panic!(
+                "the running containerd does not run a sandbox on {handler}: {}",
+                e.message()
+            )
+        });
+        self.wait_ready(&id, CONNECT_DEADLINE);
+        self.stop_remove(&id);
+    }
+
+    /// The RUNNING containerd refuses `handler` with its own unknown-handler answer (`no
+    /// runtime for "H" is configured`), not any error (a dead socket would be one too).
+    pub fn assert_refuses(&mut self, handler: &str, name: &str) {
+        self.reconnect();
+        match self.run_sandbox(handler, name) {
+            Ok(id) => {
+                self.stop_remove(&id);
+                panic!("the running containerd still runs a sandbox on {handler}");
+            }
+            Err(e) => assert!(
+                e.message()
+                    .contains(&format!("no runtime for \"{handler}\" is configured")),
+                "not containerd's unknown-handler answer: {e:?}"
+            ),
+        }
+    }
+
     pub fn sandboxes(&mut self) -> Vec<cri::PodSandbox> {
         self.call("ListPodSandbox", async |c| {
             c.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
