@@ -398,11 +398,25 @@ fn kubelet_never_reconnects_after_the_restart() {
     k.remove_unit_drop_in("kubelet.service", "hold");
     release_kubelet(&k);
     k.assert_healthy();
+    let (crio_before, kubelet_before) = (k.unit("crio.service"), k.unit("kubelet.service"));
     let run = k.install();
     assert_eq!(run.code, 0, "re-run after the hold: {}", show(&run));
     let verify = k.kata(&["verify"]);
     assert_eq!(verify.code, 0, "verify: {}", show(&verify));
     k.referee_assert_serves(HANDLER);
+    // The re-run restarted CRI-O, and kubelet with it: the new kubelet process is connected
+    // to the new CRI-O process (their own journal lines, by PID) and answers healthz.
+    assert_ne!(
+        k.unit("crio.service").invocation_id,
+        crio_before.invocation_id,
+        "the re-run did not restart CRI-O"
+    );
+    assert_ne!(
+        k.unit("kubelet.service").invocation_id,
+        kubelet_before.invocation_id,
+        "kubelet was not restarted with CRI-O"
+    );
+    k.assert_healthy();
 }
 
 // -----------------------------------------------------------------------------------------
