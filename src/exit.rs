@@ -17,7 +17,9 @@ pub enum ExitCode {
     /// uninstall). Nothing was changed.
     PreflightRefused = 10,
     /// Installing or removing the package failed. Install: before the runtime's
-    /// configuration was touched. Uninstall: after the handler was removed and proven gone.
+    /// configuration was touched (after an upgrade went live, the previous versions were
+    /// put back and the node proven as found). Uninstall: after the handler was removed and
+    /// proven gone.
     PackageStep = 11,
     /// CRI-O could not be (re)started with the new configuration; the node was rolled back.
     Activation = 12,
@@ -75,7 +77,7 @@ impl ExitCode {
                 "preflight refused: the node was unhealthy, or pods use the handler; nothing was changed"
             }
             ExitCode::PackageStep => {
-                "package step failed (install: runtime untouched; uninstall: after the handler went)"
+                "package step failed (install: runtime untouched, an upgrade's previous versions put back and proven; uninstall: after the handler went)"
             }
             ExitCode::Activation => "CRI-O failed to restart with the change; rolled back",
             ExitCode::RolledBack => "proof failed; previous configuration restored and proven",

@@ -522,3 +522,85 @@ fn a_symlinked_directory_for_the_kept_rpms_is_refused_before_any_change() {
     );
     k.assert_healthy();
 }
+
+/// Post-install work that fails while `/run/post-install-fails` exists (a guest-image
+/// generator that cannot write its image, say).
+const FAILS_ON_DEMAND: &str =
+    "[Unit]\nDescription=test: post-install work that fails on demand\n\n\
+    [Service]\nType=oneshot\nExecStart=/bin/sh -c '! test -e /run/post-install-fails'\n";
+
+/// A step after an upgrade's package step fails (the post-install work): the new versions
+/// are not left live and unproven. The previous ones go back the way a failed proof puts
+/// them back, and the node is proven as found without a CRI-O restart (CRI-O read nothing
+/// of the run); exit 11, saying so.
+#[test]
+fn a_failed_post_install_after_an_upgrade_puts_the_previous_version_back() {
+    let _one = serial();
+    let k = boot_with(
+        NodeOptions::default().file(
+            "/etc/systemd/system/post-install-work.service",
+            FAILS_ON_DEMAND,
+            0o644,
+        ),
+        "[post_install]\nunits = [\"post-install-work.service\"]\n",
+    );
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    k.seed_pod("shop", "vm", HANDLER);
+    let before = k.referee_assert_serves(HANDLER);
+    let drop_in = k.drop_in_bytes().expect("the drop-in of the install");
+    let crio = k.unit("crio.service");
+    let kubelet = k.unit("kubelet.service");
+
+    k.node.write_file("/run/post-install-fails", b"").unwrap();
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 11, "{}", show(&run));
+    assert!(
+        run.stderr.contains("post-install-work.service")
+            && run
+                .stderr
+                .contains("the upgrade is undone (back to kata-containers-3.20.0-1.el9.x86_64)")
+            && run.stderr.contains("restored and proven"),
+        "{}",
+        show(&run)
+    );
+    // Judged on the node: 3.20 live by content and requested for the next boot, the drop-in
+    // as it was, CRI-O and kubelet the same processes, the handler served as before,
+    // kubelet connected to the CRI-O that runs.
+    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
+    let status: serde_json::Value =
+        serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())
+            .unwrap();
+    assert_eq!(
+        status["deployments"][0]["requested-local-packages"],
+        serde_json::json!(["kata-containers-3.20.0-1.el9.x86_64"])
+    );
+    assert_eq!(k.drop_in_bytes().as_deref(), Some(drop_in.as_slice()));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    assert_eq!(
+        k.unit("kubelet.service").invocation_id,
+        kubelet.invocation_id
+    );
+    k.referee_assert_as_before(&before);
+    k.assert_healthy();
+    let st = k.status_json();
+    assert_eq!(st["result"], "rolled-back", "{st}");
+    let steps = st["steps"].to_string();
+    assert!(
+        steps.contains("kata-containers-3.20.0-1.el9.x86_64 live again"),
+        "{steps}"
+    );
+    k.assert_no_leftover_state();
+
+    // Once the work can succeed, the upgrade goes through.
+    k.node
+        .exec_ok(&["rm", "-f", "/run/post-install-fails"])
+        .unwrap();
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
+}

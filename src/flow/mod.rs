@@ -13,7 +13,9 @@ pub use activate::{activate, newest_artifact_us, newest_config_us, Activated};
 pub use paths::refuse_unwritable;
 pub use preflight::{preflight, Baseline};
 pub use prove::{prove, ProofSpec};
-pub use rollback::{reactivate_and_prove_back, restore_drop_in, rollback, stop_before_activation};
+pub use rollback::{
+    prove_back, reactivate_and_prove_back, restore_drop_in, rollback, stop_before_activation,
+};
 
 use crate::config::Config;
 use crate::cri::{self, CriClient, HandlerPresence, PodSnapshot, RuntimeView};
@@ -70,6 +72,14 @@ pub enum FlowError {
     PackageAfterProof(String),
     #[error("{0}")]
     Internal(String),
+    /// Install: a step after the package step failed once an upgrade had made new versions
+    /// live; the previous versions were put back (`rollback` says how that ended).
+    #[error("{error}; the upgrade is undone (back to {previous}): {rollback}")]
+    AfterUpgrade {
+        error: String,
+        previous: String,
+        rollback: Rollback,
+    },
     #[error("the runtime could not be activated with the change ({error}); {rollback}")]
     Activation { error: String, rollback: Rollback },
     #[error("the change is not proven: {missing}; {rollback}")]
@@ -119,7 +129,15 @@ impl FlowError {
             FlowError::Package(_) | FlowError::PackageAfterProof(_) => ExitCode::PackageStep,
             FlowError::Stopped { .. } => ExitCode::Stopped,
             FlowError::Staged { .. } => ExitCode::Staged,
+            FlowError::AfterUpgrade {
+                rollback: Rollback::Done,
+                ..
+            } => ExitCode::PackageStep,
             FlowError::Activation {
+                rollback: Rollback::Yielded(_),
+                ..
+            }
+            | FlowError::AfterUpgrade {
                 rollback: Rollback::Yielded(_),
                 ..
             }
@@ -135,11 +153,20 @@ impl FlowError {
                 rollback: Rollback::Done,
                 ..
             } => ExitCode::RolledBack,
-            FlowError::Activation { .. } | FlowError::NotProven { .. } => ExitCode::RollbackFailed,
+            FlowError::Activation { .. }
+            | FlowError::NotProven { .. }
+            | FlowError::AfterUpgrade { .. } => ExitCode::RollbackFailed,
         }
     }
 
     pub fn run_result(&self) -> RunResult {
+        if let FlowError::AfterUpgrade {
+            rollback: Rollback::Done,
+            ..
+        } = self
+        {
+            return RunResult::RolledBack;
+        }
         match self.exit_code() {
             ExitCode::PreflightRefused | ExitCode::LockBusy => RunResult::Refused,
             ExitCode::Activation | ExitCode::RolledBack => RunResult::RolledBack,

@@ -79,14 +79,31 @@ pub async fn reactivate_and_prove_back(
             c.units.kubelet
         ));
     }
-    let want_listed = baseline.view.handler_presence == HandlerPresence::Listed;
+    prove_back(ctx, rep, baseline, true).await
+}
+
+/// The node proven as preflight found it, after the previous files are back: `restarted`
+/// when the rollback restarted the runtime (which must then be newer than every file),
+/// not when nothing of this run reached it (a step after an upgrade's package step failed:
+/// the previous versions back in place suffice, as the upgrade needed no restart either).
+/// On success the backups and the journal are cleared.
+pub async fn prove_back(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    baseline: &Baseline,
+    restarted: bool,
+) -> Rollback {
+    let c = &ctx.cfg;
     let spec = ProofSpec {
-        want_listed,
+        want_listed: baseline.view.handler_presence == HandlerPresence::Listed,
         baseline,
-        restarted: true,
+        restarted,
         newest_artifact_us: newest_artifact_us(ctx),
-        // A rollback always restarts: the CRI-O it proves must be newer than every file.
-        newest_config_us: newest_artifact_us(ctx),
+        newest_config_us: if restarted {
+            newest_artifact_us(ctx)
+        } else {
+            newest_config_us(ctx)
+        },
         expendable: &[],
         step: "prove-rollback",
         unknown_as_found: baseline.view.handler_presence == HandlerPresence::Unknown,
@@ -96,7 +113,11 @@ pub async fn reactivate_and_prove_back(
         r = prove(ctx, rep, spec) => r,
         why = taken_down_after_stop(ctx) => {
             rep.end(StepOutcome::Failed, why.clone());
-            return yielded(&why);
+            return Rollback::Yielded(format!(
+                "the previous configuration files are back, but {why}; {} reads them at its \
+                 next start",
+                ctx.rt.name()
+            ));
         }
     };
     match proof {
@@ -112,9 +133,22 @@ pub async fn reactivate_and_prove_back(
             Rollback::Done
         }
         Err(missing) => Rollback::Failed(format!(
-            "the previous drop-in is restored and {} restarted, but the node is not proven back to its preflight state: {missing}. \
-             Do not move on to another node; check `journalctl -u {} -u {}`",
-            ctx.rt.name(), ctx.rt.unit(), c.units.kubelet
+            "{}, but the node is not proven back to its preflight state: {missing}. Do not \
+             move on to another node; check `journalctl -u {} -u {}`",
+            if restarted {
+                format!(
+                    "the previous drop-in is restored and {} restarted",
+                    ctx.rt.name()
+                )
+            } else {
+                format!(
+                    "the previous package versions are back ({} not restarted: it never read \
+                     this run's change)",
+                    ctx.rt.name()
+                )
+            },
+            ctx.rt.unit(),
+            c.units.kubelet
         )),
     }
 }

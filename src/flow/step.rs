@@ -268,6 +268,23 @@ async fn run_steps(
                     rep.end(StepOutcome::Failed, f.detail());
                 }
                 return Err(match f {
+                    // New package versions this run made live are not left unproven: the
+                    // previous ones go back (a stop leaves them for the next run instead).
+                    Failure::End(e)
+                        if run.reinstall.is_some() && !matches!(e, FlowError::Stopped { .. }) =>
+                    {
+                        let previous = run
+                            .reinstall
+                            .as_ref()
+                            .map(|r| r.nevras.join(", "))
+                            .unwrap_or_default();
+                        let rollback = roll_back(ctx, rep, &mut run, done_steps).await;
+                        FlowError::AfterUpgrade {
+                            error: e.to_string(),
+                            previous,
+                            rollback,
+                        }
+                    }
                     Failure::End(e) => e,
                     Failure::Activation(error) => {
                         let rollback = roll_back(ctx, rep, &mut run, done_steps).await;
@@ -335,9 +352,12 @@ async fn roll_back(
         .rev()
         .filter(|&i| applied[i].changes_runtime_config())
         .collect();
+    // The runtime read nothing of this run unless a configuration step ran or it was
+    // activated: then the previous packages back in place are proven without a restart.
+    let restart = !undone.is_empty() || run.activated.is_some();
     // The undos, the previous packages, then the restart of the runtime and the proof back.
     let reinstall = run.reinstall.take();
-    rep.begin_rollback(undone.len() + 2 + usize::from(reinstall.is_some()));
+    rep.begin_rollback(undone.len() + 1 + usize::from(restart) + usize::from(reinstall.is_some()));
     for i in undone {
         if let Err(failed) = applied[i].undo(ctx, run, rep) {
             return failed;
@@ -348,7 +368,11 @@ async fn roll_back(
             return failed;
         }
     }
-    reactivate_and_prove_back(ctx, rep, &base).await
+    if restart {
+        reactivate_and_prove_back(ctx, rep, &base).await
+    } else {
+        prove_back(ctx, rep, &base, false).await
+    }
 }
 
 /// The runtime is being taken down by systemd for someone else: the applied steps' file

@@ -347,8 +347,9 @@ pub async fn put_back(
         Err(e) => {
             rep.end(crate::report::StepOutcome::Failed, e.clone());
             Err(crate::flow::Rollback::Failed(format!(
-                "the previous package versions ({}) could not be put back: {e}. The drop-in \
-                 is restored; check `rpm-ostree status`, then run kata-live again",
+                "the previous package versions ({}) could not be put back: {e}. The \
+                 runtime's configuration is as before; check `rpm-ostree status`, then run \
+                 kata-live again",
                 r.nevras.join(", ")
             )))
         }
