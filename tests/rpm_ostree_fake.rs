@@ -1090,13 +1090,7 @@ async fn one_transaction_at_a_time_while_a_client_runs_one() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut waited = 0;
-    while !e.dir.join("hanging").exists() {
-        assert!(waited < 600, "the fake never started hanging");
-        std::thread::sleep(Duration::from_millis(50));
-        waited += 1;
-    }
-    std::fs::remove_file(e.dir.join("hang")).unwrap();
+    e.wait_held("staging");
     let err = e.cli_err(&["install", "foo"]);
     assert!(
         err.contains(
@@ -1106,11 +1100,204 @@ async fn one_transaction_at_a_time_while_a_client_runs_one() {
         "{err}"
     );
     assert_eq!(e.status_json()["transaction"][0], "install");
-    let err = e.rpm.install(&pkg(), &[], DEADLINE).await.unwrap_err();
+    let err = e
+        .rpm
+        .install(&pkg(), &[], Duration::from_secs(2))
+        .await
+        .unwrap_err();
     assert!(matches!(err, RpmOstreeError::TransactionActive), "{err:?}");
-    // Its client gone, the transaction is over.
+    // Its client gone, the daemon still runs the transaction...
     first.kill().unwrap();
     first.wait().unwrap();
-    assert!(e.status_json()["transaction"].is_null());
+    assert_eq!(e.status_json()["transaction"][0], "install");
+    // ...to its end once let go.
+    e.unmark("hang");
+    e.wait_idle();
+    assert_eq!(
+        e.rpm.install(&pkg(), &[], DEADLINE).await.unwrap(),
+        PackageOutcome::AlreadyLive
+    );
     e.cli_ok(&["install", "foo"]);
+}
+
+// The daemon outlives its client (#24): NODE-FACTS "Transactions and signals".
+
+/// Waits (bounded, never timed) until `what` holds; panics naming `why` otherwise.
+fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
+    for _ in 0..1200 {
+        if what() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("never happened: {why}");
+}
+
+impl Env {
+    /// Starts `rpm-ostree ARGS` in the background, outputs piped.
+    fn spawn(&self, args: &[&str]) -> std::process::Child {
+        std::process::Command::new(self.rpm.exe())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits until a client catches SIGINT while its transaction is held in `phase`
+    /// (`hanging`: `PID PHASE`); returns the client's pid.
+    fn wait_held(&self, phase: &str) -> i32 {
+        let mut pid = 0;
+        wait_until(&format!("a client held in the {phase} phase"), || {
+            let body = std::fs::read_to_string(self.dir.join("hanging")).unwrap_or_default();
+            let mut w = body.split_whitespace();
+            pid = w.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            w.next() == Some(phase)
+        });
+        pid
+    }
+
+    fn unmark(&self, name: &str) {
+        std::fs::remove_file(self.dir.join(name)).unwrap();
+    }
+
+    fn wait_idle(&self) {
+        wait_until("the transaction to end", || {
+            self.status_json()["transaction"].is_null()
+        });
+    }
+}
+
+fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+/// SIGTERM or SIGKILL: the client dies silently, the daemon runs the transaction to its
+/// end, and the state is as if the client had waited.
+fn killed_client_transaction_goes_on(sig: nix::sys::signal::Signal) {
+    let e = env();
+    e.marker("hang");
+    let child = e.spawn(&["install", "-A", "kata-containers"]);
+    e.wait_held("staging");
+    signal(&child, sig);
+    let out = child.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(sig as i32), "{out:?}");
+    assert!(out.stderr.is_empty(), "died silently: {out:?}");
+    // The daemon still runs it: shown, and other changes refused.
+    assert_eq!(e.status_json()["transaction"][0], "install");
+    let err = e.cli_err(&["uninstall", "foo"]);
+    assert!(err.contains("Transaction in progress: "), "{err}");
+    e.unmark("hang");
+    e.wait_idle();
+    let booted = e.booted_json();
+    assert!(booted["live-replaced"].is_string(), "{booted:#}");
+    assert_eq!(live_map(&e)["kata-containers"], "kata-containers");
+    let st = e.status_json();
+    assert_eq!(
+        st["deployments"][0]["requested-packages"],
+        serde_json::json!(["kata-containers"])
+    );
+    let shim = e.root.join("usr/bin/containerd-shim-kata-v2");
+    wait_until("the live apply's files", || shim.exists());
+    // Then the next change goes through.
+    e.cli_ok(&["install", "foo"]);
+}
+
+#[test]
+fn a_sigkilled_client_s_transaction_goes_on_in_the_daemon() {
+    killed_client_transaction_goes_on(nix::sys::signal::Signal::SIGKILL);
+}
+
+#[test]
+fn a_sigtermed_client_s_transaction_goes_on_in_the_daemon() {
+    killed_client_transaction_goes_on(nix::sys::signal::Signal::SIGTERM);
+}
+
+/// The live step ignores cancellation: a SIGINT there leaves the packages live, and the
+/// client still says the operation was cancelled.
+#[test]
+fn sigint_during_the_live_part_leaves_the_packages_live_yet_says_cancelled() {
+    let e = env();
+    e.marker("hang-live");
+    let child = e.spawn(&["install", "-A", "kata-containers"]);
+    e.wait_held("live");
+    // While it runs: the transaction, and the live apply's target in progress.
+    let st = e.status_json();
+    assert_eq!(st["transaction"][0], "install", "{st:#}");
+    let pending = st["deployments"][0]["checksum"].clone();
+    assert_eq!(e.booted_json()["live-inprogress"], pending);
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    wait_until("the client to catch SIGINT", || {
+        e.dir.join("cancelled").exists()
+    });
+    e.unmark("hang-live");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Caught SIGINT, cancelling transaction\n"),
+        "{err}"
+    );
+    assert!(err.ends_with("error: Operation was cancelled\n"), "{err}");
+    // Yet the daemon finished: live, and nothing in progress.
+    assert!(e.status_json()["transaction"].is_null());
+    let booted = e.booted_json();
+    assert_eq!(booted["live-replaced"], pending, "{booted:#}");
+    assert!(booted.get("live-inprogress").is_none(), "{booted:#}");
+    assert_eq!(live_map(&e)["kata-containers"], "kata-containers");
+}
+
+/// Before the live part, a SIGINT really cancels: nothing changed.
+#[test]
+fn sigint_while_staging_cancels_and_changes_nothing() {
+    let e = env();
+    let before = e.status_json();
+    e.marker("hang");
+    let child = e.spawn(&["install", "-A", "kata-containers"]);
+    e.wait_held("staging");
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.ends_with("error: Operation was cancelled\n"), "{err}");
+    e.unmark("hang");
+    let after = e.status_json();
+    assert_eq!(after, before);
+    assert!(!e.dir.join("live-packages.json").exists());
+}
+
+/// `install` with `-A` or a local RPM keeps the D-Bus error's prefix; the others do not.
+#[test]
+fn transaction_in_progress_keeps_the_gdbus_prefix_for_install_live_or_local() {
+    let e = env();
+    let rpm = e.kata_rpm("3.20.0");
+    e.marker("hang");
+    let _held = e.spawn(&["uninstall", "--idempotent", "foo"]);
+    e.wait_held("staging");
+    const PREFIXED: &str = "error: Updating deployment: \
+         GDBus.Error:org.projectatomic.rpmostreed.Error.Failed: Transaction in progress: \
+         uninstall --idempotent foo\n You can cancel the current transaction with `rpm-ostree \
+         cancel`";
+    for args in [
+        vec!["install", "-A", "kata-containers"],
+        vec!["install", "--apply-live", "kata-containers"],
+        vec!["install", rpm.as_str()],
+    ] {
+        let err = e.cli_err(&args);
+        assert!(err.starts_with(PREFIXED), "{args:?}: {err}");
+    }
+    for args in [
+        vec!["install", "kata-containers"],
+        vec!["uninstall", "bar"],
+        vec!["apply-live"],
+    ] {
+        let err = e.cli_err(&args);
+        assert!(
+            err.starts_with("error: Transaction in progress: uninstall --idempotent foo\n"),
+            "{args:?}: {err}"
+        );
+    }
+    e.unmark("hang");
+    e.wait_idle();
 }

@@ -19,15 +19,37 @@
 //! - `delay`: seconds (float) before the files of a live apply appear; they are created
 //!   by a detached background process, as a live apply's files reached CRI-O late;
 //! - fault markers (the file existing switches it on): `fail` (mutating commands exit 1
-//!   with an error), `hang` (mutating commands sleep forever; SIGINT cancels, as for the
-//!   real client: `Caught SIGINT, cancelling transaction`, then `error: Operation was
-//!   cancelled`, exit 1, logged in `cancelled`; with `slow-cancel` as well, the
-//!   cancellation never completes), `fail-status`, `hang-status` (the same for `status`),
+//!   with an error, starting no transaction), `hang` (a transaction is held at its start,
+//!   before it changes anything: the "staging" phase; held for as long as the file exists,
+//!   so removing it lets the transaction go on to its end; a cancellation ends it there,
+//!   changing nothing, unless `slow-cancel` exists too, which keeps the cancellation from
+//!   completing), `hang-live` (a live apply is held once its target is recorded as
+//!   `live-inprogress`, before the running tree changes: the "live" phase; a cancellation is
+//!   ignored there, as rpm-ostree's live step ignores it, and the apply finishes once the
+//!   file is removed), `fail-status`, `hang-status` (`status` fails, or hangs until SIGINT:
+//!   `Caught SIGINT, cancelling transaction`, `error: Operation was cancelled`),
 //!   `interrupt` (a live apply records `live-inprogress` and exits 1, as an interrupted
 //!   apply leaves it);
-//! - `hanging`: written (the client's pid) once a hanging client catches SIGINT. Before
-//!   that a SIGINT kills it, as it kills the real client before its transaction runs: a
-//!   test that needs the cancellation signals only after this exists.
+//! - `hanging`: `CLIENT-PID PHASE` (`staging` or `live`), written by a client once it
+//!   catches SIGINT and its transaction is held in that phase, removed when that client
+//!   ends (a killed client leaves it). Before the transaction starts, a SIGINT kills the
+//!   client, as it kills the real one: a test that needs the cancellation signals only
+//!   after this exists. `cancelled`: written (`SIGINT`) when a client caught SIGINT;
+//! - `transaction`: the running transaction, `DAEMON-PID TITLE` (the title is the command
+//!   line) and its directory `transactions/<client pid>/` (the request, the client's copies
+//!   of its local RPMs, the daemon's output, `held`, `cancel`, `result`).
+//!
+//! Client and daemon: a mutating command (`install`, `uninstall`, `apply-live`) is checked
+//! by the client (options, operands, the `fail` marker, its local RPMs opened and copied as
+//! the real client hands over their fds), which then starts the transaction, under a lock,
+//! in a process of its own process group (`fake-rpm-ostree __daemon DIR`) and relays that
+//! process's output until it ends. So, as with rpm-ostreed: a SIGTERM or SIGKILL of the
+//! client kills it silently while the transaction goes on to its end, leaving the state as
+//! if the client had waited; a SIGINT makes the client print `Caught SIGINT, cancelling
+//! transaction`, ask for cancellation (also what `rpm-ostree cancel` does) and wait for the
+//! transaction to end, then end `error: Operation was cancelled`, exit 1, whatever the
+//! transaction did: cancelled while staging (nothing changed), or run to its end in the live
+//! step (the packages live).
 //!
 //! The CLI surface follows rpm-ostree: `install` (`--idempotent`, `--allow-inactive`,
 //! `-A/--apply-live`, `-y/--assumeyes`, `-C/--cache-only`, `--uninstall=PKG`, repeated; no
@@ -76,16 +98,29 @@
 //!   `Failed to read package PATH: ...`) are matched by tests on their stable parts only
 //!   (`conflicting requests`, `cannot install both ... from @commandline`).
 //!
-//! - One transaction at a time, daemon-wide: while a client hangs in one (the `hang`
-//!   fault), `status --json` shows `"transaction": [method, sender, object-path]` and any
+//! - One transaction at a time, daemon-wide: while one runs (whether its client lives or
+//!   not), `status --json` shows `"transaction": [method, sender, object-path]` and any
 //!   other mutating command fails with `Transaction in progress: TITLE` and ` You can cancel
-//!   the current transaction with `rpm-ostree cancel``. It lasts as long as that client's
-//!   process (stricter than the real daemon only in that a killed client ends it; recorded
-//!   in `transaction` as `PID TITLE`).
+//!   the current transaction with `rpm-ostree cancel``; `install` with `-A` or a local RPM
+//!   keeps the D-Bus call's prefix (NODE-FACTS: "about"; the fake takes `Updating
+//!   deployment: GDBus.Error:org.projectatomic.rpmostreed.Error.Failed: Transaction in
+//!   progress: TITLE`). A live apply records its target as `live-inprogress` before it
+//!   changes the running tree, so a status read while it runs shows both.
+//!
+//! Where the stand-in differs from the real daemon, and why:
+//! - the "daemon" is one process per transaction, started by its client, not a service:
+//!   under a systemd unit it stays in the unit's cgroup, so the unit's final SIGKILL (a
+//!   stop with `KillMode=mixed` once the main process is gone, or a kill of the whole
+//!   unit) ends the transaction where rpm-ostreed, in its own unit, would go on (the
+//!   state is then as a daemon crash leaves it: `live-inprogress` if in the live step);
+//! - the same request sent again does not attach (`Attaching to existing transaction`):
+//!   it is refused as any other;
+//! - no D-Bus: the transaction's sender is always `:1.42`, and its title the command line.
 //!
 //! Not copied: depsolving against repositories (there are none on RHCOS; a name is taken as
 //! a package of that name, with no version), `%pre`/`%post` scriptlets (they never run
-//! live), `Transaction in progress`, the daemon outliving a SIGTERM'd client.
+//! live), the `notice: auto-inferring -y/--assumeyes` line and its 1 s sleep, progress
+//! output while a transaction runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -118,6 +153,10 @@ const BOOT_CHECKSUM: &str = "3c5b4e4f2d2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2
 
 struct Fake {
     dir: PathBuf,
+    /// In the daemon: the transaction's directory (`transactions/<client pid>/`).
+    tx: Option<PathBuf>,
+    /// In the daemon: each local RPM argument → the copy its client handed over.
+    rpms: BTreeMap<String, PathBuf>,
 }
 
 type Res<T> = Result<T, String>;
@@ -127,9 +166,19 @@ fn main() -> ExitCode {
     let dir = std::env::var_os("FAKE_RPM_OSTREE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/lib/fake-rpm-ostree"));
-    let fake = Fake { dir };
+    let mut fake = Fake {
+        dir,
+        tx: None,
+        rpms: BTreeMap::new(),
+    };
     if args.first().map(String::as_str) == Some("__create-files") {
         return fake.create_files_later(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("__daemon") {
+        return match args.get(1) {
+            Some(tx) => fake.daemon(Path::new(tx)),
+            None => ExitCode::from(2),
+        };
     }
     if let Err(e) = fake.record(&args) {
         eprintln!("fake-rpm-ostree: cannot record call: {e}");
@@ -161,6 +210,60 @@ fn checksum_for(seed: &str) -> String {
 /// The name in a NEVRA (`name-[epoch:]version-release.arch`).
 fn nevra_name(nevra: &str) -> String {
     nevra.rsplitn(3, '-').nth(2).unwrap_or(nevra).to_string()
+}
+
+/// A process that runs (not gone, not a zombie).
+fn alive(pid: i32) -> bool {
+    pid as u32 != std::process::id()
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+}
+
+fn is_local(arg: &str) -> bool {
+    arg.ends_with(".rpm") || arg.starts_with("file://")
+}
+
+/// The options of a mutating command, as its client checks them.
+fn client_opts(cmd: &str, rest: &[String]) -> Res<Opts> {
+    let o = match cmd {
+        "install" => parse_opts(
+            rest,
+            &[
+                "--idempotent",
+                "--allow-inactive",
+                "--apply-live",
+                "--assumeyes",
+                "--cache-only",
+                "--dry-run",
+            ],
+            &["--uninstall"],
+        )?,
+        "uninstall" => parse_opts(rest, &["--idempotent", "--assumeyes"], &[])?,
+        _ => parse_opts(rest, &["--allow-replacement", "--reset"], &["--target"])?,
+    };
+    if cmd != "apply-live" && o.operands.is_empty() {
+        return Err("At least one PACKAGE must be specified".into());
+    }
+    Ok(o)
+}
+
+/// Copies what `file` gained since `from` to `to`; returns the new offset.
+fn relay(file: &Path, from: u64, to: &mut dyn Write) -> u64 {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(file) else {
+        return from;
+    };
+    let mut buf = Vec::new();
+    if f.seek(SeekFrom::Start(from)).is_err() || f.read_to_end(&mut buf).is_err() {
+        return from;
+    }
+    let _ = to.write_all(&buf);
+    let _ = to.flush();
+    from + buf.len() as u64
 }
 
 fn strs(v: &Value) -> Vec<String> {
@@ -218,9 +321,10 @@ struct LocalRpm {
     sha256: String,
 }
 
-fn read_local_rpm(arg: &str) -> Res<LocalRpm> {
+/// `arg` as given on the command line (for the words), read from `file` (the client's copy).
+fn read_local_rpm(arg: &str, file: &Path) -> Res<LocalRpm> {
     let path = arg.strip_prefix("file://").unwrap_or(arg);
-    let bytes = std::fs::read(path).map_err(|e| format!("Opening {path}: {e}"))?;
+    let bytes = std::fs::read(file).map_err(|e| format!("Opening {path}: {e}"))?;
     let meta = rpm::PackageMetadata::parse(&mut std::io::Cursor::new(&bytes))
         .map_err(|e| format!("Failed to read package {path}: {e}"))?;
     let field = |r: Result<&str, rpm::Error>| {
@@ -370,80 +474,60 @@ impl Fake {
         std::fs::rename(&tmp, self.path("state.json")).map_err(|e| e.to_string())
     }
 
-    fn faults(&self, status: bool) -> Res<()> {
-        let (fail, hang) = if status {
-            ("fail-status", "hang-status")
-        } else {
-            ("fail", "hang")
-        };
-        if self.marker(hang) {
-            // Like the real client on Ctrl-C: SIGINT cancels the (never-ending) transaction,
-            // which is logged in `cancelled`; SIGTERM keeps its default (the client dies).
-            // With `slow-cancel` too, the cancellation never completes (the real client then
-            // waits for the daemon: `Awaiting transaction cancellation...`).
+    /// `fail-status` and `hang-status`, for `status` (no transaction: its own process).
+    fn status_faults(&self) -> Res<()> {
+        if self.marker("hang-status") {
+            // Like the real client on Ctrl-C: SIGINT ends the (never-ending) call, which is
+            // logged in `cancelled`; SIGTERM keeps its default (the client dies).
             catch_sigint();
-            let title = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
-            let _ = std::fs::write(
-                self.path("transaction"),
-                format!("{} {title}\n", std::process::id()),
-            );
             let _ = std::fs::write(self.path("hanging"), format!("{}\n", std::process::id()));
-            let mut said = false;
             loop {
-                if SIGINT_SEEN.load(Ordering::SeqCst) && !said {
+                if SIGINT_SEEN.load(Ordering::SeqCst) {
                     eprintln!("Caught SIGINT, cancelling transaction");
                     let _ = std::fs::write(self.path("cancelled"), b"SIGINT\n");
-                    if !self.marker("slow-cancel") {
-                        let _ = std::fs::remove_file(self.path("transaction"));
-                        return Err("Operation was cancelled".into());
-                    }
-                    said = true;
+                    return Err("Operation was cancelled".into());
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        if self.marker(fail) {
+        if self.marker("fail-status") {
             return Err("fake failure injected (marker file present)".into());
         }
         Ok(())
     }
 
-    /// The transaction another live client runs: its title.
-    fn transaction(&self) -> Option<String> {
-        let body = std::fs::read_to_string(self.path("transaction")).ok()?;
-        let (pid, title) = body.trim().split_once(' ')?;
-        let pid: i32 = pid.parse().ok()?;
-        let alive = pid as u32 != std::process::id()
-            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| r.trim_start().starts_with('Z'))
-            });
-        alive.then(|| title.to_string())
+    /// The daemon-wide lock: who checks for a running transaction and starts one holds it.
+    fn lock(&self) -> Res<nix::fcntl::Flock<std::fs::File>> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.path(".lock"))
+            .map_err(|e| format!("lock: {e}"))?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| format!("lock: {e}"))
     }
 
-    fn refuse_if_busy(&self) -> Res<()> {
-        match self.transaction() {
-            Some(title) => Err(format!(
-                "Transaction in progress: {title}\n You can cancel the current transaction with `rpm-ostree cancel`"
-            )),
-            None => Ok(()),
-        }
+    /// The running transaction: its title and directory. `transaction` holds `DAEMON-PID
+    /// TITLE` and the directory on a second line; a daemon gone (or a zombie) ran none.
+    fn transaction(&self) -> Option<(String, PathBuf)> {
+        let body = std::fs::read_to_string(self.path("transaction")).ok()?;
+        let mut lines = body.lines();
+        let (pid, title) = lines.next()?.trim().split_once(' ')?;
+        let tx = PathBuf::from(lines.next().unwrap_or_default().trim());
+        let pid: i32 = pid.parse().ok()?;
+        alive(pid).then(|| (title.to_string(), tx))
     }
 
     fn dispatch(&self, args: &[String]) -> Res<()> {
         let (cmd, rest) = args.split_first().ok_or("No command specified")?;
-        if matches!(cmd.as_str(), "install" | "uninstall" | "apply-live") {
-            self.refuse_if_busy()?;
-        }
         match cmd.as_str() {
             "status" => {
                 let o = parse_opts(rest, &["--json", "--booted", "-v", "--verbose"], &[])?;
-                self.faults(true)?;
+                self.status_faults()?;
                 let mut state = self.load()?;
                 state["transaction"] = match self.transaction() {
-                    Some(title) => json!([
+                    Some((title, _)) => json!([
                         title.split(' ').next().unwrap_or_default(),
                         ":1.42",
                         "/org/projectatomic/rpmostree1/rhcos"
@@ -465,23 +549,232 @@ impl Fake {
                 }
                 Ok(())
             }
-            "install" => {
-                let o = parse_opts(
-                    rest,
-                    &[
-                        "--idempotent",
-                        "--allow-inactive",
-                        "--apply-live",
-                        "--assumeyes",
-                        "--cache-only",
-                        "--dry-run",
-                    ],
-                    &["--uninstall"],
-                )?;
-                if o.operands.is_empty() {
-                    return Err("At least one PACKAGE must be specified".into());
+            "install" | "uninstall" | "apply-live" => {
+                let o = client_opts(cmd, rest)?;
+                if self.marker("fail") {
+                    return Err("fake failure injected (marker file present)".into());
                 }
-                self.faults(false)?;
+                // What goes through rpm-ostree's deployment-update call (`-A`, or a local
+                // RPM) keeps that call's prefix on a D-Bus error.
+                let local: Vec<&String> = o
+                    .operands
+                    .iter()
+                    .filter(|a| cmd == "install" && is_local(a))
+                    .collect();
+                let prefixed =
+                    cmd == "install" && (o.flags.contains("--apply-live") || !local.is_empty());
+                self.client(args, &local, prefixed)
+            }
+            "cancel" => {
+                if let Some((_, tx)) = self.transaction() {
+                    let _ = std::fs::write(tx.join("cancel"), b"cancel\n");
+                }
+                Ok(())
+            }
+            other => Err(format!("Unknown command '{other}'")),
+        }
+    }
+
+    /// The client of a mutating command: hands its request (and its local RPMs, as the real
+    /// one hands over their fds) to a daemon process of its own session, then relays the
+    /// daemon's output until it finishes. SIGINT asks the daemon to cancel; the client
+    /// then waits, and says `Operation was cancelled` whatever the daemon did.
+    fn client(&self, args: &[String], local: &[&String], prefixed: bool) -> Res<()> {
+        let me = std::process::id();
+        let tx = self.path("transactions").join(me.to_string());
+        let _ = std::fs::remove_dir_all(&tx);
+        std::fs::create_dir_all(&tx).map_err(|e| format!("{}: {e}", tx.display()))?;
+        let result = self.client_in(&tx, args, local, prefixed);
+        // The daemon is done with it (or never started); a killed client leaves it to the
+        // daemon.
+        let _ = std::fs::remove_dir_all(&tx);
+        result
+    }
+
+    fn client_in(&self, tx: &Path, args: &[String], local: &[&String], prefixed: bool) -> Res<()> {
+        let mut rpms = serde_json::Map::new();
+        for (i, a) in local.iter().enumerate() {
+            let src = a.strip_prefix("file://").unwrap_or(a);
+            let copy = tx.join(format!("{i}.rpm"));
+            std::fs::copy(src, &copy).map_err(|e| format!("Opening {src}: {e}"))?;
+            rpms.insert(a.to_string(), Value::from(copy.display().to_string()));
+        }
+        let request = json!({"args": args, "client": std::process::id(), "rpms": rpms});
+        std::fs::write(tx.join("request.json"), request.to_string()).map_err(|e| e.to_string())?;
+        let out = std::fs::File::create(tx.join("out")).map_err(|e| e.to_string())?;
+        let err = std::fs::File::create(tx.join("err")).map_err(|e| e.to_string())?;
+        let lock = self.lock()?;
+        if let Some((title, _)) = self.transaction() {
+            let prefix = if prefixed {
+                "Updating deployment: GDBus.Error:org.projectatomic.rpmostreed.Error.Failed: "
+            } else {
+                ""
+            };
+            return Err(format!(
+                "{prefix}Transaction in progress: {title}\n You can cancel the current transaction with `rpm-ostree cancel`"
+            ));
+        }
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        use std::os::unix::process::CommandExt;
+        // Its own process group: a signal to the client's group (a terminal's Ctrl-C,
+        // `timeout`) does not reach it; only its work ends it.
+        let mut daemon = std::process::Command::new(exe)
+            .arg("__daemon")
+            .arg(tx)
+            .env("FAKE_RPM_OSTREE_DIR", &self.dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("starting the transaction: {e}"))?;
+        let title = args.join(" ");
+        std::fs::write(
+            self.path("transaction"),
+            format!("{} {title}\n{}\n", daemon.id(), tx.display()),
+        )
+        .map_err(|e| e.to_string())?;
+        drop(lock);
+        // From here a SIGINT cancels instead of killing the client.
+        catch_sigint();
+        let me = std::process::id();
+        let mut offsets = (0u64, 0u64);
+        let mut cancelling = false;
+        let mut reported: Option<String> = None;
+        let finished = loop {
+            offsets.0 = relay(&tx.join("out"), offsets.0, &mut std::io::stdout());
+            offsets.1 = relay(&tx.join("err"), offsets.1, &mut std::io::stderr());
+            if SIGINT_SEEN.load(Ordering::SeqCst) && !cancelling {
+                eprintln!("Caught SIGINT, cancelling transaction");
+                let _ = std::fs::write(self.path("cancelled"), b"SIGINT\n");
+                let _ = std::fs::write(tx.join("cancel"), b"SIGINT\n");
+                cancelling = true;
+            }
+            // Held in a phase (the `hang` markers): said in `hanging` once we catch SIGINT.
+            if let Ok(phase) = std::fs::read_to_string(tx.join("held")) {
+                let phase = phase.trim().to_string();
+                if !phase.is_empty() && reported.as_deref() != Some(&phase) {
+                    let _ = std::fs::write(self.path("hanging"), format!("{me} {phase}\n"));
+                    reported = Some(phase);
+                }
+            }
+            if let Ok(r) = std::fs::read_to_string(tx.join("result")) {
+                break Some(r);
+            }
+            if daemon.try_wait().ok().flatten().is_some() {
+                break std::fs::read_to_string(tx.join("result")).ok();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = daemon.wait();
+        relay(&tx.join("out"), offsets.0, &mut std::io::stdout());
+        relay(&tx.join("err"), offsets.1, &mut std::io::stderr());
+        if reported.is_some() {
+            let _ = std::fs::remove_file(self.path("hanging"));
+        }
+        if cancelling {
+            // The real client ends so even when the daemon finished (the live step ignores
+            // cancellation): `status --json` is the only truth afterwards.
+            return Err("Operation was cancelled".into());
+        }
+        match finished {
+            Some(r) => match r.split_once('\n') {
+                Some(("ok", _)) => Ok(()),
+                Some((_, msg)) => Err(msg.to_string()),
+                None => Err(format!("bad transaction result: {r}")),
+            },
+            None => Err("The transaction's daemon exited without a result".into()),
+        }
+    }
+
+    /// The daemon side of one transaction: runs it to its end whatever becomes of the
+    /// client, then writes `result` (`ok\n` or `error\nMESSAGE`) in its directory.
+    fn daemon(&mut self, tx: &Path) -> ExitCode {
+        let request: Value = std::fs::read_to_string(tx.join("request.json"))
+            .ok()
+            .and_then(|b| serde_json::from_str(&b).ok())
+            .unwrap_or(Value::Null);
+        let args = strs(&request["args"]);
+        if let Some(m) = request["rpms"].as_object() {
+            for (arg, copy) in m {
+                if let Some(c) = copy.as_str() {
+                    self.rpms.insert(arg.clone(), PathBuf::from(c));
+                }
+            }
+        }
+        self.tx = Some(tx.to_path_buf());
+        let result = self.execute(&args);
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // Over before its result is out: the client's next command finds the daemon idle.
+        if let Ok(lock) = self.lock() {
+            let ours = std::fs::read_to_string(self.path("transaction"))
+                .is_ok_and(|b| b.starts_with(&format!("{} ", std::process::id())));
+            if ours {
+                let _ = std::fs::remove_file(self.path("transaction"));
+            }
+            drop(lock);
+        }
+        let body = match &result {
+            Ok(()) => "ok\n".to_string(),
+            Err(e) => format!("error\n{e}"),
+        };
+        let tmp = tx.join(".result");
+        if std::fs::write(&tmp, body).is_ok() {
+            let _ = std::fs::rename(&tmp, tx.join("result"));
+        }
+        // A client killed meanwhile cannot clean up after us.
+        let client = request["client"]
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok());
+        if !client.is_some_and(alive) {
+            let _ = std::fs::remove_dir_all(tx);
+        }
+        ExitCode::SUCCESS
+    }
+
+    /// The client's copy of a local RPM argument (the argument's own path outside a daemon).
+    fn rpm_file(&self, arg: &str) -> PathBuf {
+        self.rpms
+            .get(arg)
+            .cloned()
+            .unwrap_or_else(|| PathBuf::from(arg.strip_prefix("file://").unwrap_or(arg)))
+    }
+
+    /// Holds the transaction in `phase` while the marker file `marker` exists (said in the
+    /// transaction's `held`). A cancellable phase ends at a cancellation request (unless
+    /// `slow-cancel` exists), and is checked for one on the way out.
+    fn hold(&self, marker: &str, phase: &str, cancellable: bool) -> Res<()> {
+        let Some(tx) = &self.tx else { return Ok(()) };
+        let cancelled = || tx.join("cancel").exists() && !self.marker("slow-cancel");
+        let mut held = false;
+        while self.marker(marker) {
+            if !held {
+                let _ = std::fs::write(tx.join("held"), phase);
+                held = true;
+            }
+            if cancellable && cancelled() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if held {
+            let _ = std::fs::remove_file(tx.join("held"));
+        }
+        if cancellable && cancelled() {
+            return Err("Operation was cancelled".into());
+        }
+        Ok(())
+    }
+
+    /// What the daemon does for a mutating command.
+    fn execute(&self, args: &[String]) -> Res<()> {
+        let (cmd, rest) = args.split_first().ok_or("No command specified")?;
+        let o = client_opts(cmd, rest)?;
+        // Before anything changes (an install's staging): cancellable.
+        self.hold("hang", "staging", true)?;
+        match cmd.as_str() {
+            "install" => {
                 let mut state = self.load()?;
                 let changed = self.change(
                     &mut state,
@@ -504,11 +797,6 @@ impl Fake {
                 Ok(())
             }
             "uninstall" => {
-                let o = parse_opts(rest, &["--idempotent", "--assumeyes"], &[])?;
-                if o.operands.is_empty() {
-                    return Err("At least one PACKAGE must be specified".into());
-                }
-                self.faults(false)?;
                 let mut state = self.load()?;
                 if !self.change(
                     &mut state,
@@ -524,8 +812,6 @@ impl Fake {
                 Ok(())
             }
             "apply-live" => {
-                let o = parse_opts(rest, &["--allow-replacement", "--reset"], &["--target"])?;
-                self.faults(false)?;
                 let mut state = self.load()?;
                 let target = if o.flags.contains("--reset") {
                     Some(
@@ -539,7 +825,6 @@ impl Fake {
                 };
                 self.apply_live(&mut state, target, o.flags.contains("--allow-replacement"))
             }
-            "cancel" => Ok(()),
             other => Err(format!("Unknown command '{other}'")),
         }
     }
@@ -594,8 +879,8 @@ impl Fake {
         }
         let mut imports = Vec::new();
         for a in add {
-            if a.ends_with(".rpm") || a.starts_with("file://") {
-                let rpm = read_local_rpm(a)?;
+            if is_local(a) {
+                let rpm = read_local_rpm(a, &self.rpm_file(a))?;
                 if local.contains(&rpm.nevra) {
                     if !idempotent {
                         return Err(format!(
@@ -632,8 +917,7 @@ impl Fake {
         let cache = self.path("pkgcache");
         std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
         for (src, nevra) in imports {
-            let src = src.strip_prefix("file://").unwrap_or(&src).to_string();
-            std::fs::copy(&src, cache.join(format!("{nevra}.rpm")))
+            std::fs::copy(self.rpm_file(&src), cache.join(format!("{nevra}.rpm")))
                 .map_err(|e| format!("importing {src}: {e}"))?;
         }
         let base = deps[bi]["checksum"]
@@ -715,12 +999,15 @@ impl Fake {
                 ));
             }
         }
-        let dep = &mut state["deployments"][bi];
+        // The target is recorded first: an apply cut off leaves it as `live-inprogress`.
+        state["deployments"][bi]["live-inprogress"] = Value::from(target.clone());
+        self.save(state)?;
         if self.marker("interrupt") {
-            dep["live-inprogress"] = Value::from(target.clone());
-            self.save(state)?;
             return Err("Transaction interrupted (fake)".into());
         }
+        // The live step ignores cancellation: held here, it still runs to its end.
+        self.hold("hang-live", "live", false)?;
+        let dep = &mut state["deployments"][bi];
         if let Some(o) = dep.as_object_mut() {
             o.remove("live-inprogress");
             o.insert("live-replaced".into(), Value::from(target.clone()));
