@@ -126,6 +126,37 @@ pub fn post_install_unit_due(package_changed: bool, done_this_boot: bool) -> boo
     package_changed || !done_this_boot
 }
 
+/// A sandbox on the handler through an upgrade, and the version it started on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodOnVersion {
+    /// `namespace/name`.
+    pub pod: String,
+    pub id: String,
+    /// The NEVRA of the package whose runtime binary it started, when that can be told.
+    pub started_on: Option<String>,
+}
+
+/// The version each sandbox on the handler started on. The runtime binary is executed when a
+/// sandbox is created and its process keeps that binary, so a sandbox created once
+/// `previous` was live (since `live_since_ns`: when kata-live saw it go live) runs
+/// `previous` until it is recreated; an older one may run an earlier version still, and a
+/// sandbox whose creation time the runtime does not tell cannot be placed: neither is told.
+pub fn pods_on_previous_version(
+    pods: &[crate::cri::PodRef],
+    previous: &str,
+    live_since_ns: Option<i64>,
+) -> Vec<PodOnVersion> {
+    pods.iter()
+        .map(|p| PodOnVersion {
+            pod: p.display_name(),
+            id: p.id.clone(),
+            started_on: live_since_ns
+                .filter(|&since| p.created_at_ns > 0 && p.created_at_ns >= since)
+                .map(|_| previous.to_string()),
+        })
+        .collect()
+}
+
 /// Observations after activation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProofInputs {
@@ -208,6 +239,37 @@ pub fn verdict(p: &ProofInputs) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandbox_started_on_the_previous_version_is_told_only_when_it_can_be() {
+        let pod = |id: &str, created_at_ns: i64| crate::cri::PodRef {
+            id: id.into(),
+            namespace: "shop".into(),
+            name: id.into(),
+            uid: String::new(),
+            attempt: 0,
+            handler: Some("kata-remote".into()),
+            ready: true,
+            created_at_ns,
+        };
+        let prev = "kata-containers-3.20.0-1.el9.x86_64";
+        let pods = [
+            pod("after", 200),
+            pod("at", 100),
+            pod("before", 99),
+            pod("untold", 0),
+        ];
+        let told: Vec<Option<String>> = pods_on_previous_version(&pods, prev, Some(100))
+            .into_iter()
+            .map(|p| p.started_on)
+            .collect();
+        let prev = Some(prev.to_string());
+        assert_eq!(told, [prev.clone(), prev, None, None]);
+        // Without a record of when it went live, nothing is told.
+        assert!(pods_on_previous_version(&pods, "v", None)
+            .iter()
+            .all(|p| p.started_on.is_none()));
+    }
 
     fn base() -> ActivationInputs {
         ActivationInputs {

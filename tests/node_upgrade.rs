@@ -88,7 +88,7 @@ fn a_newer_release_is_upgraded_live_without_restarting_crio() {
     k.referee_assert_serves(HANDLER);
 
     // A sandbox on the handler, started on 3.20, before the upgrade.
-    k.seed_pod("shop", "vm", HANDLER);
+    let sandbox = k.seed_pod("shop", "vm", HANDLER);
     let before = k.referee();
     let crio = k.unit("crio.service");
     let kubelet = k.unit("kubelet.service");
@@ -153,6 +153,22 @@ fn a_newer_release_is_upgraded_live_without_restarting_crio() {
     assert_eq!(
         st["evidence"]["package_versions"][0]["action"], "upgrade",
         "{st}"
+    );
+    // The sandbox started before the upgrade keeps the shim it started, and says which.
+    assert_eq!(
+        st["evidence"]["pods_on_previous_version"],
+        serde_json::json!([{
+            "pod": "shop/vm",
+            "id": sandbox,
+            "started_on": "kata-containers-3.20.0-1.el9.x86_64",
+        }]),
+        "{st}"
+    );
+    assert!(
+        run.stdout
+            .contains("1 sandbox(es) on handler kata-remote keep the runtime they started with"),
+        "{}",
+        show(&run)
     );
     let status = k.kata(&["status"]);
     assert!(

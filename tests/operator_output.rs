@@ -352,6 +352,7 @@ fn observation() -> Observation {
                 attempt: 0,
                 handler: Some("kata-remote".into()),
                 ready: true,
+                created_at_ns: 0,
             }],
             undetermined: Vec::new(),
         }),

@@ -23,6 +23,10 @@ pub struct PodRef {
     /// empty field is not "default": see [`handler_from_verbose_info`].
     pub handler: Option<String>,
     pub ready: bool,
+    /// When the runtime created the sandbox (ns since the epoch; 0 when not told): the
+    /// runtime binary a sandbox runs is the one live then.
+    #[serde(skip)]
+    pub created_at_ns: i64,
 }
 
 impl PodRef {
@@ -36,6 +40,7 @@ impl PodRef {
             attempt: md.attempt,
             handler: (!s.runtime_handler.is_empty()).then(|| s.runtime_handler.clone()),
             ready: s.state() == proto::PodSandboxState::SandboxReady,
+            created_at_ns: s.created_at,
         }
     }
 
@@ -407,6 +412,7 @@ mod tests {
             attempt,
             handler: Some(String::new()),
             ready,
+            created_at_ns: 0,
         }
     }
 

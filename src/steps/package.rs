@@ -118,13 +118,13 @@ impl Step for InstallPackage {
                 .rpm_ostree
                 .install_with_table(&c.package, &local, Ctx::deadline(c.deadlines.package))
                 .await;
-            let pkg = match out {
+            let (pkg, decisions) = match out {
                 Ok((o, decisions)) => {
                     if !decisions.is_empty() {
                         // Each package's NEVRA: live, next boot, offered, and what was done.
                         rep.evidence("package_versions", &decisions);
                     }
-                    o
+                    (o, decisions)
                 }
                 Err(RpmOstreeError::Interrupted { signal, .. }) => {
                     return Err(FlowError::Stopped {
@@ -158,6 +158,7 @@ impl Step for InstallPackage {
             }
             if pkg == PackageOutcome::Upgraded {
                 run.reinstall = reinstall;
+                note_pods_on_previous_version(ctx, run, rep, &decisions)?;
             }
             if !local.is_empty()
                 && matches!(
@@ -188,6 +189,56 @@ impl Step for InstallPackage {
             ))
         })
     }
+}
+
+/// The sandboxes on the handler at preflight keep the runtime binary they started (the shim
+/// process holds it): the evidence lists them with the version they started on, and the
+/// summary says how many keep the previous version until they are recreated.
+fn note_pods_on_previous_version(
+    ctx: &Ctx,
+    run: &mut Run,
+    rep: &mut Reporter,
+    decisions: &[crate::rpm_ostree::Decision],
+) -> Result<(), FlowError> {
+    use crate::rpm_ostree::{Action, KEPT_RPMS};
+    let (binary, _) = ctx.rt.runtime_files(&ctx.host);
+    // The package that ships the runtime binary, and the version it replaced.
+    let Some(previous) = decisions
+        .iter()
+        .filter(|d| matches!(d.action, Action::Upgrade | Action::Downgrade))
+        .filter(|d| {
+            d.offered
+                .as_ref()
+                .is_some_and(|o| o.sha256.contains_key(&binary))
+        })
+        .find_map(|d| d.on_node.live.as_ref())
+    else {
+        return Ok(());
+    };
+    let on = crate::cri::pods_on_handler(&run.baseline()?.pods, &ctx.cfg.handler.name);
+    if on.on_handler.is_empty() {
+        return Ok(());
+    }
+    // When that version went live, as far as kata-live saw it: its kept RPM was written then.
+    let live_since_ns =
+        std::fs::symlink_metadata(ctx.host.path(KEPT_RPMS).join(format!("{previous}.rpm")))
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_nanos()).ok());
+    // Only those known to be on it: a sandbox whose handler is not told may run another.
+    let pods = &on.on_handler;
+    let told = crate::plan::pods_on_previous_version(pods, &previous.to_string(), live_since_ns);
+    rep.evidence("pods_on_previous_version", &told);
+    let known = told.iter().filter(|p| p.started_on.is_some()).count();
+    run.summary.push(format!(
+        "{} sandbox(es) on handler {} keep the runtime they started with until recreated \
+         ({known} on {previous}, {} started earlier or not told)",
+        told.len(),
+        ctx.cfg.handler.name,
+        told.len() - known
+    ));
+    Ok(())
 }
 
 /// How a rollback would put back the versions the offered RPMs replace, from the copies kept
