@@ -1273,7 +1273,7 @@ fn transaction_in_progress_keeps_the_gdbus_prefix_for_install_live_or_local() {
     let e = env();
     let rpm = e.kata_rpm("3.20.0");
     e.marker("hang");
-    let _held = e.spawn(&["uninstall", "--idempotent", "foo"]);
+    let held = e.spawn(&["uninstall", "--idempotent", "foo"]);
     e.wait_held("staging");
     const PREFIXED: &str = "error: Updating deployment: \
          GDBus.Error:org.projectatomic.rpmostreed.Error.Failed: Transaction in progress: \
@@ -1299,5 +1299,98 @@ fn transaction_in_progress_keeps_the_gdbus_prefix_for_install_live_or_local() {
         );
     }
     e.unmark("hang");
-    e.wait_idle();
+    // The held transaction then ends as it would have: nothing to remove.
+    let out = held.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "No change.\n");
+    assert!(e.status_json()["transaction"].is_null());
+}
+
+// The product's client against the daemon that outlives it.
+
+/// A `rpm-ostree` whose `status` answers from `idle` (no transaction there) and whose other
+/// commands go to `busy`: a transaction begun between the product's status read and its
+/// command.
+fn split_wrapper(e: &Env, idle: &Path) -> RpmOstree {
+    let wrapper = e.root.join("rpm-ostree-split");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = status ]; then dir='{}'; else dir='{}'; fi\n\
+             FAKE_RPM_OSTREE_DIR=\"$dir\" exec '{}' \"$@\"\n",
+            idle.display(),
+            e.dir.display(),
+            fake_exe().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    RpmOstree::new(&wrapper)
+}
+
+#[tokio::test]
+async fn a_transaction_in_progress_with_the_gdbus_prefix_is_recognised() {
+    let e = env();
+    let idle = e.root.join("idle");
+    std::fs::create_dir_all(&idle).unwrap();
+    let offered = offer(&e, &["3.20.0"]);
+    e.marker("hang");
+    let held = e.spawn(&["uninstall", "--idempotent", "foo"]);
+    e.wait_held("staging");
+    let rpm = split_wrapper(&e, &idle);
+    // By name (`install -A`) and from a local RPM: both keep the prefix.
+    for offered in [&[][..], &offered[..]] {
+        let p = if offered.is_empty() {
+            pkg()
+        } else {
+            local_pkg()
+        };
+        let err = rpm.install(&p, offered, DEADLINE).await.unwrap_err();
+        assert!(
+            matches!(err, RpmOstreeError::TransactionActive),
+            "{offered:?}: {err:?}"
+        );
+    }
+    e.unmark("hang");
+    // The held transaction then ends as it would have: nothing to remove.
+    let out = held.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "No change.\n");
+    assert!(e.status_json()["transaction"].is_null());
+}
+
+/// kata-live killed mid-transaction (its client goes with it or not: the daemon goes on):
+/// the next run waits for that transaction and decides from what it left.
+// Multi-threaded: the test thread blocks while the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_run_waits_for_a_killed_run_s_transaction_and_converges() {
+    let e = env();
+    e.marker("hang");
+    let first = {
+        let rpm = e.rpm.clone();
+        tokio::spawn(async move { rpm.install(&pkg(), &[], DEADLINE).await })
+    };
+    e.wait_held("staging");
+    // Dropped: its client is killed (SIGKILL), the transaction is not.
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    assert_eq!(e.status_json()["transaction"][0], "install");
+    let reads = |e: &Env| e.calls().len();
+    let before = reads(&e);
+    let second = {
+        let rpm = e.rpm.clone();
+        tokio::spawn(async move { rpm.install(&pkg(), &[], DEADLINE).await })
+    };
+    // The next run has read the status while the transaction still runs...
+    wait_until("the next run's status read", || reads(&e) > before);
+    // ...and the transaction then ends.
+    e.unmark("hang");
+    assert_eq!(second.await.unwrap().unwrap(), PackageOutcome::AlreadyLive);
+    let installs: Vec<_> = e
+        .mutating_calls()
+        .into_iter()
+        .filter(|c| c[0] == "install")
+        .collect();
+    assert_eq!(installs.len(), 1, "a second install: {installs:?}");
 }

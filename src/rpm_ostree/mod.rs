@@ -41,6 +41,8 @@ use crate::config::{Package, PackageRemoval};
 
 /// How long an interrupted rpm-ostree client gets to cancel its transaction and exit.
 const CANCEL_GRACE: Duration = Duration::from_secs(30);
+/// How often the status is read again while another transaction runs.
+const TRANSACTION_POLL: Duration = Duration::from_secs(1);
 
 /// Identifies us to rpm-ostreed (shown in `rpm-ostree status` and the journal).
 const CLIENT_ID: &str = "kata-live";
@@ -83,7 +85,8 @@ pub enum RpmOstreeError {
     },
     #[error(
         "`{command}` was interrupted by {signal}: the rpm-ostree client was sent SIGINT, which \
-         cancels its transaction (see `rpm-ostree status`)"
+         asks rpm-ostreed to cancel its transaction; a live apply already under way runs to \
+         its end regardless, so `rpm-ostree status` tells what changed"
     )]
     Interrupted {
         command: String,
@@ -922,6 +925,13 @@ impl RpmOstree {
             }
         }
         if !out.status.success() {
+            // Another transaction began after the status we planned from was read. For
+            // `install` with -A or a local RPM the text keeps a D-Bus prefix (`Updating
+            // deployment: GDBus.Error:...: Transaction in progress: TITLE`).
+            if stderr.contains("Transaction in progress: ") {
+                tracing::warn!(command = %command, "rpm-ostree refused: {}", stderr.trim());
+                return Err(RpmOstreeError::TransactionActive);
+            }
             let mut output = String::from(tail(&stderr));
             if !stdout.is_empty() {
                 output.push_str("\n--- stdout ---\n");
@@ -939,6 +949,40 @@ impl RpmOstree {
     async fn status_until(&self, until: Instant) -> Result<Status, RpmOstreeError> {
         let out = self.run(&["status".into(), "--json".into()], until).await?;
         parse_status(&out.stdout)
+    }
+
+    /// The status once no transaction runs. One that runs (another client's, or the one of
+    /// an earlier run killed mid-transaction, which rpm-ostreed carries on to its end) is
+    /// waited for until `until`, reading the status again; then
+    /// [`RpmOstreeError::TransactionActive`].
+    async fn idle_status_until(&self, until: Instant) -> Result<Status, RpmOstreeError> {
+        let mut said = false;
+        loop {
+            let status = self.status_until(until).await?;
+            if !status.transaction_active {
+                return Ok(status);
+            }
+            if !said {
+                tracing::warn!(
+                    "an rpm-ostree transaction is running (another client's, or an earlier \
+                     run's that was killed): waiting for it to end before deciding"
+                );
+                said = true;
+            }
+            let next = Instant::now() + TRANSACTION_POLL;
+            if next >= until {
+                return Err(RpmOstreeError::TransactionActive);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                signal = crate::stop::wait() => {
+                    return Err(RpmOstreeError::Interrupted {
+                        command: "waiting for the running rpm-ostree transaction".into(),
+                        signal,
+                    });
+                }
+            }
+        }
     }
 
     /// `rpm-ostree status --json`, parsed.
@@ -1072,7 +1116,7 @@ impl RpmOstree {
             return Ok((PackageOutcome::Skipped, Vec::new()));
         }
         let until = Instant::now() + deadline;
-        let status = self.status_until(until).await?;
+        let status = self.idle_status_until(until).await?;
         let (plan, decisions) = if offered.is_empty() {
             (plan_install(&status, pkg, &[])?, Vec::new())
         } else {
@@ -1102,7 +1146,7 @@ impl RpmOstree {
             return Ok(RemovalOutcome::Kept);
         }
         let until = Instant::now() + deadline;
-        let status = self.status_until(until).await?;
+        let status = self.idle_status_until(until).await?;
         let plan = plan_remove(&status, pkg)?;
         tracing::info!(plan = %plan, "package removal plan: {plan}");
         match plan {
