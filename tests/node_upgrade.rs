@@ -620,3 +620,34 @@ fn a_failed_post_install_after_an_upgrade_puts_the_previous_version_back() {
     k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 }
+
+/// With the canary asked (`cri.canary`), an upgrade's proof runs it too: the proof after a
+/// live upgrade is the install's, whatever was restarted (here nothing).
+#[test]
+fn an_upgrade_with_the_canary_asked_runs_it_in_its_proof() {
+    let _one = serial();
+    let k = boot("[cri]\ncanary = true\n");
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    let crio = k.unit("crio.service");
+    offer(&k, "3.21.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "upgrade: {}", show(&run));
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    let st = k.status_json();
+    let id = st["evidence"]["canary"]["sandbox_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!id.is_empty(), "no canary in the upgrade's proof: {st:#}");
+    // The running CRI-O really ran it, during this run (after the upgrade's package step).
+    let crio_log = k.node.journal_unit("crio.service");
+    assert!(
+        crio_log.contains(&format!("Ran pod sandbox {id}")),
+        "fake-crio never ran the canary {id}: {crio_log}"
+    );
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
+}
