@@ -63,8 +63,8 @@ const FAULTS: [Fault; 13] = [
 struct Judged {
     /// The running CRI-O accepts a RunPodSandbox on the handler.
     served: Option<bool>,
-    /// CRI-O and kubelet running, the default handler works, kubelet's last word is a
-    /// connection to the current CRI-O.
+    /// CRI-O and kubelet running, the default handler works, kubelet answers healthz and its
+    /// running process is connected to the running CRI-O (by PID, not since dropped).
     healthy: bool,
     why_unhealthy: String,
 }
@@ -458,12 +458,22 @@ fn why_unhealthy(k: &KataNode, n: &support::node::Node) -> Option<String> {
             return Some(format!("{u} not running"));
         }
     }
-    // kubelet's own log: its last word after CRI-O's last start is a connection.
-    let j = n.journal_units(&["crio.service", "kubelet.service"]);
-    let last_start = j.rfind("Starting CRI-O, version");
-    let last_conn = j.rfind("connected to CRI at");
-    if last_conn.is_none() || last_conn < last_start {
-        return Some("kubelet not connected to the current CRI-O (its own log)".into());
+    // kubelet answers healthz, and its RUNNING process is connected to the RUNNING CRI-O:
+    // the stand-ins' own journal lines, by their current PIDs (CRI-O's "listening", then
+    // kubelet's "connected to CRI", not followed by a disconnection).
+    let healthz = n.exec(&["curl", "-fsS", "http://127.0.0.1:10248/healthz"]);
+    if !healthz.status.success() {
+        return Some(format!(
+            "kubelet healthz does not answer: {}",
+            String::from_utf8_lossy(&healthz.stderr).trim()
+        ));
+    }
+    if !k.kubelet_connected_since_crio_start() {
+        return Some(
+            "kubelet's running process is not connected to the running CRI-O (their own \
+             journal lines, by PID)"
+                .into(),
+        );
     }
     let default = std::panic::catch_unwind(AssertUnwindSafe(|| k.referee_cri().probe("")));
     match default {
