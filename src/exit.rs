@@ -77,7 +77,7 @@ impl ExitCode {
                 "preflight refused: the node was unhealthy, or pods use the handler; nothing was changed"
             }
             ExitCode::PackageStep => {
-                "package step failed (install: runtime untouched, an upgrade's previous versions put back and proven; uninstall: after the handler went)"
+                "package step failed (install: runtime untouched; uninstall: after the handler went)"
             }
             ExitCode::Activation => "CRI-O failed to restart with the change; rolled back",
             ExitCode::RolledBack => "proof failed; previous configuration restored and proven",
