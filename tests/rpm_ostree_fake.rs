@@ -278,6 +278,14 @@ async fn hang_hits_the_deadline() {
         "{err:?}"
     );
     assert!(err.to_string().contains("rpm-ostree cancel"));
+    // The client was asked to cancel (SIGINT), not only killed: the daemon, which outlives
+    // a killed client, cancelled the transaction while it was staging; nothing changed and
+    // nothing runs on to change it later.
+    assert!(e.dir.join("cancelled").exists(), "no SIGINT before the kill");
+    e.unmark("hang");
+    assert!(e.status_json()["transaction"].is_null());
+    let st = e.rpm.status(DEADLINE).await.unwrap();
+    assert_eq!(st.package_state("kata-containers"), PackageState::Absent);
 }
 
 #[tokio::test]

@@ -133,9 +133,12 @@ pub enum RpmOstreeError {
         output: String,
     },
     #[error(
-        "`{command}` did not finish within {:.1} s and was killed; rpm-ostreed may \
-         still run the transaction: check `rpm-ostree status`, cancel with `rpm-ostree cancel`",
-        .deadline.as_secs_f64()
+        "`{command}` did not finish within {:.1} s: its client was sent SIGINT, which asks \
+         rpm-ostreed to cancel the transaction, and was killed if still running {} s later; a \
+         live apply under way runs to its end regardless: check `rpm-ostree status`, cancel \
+         with `rpm-ostree cancel`",
+        .deadline.as_secs_f64(),
+        CANCEL_GRACE.as_secs()
     )]
     Timeout { command: String, deadline: Duration },
     #[error(
@@ -891,23 +894,32 @@ impl RpmOstree {
         let pid = child.id();
         let waiting = child.wait_with_output();
         tokio::pin!(waiting);
+        // What Ctrl-C does to the client: rpm-ostree asks rpm-ostreed to cancel its
+        // transaction on SIGINT, where a SIGKILL of the client alone would leave the daemon
+        // running it to its end. It gets a bounded moment for that; then dropping the child
+        // kills it.
+        let interrupt = || {
+            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGINT,
+                );
+            }
+        };
         let finished = tokio::select! {
             out = tokio::time::timeout_at(until, &mut waiting) => out,
             signal = crate::stop::wait() => {
-                // What Ctrl-C does to the client: rpm-ostree cancels its transaction on SIGINT.
-                // It gets a bounded moment for that; then dropping the child kills it.
-                if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGINT,
-                    );
-                }
+                interrupt();
                 let _ = tokio::time::timeout(CANCEL_GRACE, &mut waiting).await;
                 return Err(RpmOstreeError::Interrupted { command, signal });
             }
         };
         let out = match finished {
-            Err(_) => return Err(RpmOstreeError::Timeout { command, deadline }),
+            Err(_) => {
+                interrupt();
+                let _ = tokio::time::timeout(CANCEL_GRACE, &mut waiting).await;
+                return Err(RpmOstreeError::Timeout { command, deadline });
+            }
             Ok(Err(source)) => {
                 return Err(RpmOstreeError::Spawn {
                     path: self.exe.clone(),
