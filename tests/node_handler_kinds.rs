@@ -5,6 +5,7 @@
 
 mod support;
 use support::kata::{KataNode, Run};
+use support::referee::HANDLER;
 
 fn show(r: &Run) -> String {
     format!("exit {}\n{}\n{}", r.code, r.stdout, r.stderr)
@@ -70,7 +71,19 @@ fn oci_handler_without_config_path_is_installed_and_proven() {
     // `selinux_booleans = {}` cleared the default: no SELinux tool was asked anything.
     let se = selinux_calls(&k);
     assert!(!se.contains("container_use_devices"), "{se}");
+    // The judge: the running CRI-O runs a sandbox on crun-extra with the very table this
+    // scenario configured, and kubelet's running process is connected to it.
+    k.referee_assert_serves_as("crun-extra", &configured_table(OCI_HANDLER));
     k.assert_healthy();
+}
+
+/// The `[handler.crio]` table of a kata-live configuration: what the running CRI-O must serve.
+fn configured_table(config: &str) -> toml::Table {
+    let config: toml::Table = config.parse().expect("the scenario's configuration parses");
+    config["handler"]["crio"]
+        .as_table()
+        .expect("[handler.crio]")
+        .clone()
 }
 
 #[test]
@@ -106,5 +119,6 @@ fn host_without_selinux_skips_the_selinux_steps_with_one_line() {
         "skipped"
     );
     assert_eq!(k.handler_presence(), "listed");
+    k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 }
