@@ -8,6 +8,7 @@ mod support;
 use serde_json::Value;
 use std::time::Duration;
 use support::kata::{ids, serial, show, KataNode, STATUS};
+use support::referee::HANDLER;
 
 const HOLD_KUBELET: &str = "/run/fake-kubelet/hold-disconnected";
 
@@ -117,6 +118,7 @@ fn unit_stopped_during_the_package_step_changes_nothing() {
     k.clear_rpm_ostree_fault("hang");
     let run = k.install();
     assert_eq!(run.code, 0, "{}", show(&run));
+    k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 }
 
@@ -156,6 +158,8 @@ fn stop_during_activation_finishes_and_proves_it() {
     let st = k.status_json();
     assert_eq!(st["result"], "succeeded", "{st:#}");
     assert_eq!(st["evidence"]["stop"]["signal"], "SIGTERM", "{st:#}");
+    // The judge: the running CRI-O serves the handler; kata-live's status must agree.
+    k.referee_assert_serves(HANDLER);
     assert_eq!(k.handler_presence(), "listed");
     k.assert_healthy();
 }
@@ -214,6 +218,7 @@ fn stop_during_the_proof_lets_it_finish() {
     assert_eq!(st["result"], "succeeded", "{st:#}");
     assert_eq!(st["evidence"]["stop"]["signal"], "SIGTERM", "{st:#}");
     k.remove_unit_drop_in("kubelet.service", "hold");
+    k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 }
 
@@ -261,6 +266,7 @@ fn second_signal_exits_at_once_and_the_next_run_converges() {
     let again = k.install();
     assert_eq!(again.code, 0, "{}", show(&again));
     assert_eq!(k.status_json()["result"], "succeeded");
+    k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 }
 
