@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 use support::kata::{ids, serial, show, KataNode, DROP_IN};
 use support::node::NodeOptions;
+use support::referee::HANDLER;
 
 /// systemd's start limit of crio.service, lowered so that one failed start by kata-live
 /// leaves no room for the rollback's (the upstream unit keeps systemd's default, 5 in 10 s,
@@ -62,6 +63,7 @@ fn crio_still_starting_at_preflight_is_waited_for() {
     let st = k.status_json();
     assert_eq!(st["result"], "succeeded", "{st:#}");
     assert!(k.drop_in().is_some());
+    k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 }
 
@@ -80,6 +82,10 @@ fn start_limit_hit_by_our_restarts_is_cleared_for_the_rollback() {
     // Added last: its daemon-reload also resets the start counter, so that kata-live's own
     // restart is the first start that counts.
     k.unit_drop_in("crio.service", "start-limit", ONE_START_PER_MINUTE);
+    // The node as found, by the referee: the handler kata-live changes (crun, the default
+    // runtime) and kata-remote, which the operator's drop-in declares.
+    let before = k.referee_for("crun");
+    let before_theirs = k.referee();
 
     let run = k.install();
     assert_eq!(run.code, 12, "{}", show(&run));
@@ -105,6 +111,8 @@ fn start_limit_hit_by_our_restarts_is_cleared_for_the_rollback() {
     k.remove_unit_drop_in("crio.service", "hide-kata");
     k.remove_unit_drop_in("crio.service", "start-limit");
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
+    k.referee_assert_as_before(&before_theirs);
 }
 
 /// A CRI-O that hit its start limit before kata-live did anything is not reset: preflight
