@@ -269,6 +269,7 @@ fn a_node_whose_proof_fails_stays_not_ready_and_says_why() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let k = boot();
     k.seed_pod("shop", "web", "");
+    let before = k.referee();
     // Lost only by a CRI-O running with the handler: the proof fails, the rollback restores.
     k.crio_fault("lose-sandbox", &format!("shop/web {HANDLER}\n"));
 
@@ -297,7 +298,10 @@ fn a_node_whose_proof_fails_stays_not_ready_and_says_why() {
     assert_eq!(unit_prop(&k, UNIT, "InvocationID"), invocation);
     let r = ready(&k);
     assert_eq!(r.code, 16, "{}", show(&r));
+    // The judges: kubelet's running process is connected to the running CRI-O, and the
+    // node is as the referee saw it before (shop/web back with its id, no drop-in).
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
 
 #[test]

@@ -21,6 +21,7 @@ fn kubelet_restarting_inside_its_window_never_proves() {
         (sleep 1; systemctl kill -s TERM --kill-whom=main kubelet.service) \
         >/dev/null 2>&1 &'\n";
     k.unit_drop_in("kubelet.service", "flap", flap);
+    let before = k.referee();
 
     let run = k.install();
     assert_eq!(run.code, 13, "{}", show(&run));
@@ -48,5 +49,8 @@ fn kubelet_restarting_inside_its_window_never_proves() {
         stops >= 3,
         "kubelet was not restarted inside its window:\n{log}"
     );
+    // The judges: kubelet's running process is connected to the running CRI-O, and the
+    // node is as the referee saw it before (handler refused, drop-in absent, pods as found).
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
