@@ -5,6 +5,7 @@
 mod support;
 use support::kata::KataNode;
 use support::node::NodeOptions;
+use support::referee::HANDLER;
 
 fn settings() -> insta::Settings {
     let mut s = insta::Settings::clone_current();
@@ -70,6 +71,10 @@ fn install_and_status_output_on_a_booted_node() {
         );
         insta::assert_snapshot!("status", status.stdout);
     });
+    // The judges of "proven", not kata-live: the running CRI-O serves the handler, and
+    // kubelet's running process is connected to it.
+    k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
 }
 
 #[test]
@@ -99,9 +104,14 @@ fn rollback_output_on_a_booted_node() {
         "hide-kata",
         "[Service]\nTemporaryFileSystem=/opt/kata:ro\n",
     );
+    let before = k.referee();
     let run = k.install();
     assert_eq!(run.code, 13, "{}\n{}", run.stdout, run.stderr);
     settings().bind(|| insta::assert_snapshot!("rollback", run.stderr));
+    // The judges of "rolled back", not kata-live: kubelet's running process is connected to
+    // the running CRI-O, and the node is as the referee saw it before.
+    k.assert_healthy();
+    k.referee_assert_as_before(&before);
 }
 
 #[test]
