@@ -5,8 +5,10 @@
 //! - a runtime that is not executable is listed, and fails only when a sandbox starts.
 
 mod support;
+use std::time::Duration;
 use support::kata::{KataNode, Run, DROP_IN};
 use support::node::NodeOptions;
+use support::referee::HANDLER;
 
 fn ok(run: &Run, what: &str) {
     assert_eq!(
@@ -116,6 +118,8 @@ fn uninstall_finds_pods_whose_handler_crio_only_tells_verbosely() {
         .expect("pods-on-handler step");
     assert!(detail.contains("kata-ns/secure-app"), "{detail}");
     assert!(detail.contains("other/mystery"), "{detail}");
+    // The judge of the uninstall: the running CRI-O refuses the handler.
+    k.referee_assert_refuses(HANDLER);
     k.assert_healthy();
 }
 
@@ -198,6 +202,7 @@ fn install_not_proven_when_the_effective_definition_is_not_ours() {
         "[post_install]\nunits = [\"shadow-drop-in.service\"]\n",
     );
     assert_eq!(k.handler_presence(), "listed", "10-operator declares it");
+    let before = picture_with_shadow(&k);
     let run = k.install();
     assert_eq!(run.code, 13, "{}\n{}", run.stdout, run.stderr);
     let st = k.status_json();
@@ -215,7 +220,34 @@ fn install_not_proven_when_the_effective_definition_is_not_ours() {
     }
     assert_eq!(st["result"], "rolled-back", "{st:#}");
     assert_eq!(k.drop_in(), None, "rollback must remove our drop-in");
+    // The judges: kubelet's running process is connected to the running CRI-O, and the
+    // node is as found plus the post-install unit's 99-shadow (not kata-live's to remove).
     k.assert_healthy();
+    k.referee_assert_as_before(&before);
+}
+
+/// The referee's picture of the node as the rollback must leave it: as found, plus the
+/// 99-shadow the post-install unit drops during the run (so the foreign table is served).
+/// Taken on a CRI-O restarted with that file, which is then removed again and CRI-O
+/// restarted without it: the run starts on the node as booted.
+fn picture_with_shadow(k: &KataNode) -> support::referee::NodeView {
+    let shadow = "/etc/crio/crio.conf.d/99-shadow";
+    let restart = |what: &str| {
+        k.systemctl(&["restart", "crio.service"]);
+        k.systemctl(&["start", "kubelet.service"]);
+        k.wait_kubelet_connected(Duration::from_secs(30));
+        eprintln!("CRI-O restarted {what}");
+    };
+    k.node.exec_ok(&["cp", "/root/99-shadow", shadow]).unwrap();
+    restart("with 99-shadow");
+    let before = k.referee();
+    assert!(before.handler_probe.accepted(), "{before:?}");
+    k.node.exec_ok(&["rm", shadow]).unwrap();
+    restart("without 99-shadow");
+    // These two starts must not count against CRI-O's start limit (5 in 10 s): the run's
+    // own restarts, the rollback's included, find the counter as a booted node has it.
+    k.systemctl(&["reset-failed", "crio.service"]);
+    before
 }
 
 #[test]
@@ -272,4 +304,8 @@ fn install_refuses_a_runtime_that_is_not_executable() {
         .write_file("/opt/kata/configuration-remote.toml", b"")
         .unwrap();
     ok(&k.install(), "install with an executable runtime");
+    // The judges of "proven", not kata-live: the running CRI-O serves the handler (and runs
+    // the now executable runtime), and kubelet's running process is connected to it.
+    k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
 }
