@@ -136,6 +136,9 @@ fn a_pod_kubelet_recreated_is_a_restart_not_a_loss() {
         v.pods.iter().filter(|p| p.name == "db").cloned().collect()
     };
     assert_eq!(db(&after), db(&before), "shop/db must be untouched");
+    // kubelet, judged without kata-live: its running process is connected to the CRI-O
+    // that the install restarted.
+    k.assert_healthy();
 }
 
 /// The pod is lost under the old configuration too: the rollback cannot bring it back, so
