@@ -236,6 +236,7 @@ fn a_downgrade_is_refused_unless_allowed() {
     assert_eq!(run.code, 0, "an allowed downgrade: {}", show(&run));
     assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
     k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
 }
 
 #[test]
@@ -293,6 +294,7 @@ fn with_an_os_update_staged_the_upgrade_is_staged_and_said() {
         serde_json::json!(["kata-containers-3.21.0-1.el9.x86_64"])
     );
     k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
 }
 
 /// A guest-image generator: a oneshot that counts its runs.
@@ -325,6 +327,9 @@ fn post_install_units_run_again_only_when_the_packages_change() {
     let run = k.install();
     assert_eq!(run.code, 0, "upgrade: {}", show(&run));
     assert_eq!(runs(&k), 2, "{}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
 }
 
 #[test]
@@ -362,6 +367,7 @@ fn an_upgrade_interrupted_in_its_live_apply_converges_on_the_next_run() {
     assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
     assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
     k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
 }
 
 /// Breaks the proof that follows it, once: kubelet drops its CRI connection (fake-kubelet's
@@ -467,6 +473,7 @@ fn an_upgrade_killed_in_its_package_step_converges_on_the_next_run() {
     assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
     k.assert_no_leftover_state();
     k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
 }
 
 /// The directory of the kept RPM copies is written after the package step: a symlink there
