@@ -116,7 +116,8 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), Sy
     let c = &ctx.cfg;
     rep.begin("activate", &format!("restarting {}", ctx.rt.unit()));
     let deadline = Ctx::deadline(c.deadlines.restart);
-    notify::extend_timeout(deadline + Duration::from_secs(30));
+    // Never shorter than what the run was given (an extension replaces the previous one).
+    super::extend_unit_timeout(ctx);
     ctx.crio_restarts
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     // Settle: a CRI-O that starts and dies at once must not count as restarted.

@@ -249,6 +249,16 @@ pub async fn taken_down_after_stop(ctx: &Ctx) -> String {
     }
 }
 
+/// Keeps the start (or, after a stop request, the stop) timeout of kata-live's unit from
+/// cutting a run that keeps to its configured deadlines: `EXTEND_TIMEOUT_USEC=` with the
+/// configured worst case, sent before the lock, each step and the rollback (systemd wants a
+/// new one within that time). It only matters once the unit's own `TimeoutStartSec=` has
+/// passed, that is, when deadlines raised in /etc/kata-live/config.d/ exceed what the shipped
+/// unit allows; kata-live's own deadlines still bound every wait.
+pub fn extend_unit_timeout(ctx: &Ctx) {
+    notify::extend_timeout(ctx.cfg.deadlines.worst_case() + Duration::from_secs(60));
+}
+
 /// What the report says when a stop arrived while activation or the proof was under way:
 /// those were finished (they are what brings the node to a proven state).
 pub fn note_stop_during_activation(rep: &mut Reporter) -> Option<&'static str> {
@@ -299,6 +309,7 @@ pub async fn begin(
         &ctx.host.root,
         &[("kata-live's run lock".to_string(), lock_path.clone())],
     );
+    extend_unit_timeout(ctx);
     let acquired = match lock_problem {
         Some(why) => Err(FlowError::Refused(why)),
         None => lock::acquire(&lock_path, &op, Ctx::deadline(ctx.cfg.deadlines.lock))

@@ -241,6 +241,7 @@ async fn run_steps(
                 .await);
             }
         }
+        extend_unit_timeout(ctx);
         if !ctx.dry_run {
             step.prepare(ctx, &mut run)?;
             if let Some(phase) = step.phase() {
@@ -341,6 +342,7 @@ async fn roll_back(
     run: &mut Run,
     applied: &mut [Box<dyn Step + '_>],
 ) -> Rollback {
+    extend_unit_timeout(ctx);
     run.journal.phase = Phase::Rollback;
     if let Err(e) = run.save_journal() {
         tracing::warn!("the state journal could not record the rollback: {e}");
