@@ -33,7 +33,8 @@ fn a_raised_package_deadline_is_honoured_under_the_shipped_unit() {
     let active = k.show_prop("kata-live-install.service", "ActiveState");
     k.clear_rpm_ostree_fault("hang");
     assert_eq!(
-        active, "activating",
+        active,
+        "activating",
         "systemd cut the run at its start timeout: {}",
         k.show_prop("kata-live-install.service", "Result")
     );
