@@ -23,7 +23,8 @@
 //!   before it changes anything: the "staging" phase; held for as long as the file exists,
 //!   so removing it lets the transaction go on to its end; a cancellation ends it there,
 //!   changing nothing, unless `slow-cancel` exists too, which keeps the cancellation from
-//!   completing), `hang-live` (a live apply is held once its target is recorded as
+//!   completing: the transaction then goes on to its end once `hang` is removed),
+//!   `hang-live` (a live apply is held once its target is recorded as
 //!   `live-inprogress`, before the running tree changes: the "live" phase; a cancellation is
 //!   ignored there, as rpm-ostree's live step ignores it, and the apply finishes once the
 //!   file is removed), `fail-status`, `hang-status` (`status` fails, or hangs until SIGINT:
@@ -221,6 +222,13 @@ fn alive(pid: i32) -> bool {
                 .next()
                 .is_some_and(|r| r.trim_start().starts_with('Z'))
         })
+}
+
+/// This very binary, to start again: through `/proc/self/exe`, which still opens it when the
+/// file was replaced since it started (the test node bind-mounts the build's binary, which
+/// a rebuild replaces; its path then reads `... (deleted)`).
+fn own_exe() -> PathBuf {
+    PathBuf::from("/proc/self/exe")
 }
 
 fn is_local(arg: &str) -> bool {
@@ -614,11 +622,12 @@ impl Fake {
                 "{prefix}Transaction in progress: {title}\n You can cancel the current transaction with `rpm-ostree cancel`"
             ));
         }
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let exe = own_exe();
         use std::os::unix::process::CommandExt;
         // Its own process group: a signal to the client's group (a terminal's Ctrl-C,
         // `timeout`) does not reach it; only its work ends it.
         let mut daemon = std::process::Command::new(exe)
+            .arg0("rpm-ostreed-fake")
             .arg("__daemon")
             .arg(tx)
             .env("FAKE_RPM_OSTREE_DIR", &self.dir)
@@ -1175,7 +1184,7 @@ impl Fake {
 
     fn spawn_file_creator(&self, files: &[String]) -> Res<()> {
         let delay = std::fs::read_to_string(self.path("delay")).unwrap_or_default();
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let exe = own_exe();
         // Detached, with no inherited pipes: the caller sees us exit right away.
         std::process::Command::new(exe)
             .arg("__create-files")
