@@ -194,6 +194,8 @@ pub struct Reporter {
     pub json_output: bool,
     /// What the current step does, in words (its progress line's text).
     what: String,
+    /// A step was begun and not ended yet.
+    open: bool,
 }
 
 /// How steps are numbered: `[k/N]` once the flow told its number of steps, `[k]` before,
@@ -345,6 +347,7 @@ impl Reporter {
             numbering: Numbering::default(),
             json_output: false,
             what: String::new(),
+            open: false,
         };
         if !dry_run {
             tracing::info!(
@@ -414,6 +417,7 @@ impl Reporter {
             self.numbering.k += 1;
         }
         self.what = what.into();
+        self.open = true;
         crate::systemd::notify::status(&format!(
             "{} {}: {what}",
             self.status.operation,
@@ -424,6 +428,7 @@ impl Reporter {
 
     /// Ends the current step with its outcome; prints the progress line.
     pub fn end(&mut self, outcome: StepOutcome, detail: impl Into<String>) {
+        self.open = false;
         let detail = detail.into();
         let took = self.step_started.elapsed();
         let name = self.status.phase.clone();
@@ -444,6 +449,14 @@ impl Reporter {
             duration_ms: took.as_millis().min(u64::MAX as u128) as u64,
         });
         self.persist();
+    }
+
+    /// Ends the current step if one was begun and not ended (a step cut off by a deadline
+    /// that bounds several steps).
+    pub fn end_open(&mut self, outcome: StepOutcome, detail: impl Into<String>) {
+        if self.open {
+            self.end(outcome, detail);
+        }
     }
 
     pub fn evidence(&mut self, key: &str, value: impl Serialize) {

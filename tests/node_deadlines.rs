@@ -9,7 +9,7 @@
 
 mod support;
 use std::time::Duration;
-use support::kata::{serial, KataNode};
+use support::kata::{outcomes, serial, show, KataNode};
 use support::referee::HANDLER;
 
 /// A package step longer than the unit's start timeout, within the configured deadline: the
@@ -56,5 +56,37 @@ fn a_raised_package_deadline_is_honoured_under_the_shipped_unit() {
     // Judged on the node: served by the running CRI-O, kubelet connected to it.
     let after = k.referee_assert_serves(HANDLER);
     assert_eq!(after.pods, before.pods);
+    k.assert_healthy();
+}
+
+/// `deadlines.rollback` bounds the rollback's restart and proof back (it was configurable,
+/// validated and counted in the units' timeouts, but bounded no wait: the rollback's proof
+/// waited the whole `deadlines.kubelet` again). kubelet restarts with CRI-O and holds itself
+/// disconnected, so neither the proof nor the rollback's can hold: the rollback is cut at its
+/// own deadline, said, exit 14, the previous (absent) drop-in back.
+#[test]
+fn the_rollback_is_bounded_by_its_own_deadline() {
+    let _one = serial();
+    let k = KataNode::boot("[deadlines]\nkubelet = 8.0\nrollback = 3.0\n");
+    k.hold_kubelet_after_restart();
+    let before = k.referee();
+
+    let run = k.install();
+    assert_eq!(run.code, 14, "{}", show(&run));
+    assert!(
+        run.stderr
+            .contains("the rollback did not prove the node back within deadlines.rollback (3 s)"),
+        "{}",
+        show(&run)
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "rollback-failed", "{st:#}");
+    assert_eq!(outcomes(&st, "prove-rollback"), ["failed"], "{st:#}");
+    // What the words say is on the node: the previous (absent) drop-in, CRI-O as before.
+    assert_eq!(k.drop_in_bytes(), None);
+    k.referee_assert_as_before(&before);
+
+    // The cause goes away: kubelet reconnects to the running CRI-O, on its own judge.
+    k.release_kubelet();
     k.assert_healthy();
 }

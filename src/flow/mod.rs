@@ -14,7 +14,8 @@ pub use paths::refuse_unwritable;
 pub use preflight::{preflight, Baseline};
 pub use prove::{prove, ProofSpec};
 pub use rollback::{
-    prove_back, reactivate_and_prove_back, restore_drop_in, rollback, stop_before_activation,
+    prove_back, reactivate_and_prove_back, restore_drop_in, rollback, rollback_cut_off,
+    stop_before_activation, within_rollback_deadline,
 };
 
 use crate::config::Config;

@@ -17,7 +17,36 @@ pub async fn rollback(
     if let Err(failed) = crate::steps::restore_main(ctx, rep) {
         return failed;
     }
-    reactivate_and_prove_back(ctx, rep, baseline).await
+    let back = within_rollback_deadline(ctx, reactivate_and_prove_back(ctx, rep, baseline)).await;
+    back.unwrap_or_else(|why| rollback_cut_off(rep, why))
+}
+
+/// A rollback's restart and proof back, bounded by `deadlines.rollback` (the units'
+/// `TimeoutStartSec=` counts on it). Past it: `Err` with what to tell the operator.
+pub async fn within_rollback_deadline(
+    ctx: &Ctx,
+    back: impl std::future::Future<Output = Rollback>,
+) -> Result<Rollback, String> {
+    let secs = ctx.cfg.deadlines.rollback;
+    tokio::time::timeout(Ctx::deadline(secs), back)
+        .await
+        .map_err(|_| {
+            format!(
+                "the rollback did not prove the node back within deadlines.rollback ({secs} s): the \
+                 previous files are back, but what {} and kubelet are doing is not proven. Do \
+                 not move on to another node; check `journalctl -u {} -u {}`",
+                ctx.rt.name(),
+                ctx.rt.unit(),
+                ctx.cfg.units.kubelet
+            )
+        })
+}
+
+/// The rollback was cut off by its deadline: the step under way ends failed, and the run
+/// needs a human.
+pub fn rollback_cut_off(rep: &mut Reporter, why: String) -> Rollback {
+    rep.end_open(StepOutcome::Failed, why.clone());
+    Rollback::Failed(why)
 }
 
 /// The drop-in step's undo: its content before this operation, byte for byte (or no file).

@@ -370,11 +370,12 @@ async fn roll_back(
             return failed;
         }
     }
-    if restart {
-        reactivate_and_prove_back(ctx, rep, &base).await
+    let back = if restart {
+        within_rollback_deadline(ctx, reactivate_and_prove_back(ctx, rep, &base)).await
     } else {
-        prove_back(ctx, rep, &base, false).await
-    }
+        within_rollback_deadline(ctx, prove_back(ctx, rep, &base, false)).await
+    };
+    back.unwrap_or_else(|why| rollback_cut_off(rep, why))
 }
 
 /// The runtime is being taken down by systemd for someone else: the applied steps' file
