@@ -45,16 +45,31 @@
 //! answered), from kubelet's current MainPID. It also prints CRI-O's start (systemd's
 //! InactiveExit → ActiveEnter of crio.service: exec to `READY=1`) and kubelet's reconnection
 //! after CRI-O was ready.
+//!
+//! Every run is judged without kata-live once its figures are taken (a run kata-live
+//! calls proven but the node does not show fails the benchmark; nothing is timed in the
+//! judging): the running runtime serves the handler after an install and refuses it after
+//! an uninstall, asked with the test's own CRI client (the referee's RunPodSandbox on the
+//! stand-in CRI-O, a real sandbox on containerd, `crictl runp` on the real CRI-O), and
+//! kubelet answers healthz with its RUNNING process connected to the RUNNING runtime (the
+//! stand-ins' own journal lines by PID on the stand-in node, the socket's peer with `ss`
+//! on the real-runtime nodes).
 
 #[path = "../support/mod.rs"]
 mod support;
 
-use support::crio_real::{OCI_CONFIG, OCI_PACKAGE};
+use std::time::Duration;
+use support::containerd::{self as ctd, CtdCri};
+use support::crio_real::{probe, OCI_CONFIG, OCI_PACKAGE};
 use support::kata::{ids, show, KataNode};
 use support::node::NodeOptions;
+use support::referee::HANDLER;
 
 const RUNS: usize = 20;
 const SETTLE_US: u64 = 2_000_000;
+/// How long the judge waits for kubelet's connection to show (it must already hold at the
+/// verdict; the wait only absorbs the journal's or the socket table's lag).
+const JUDGE_WAIT: Duration = Duration::from_secs(30);
 
 /// The containerd pass's handler: runc behind the node's wrapper, no package step.
 const CONTAINERD: &str = r#"
@@ -148,6 +163,17 @@ fn activations_crio_real() {
         ];
         let (last_name, last) = last_condition(&conds);
         let ms = (verdict as f64 - last as f64) / 1000.0;
+        // Judged by the real CRI-O (crictl runp on the handler) and kubelet's socket.
+        let answer = probe(&k.node, HANDLER, &format!("bench-{i}"));
+        match (install, answer) {
+            (true, Ok(())) => {}
+            (false, Err(e)) if e.contains("failed to find runtime handler") => {}
+            (install, answer) => panic!(
+                "run {i} ({}): exit 0, but crictl runp on {HANDLER} answered {answer:?}",
+                if install { "install" } else { "uninstall" }
+            ),
+        }
+        k.wait_kubelet_on_runtime(JUDGE_WAIT);
         start_ms.push((ready as f64 - exec as f64) / 1000.0);
         reconnect_ms.push((connected as f64 - ready as f64) / 1000.0);
         println!(
@@ -221,21 +247,30 @@ fn median(v: &mut [f64]) -> f64 {
 /// [`RUNS`] activations on the containerd node (default stable window).
 fn activations_containerd() {
     let k = KataNode::boot_with(NodeOptions::containerd(), CONTAINERD);
+    let mut cri = CtdCri::connect(&k.node.host_path(ctd::SOCKET).expect("socket path"));
     let (mut lat_ms, mut wall_ms) = (Vec::new(), Vec::new());
     for i in 0..RUNS {
         let (install, ms) = timed_run(&k, i, &["containerd.service"]);
         wall_ms.push(ms);
-        let ctd = started("containerd.service", &k);
+        let ctd_start = started("containerd.service", &k);
         let kubelet = started("kubelet.service", &k);
         let connected = connected_mono_us(&k, kubelet.1)
-            .filter(|c| *c > ctd.0)
+            .filter(|c| *c > ctd_start.0)
             .unwrap_or_else(|| {
                 panic!("run {i}: kubelet's reconnection to the new containerd not logged")
             });
         let verdict = verdict_mono_us(&k).unwrap_or_else(|| panic!("run {i}: no prove record"));
-        let settled = ctd.0 + SETTLE_US;
+        let settled = ctd_start.0 + SETTLE_US;
         let last = settled.max(connected);
         let ms = (verdict as f64 - last as f64) / 1000.0;
+        // Judged by the running containerd (a real sandbox on the handler, or its
+        // unknown-handler answer) and kubelet's socket (its peer is containerd's main pid).
+        if install {
+            cri.assert_serves(HANDLER, "io.containerd.runc.v2", &format!("bench-{i}"));
+        } else {
+            cri.assert_refuses(HANDLER, &format!("bench-{i}"));
+        }
+        k.wait_kubelet_on_runtime(JUDGE_WAIT);
         println!(
             "containerd run {:2} {:9}: settled {:+6.0} ms, kubelet reconnected {:+6.0} ms (relative to the last); verdict {ms:+.0} ms after it; run took {:.0} ms",
             i + 1,
@@ -288,6 +323,15 @@ fn activations(window_s: u64) {
         ];
         let (last_name, last) = last_condition(&conds);
         let ms = (verdict as f64 - last as f64) / 1000.0;
+        // Judged by the referee (RunPodSandbox on the running CRI-O: our definition served,
+        // or refused) and kubelet's own journal lines by PID (connected to the running
+        // CRI-O, not dropped since) with healthz.
+        if install {
+            k.referee_assert_serves(HANDLER);
+        } else {
+            k.referee_assert_refuses(HANDLER);
+        }
+        k.wait_kubelet_on_runtime(JUDGE_WAIT);
         println!(
             "run {:2} {:9}: crio settled {:+6.0} ms, kubelet stable {:+6.0} ms, connected {:+6.0} ms \
              (relative to the last, {last_name}); verdict {ms:+.0} ms after it",
