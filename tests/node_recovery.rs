@@ -149,3 +149,53 @@ fn start_limit_hit_before_the_run_is_left_alone() {
     );
     assert!(k.drop_in().is_none(), "nothing written");
 }
+
+/// The start limit at the unit's own burst: systemd's default `StartLimitBurst=` (5), which
+/// the upstream crio.service keeps, with only the interval widened (10 s to 10 min) so that
+/// the scenario does not race the clock. An operator's four restarts, then kata-live's
+/// restart, which fails once (the unit's own `ExecStartPre=` refuses while a marker exists),
+/// leave no start for the rollback; kata-live's restart was among them, so it resets the
+/// failed state once and proves the node back: exit 12, not 14.
+#[test]
+fn start_limit_at_the_units_default_burst_is_cleared_for_the_rollback() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    // Both drop-ins before the operator's restarts: a daemon-reload resets the start counter.
+    k.unit_drop_in(
+        "crio.service",
+        "fail-once",
+        "[Service]\nExecStartPre=/bin/sh -c 'if [ -e /run/crio-fails-once ]; then \
+         rm /run/crio-fails-once; exit 1; fi'\n",
+    );
+    k.unit_drop_in(
+        "crio.service",
+        "start-limit",
+        "[Unit]\nStartLimitIntervalSec=600\n",
+    );
+    assert_eq!(k.show_prop("crio.service", "StartLimitBurst"), "5");
+    for _ in 0..4 {
+        k.systemctl(&["restart", "crio.service"]);
+    }
+    k.wait_kubelet_connected(Duration::from_secs(60));
+    let before = k.referee();
+    k.node.write_file("/run/crio-fails-once", b"").unwrap();
+
+    let run = k.install();
+    assert_eq!(run.code, 12, "{}", show(&run));
+    assert_eq!(
+        k.journal_count(ids::CRIO_START_LIMIT_RESET),
+        1,
+        "the rollback must say it reset the start limit: {}",
+        show(&run)
+    );
+    let journal = k.node.journal_unit("crio.service");
+    assert!(
+        journal.contains("Start request repeated too quickly"),
+        "systemd must really have refused a start at the default burst:\n{journal}"
+    );
+    assert_eq!(k.drop_in_bytes(), None, "no drop-in before: none after");
+    k.remove_unit_drop_in("crio.service", "fail-once");
+    k.remove_unit_drop_in("crio.service", "start-limit");
+    k.assert_healthy();
+    k.referee_assert_as_before(&before);
+}
