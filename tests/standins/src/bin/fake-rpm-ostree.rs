@@ -17,7 +17,10 @@
 //!   `{name: NEVRA-or-name}` (like rpm-ostree's `rpmostree/live-apply` ref, kept apart
 //!   from the deployment list);
 //! - `delay`: seconds (float) before the files of a live apply appear; they are created
-//!   by a detached background process, as a live apply's files reached CRI-O late;
+//!   by a detached background process (under a systemd service, a transient unit started
+//!   with `systemd-run`, so that it outlives the service's cgroup as rpm-ostreed's work
+//!   does), as a live apply's files reached CRI-O late (without it, the live apply writes
+//!   them itself before its transaction ends);
 //! - fault markers (the file existing switches it on): `fail` (mutating commands exit 1
 //!   with an error, starting no transaction), `hang` (a transaction is held at its start,
 //!   before it changes anything: the "staging" phase; held for as long as the file exists,
@@ -1184,6 +1187,40 @@ impl Fake {
 
     fn spawn_file_creator(&self, files: &[String]) -> Res<()> {
         let delay = std::fs::read_to_string(self.path("delay")).unwrap_or_default();
+        if delay.trim().parse::<f64>().map_or(true, |d| d <= 0.0) {
+            // No delay: in place when the transaction ends, as rpm-ostreed leaves them (a
+            // process of its own could be killed with a systemd unit's cgroup meanwhile).
+            let mut args = vec!["0".to_string()];
+            args.extend_from_slice(files);
+            let _ = self.create_files_later(&args);
+            return Ok(());
+        }
+        // Under a systemd service (the kata-live unit in the test node), a process of ours
+        // dies with the unit's cgroup once kata-live exits, which rpm-ostreed's work in its
+        // own unit does not: a transient unit of its own, when systemd-run can start one.
+        if std::env::var_os("INVOCATION_ID").is_some() {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let exe = exe.to_string_lossy();
+            let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+            let started = std::process::Command::new("systemd-run")
+                .args(["--quiet", "--collect", "--no-block", "--no-ask-password"])
+                .arg(format!(
+                    "--setenv=FAKE_RPM_OSTREE_DIR={}",
+                    self.dir.display()
+                ))
+                .arg(exe)
+                .arg("__create-files")
+                .arg(delay.trim())
+                .args(files)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if started {
+                return Ok(());
+            }
+        }
         let exe = own_exe();
         // Detached, with no inherited pipes: the caller sees us exit right away.
         std::process::Command::new(exe)
