@@ -116,7 +116,13 @@
 //!   under a systemd unit it stays in the unit's cgroup, so the unit's final SIGKILL (a
 //!   stop with `KillMode=mixed` once the main process is gone, or a kill of the whole
 //!   unit) ends the transaction where rpm-ostreed, in its own unit, would go on (the
-//!   state is then as a daemon crash leaves it: `live-inprogress` if in the live step);
+//!   state is then as a daemon crash leaves it: `live-inprogress` if in the live step).
+//!   A client that is only interrupted waits for it, and kata-live waits for its client
+//!   (30 s), so this matters only for a transaction held longer than that, or a unit
+//!   killed as a whole; the delayed file creator, which runs on after the transaction,
+//!   escapes the cgroup (see `delay`);
+//! - a cancellation while staging ends the transaction at once (rpm-ostreed checks for one
+//!   at points of its own, so a real one may still stage the deployment first);
 //! - the same request sent again does not attach (`Attaching to existing transaction`):
 //!   it is refused as any other;
 //! - no D-Bus: the transaction's sender is always `:1.42`, and its title the command line.
