@@ -281,7 +281,10 @@ async fn hang_hits_the_deadline() {
     // The client was asked to cancel (SIGINT), not only killed: the daemon, which outlives
     // a killed client, cancelled the transaction while it was staging; nothing changed and
     // nothing runs on to change it later.
-    assert!(e.dir.join("cancelled").exists(), "no SIGINT before the kill");
+    assert!(
+        e.dir.join("cancelled").exists(),
+        "no SIGINT before the kill"
+    );
     e.unmark("hang");
     assert!(e.status_json()["transaction"].is_null());
     let st = e.rpm.status(DEADLINE).await.unwrap();
