@@ -74,6 +74,10 @@ pub struct Journal {
     /// post-install units are due again (absent in journals of older versions).
     #[serde(default)]
     pub package_changed: bool,
+    /// How a rollback puts back the versions an upgrade of this operation replaces: kept
+    /// from before the transaction, since rpm-ostreed finishes it even when kata-live dies.
+    #[serde(default)]
+    pub reinstall: Option<crate::rpm_ostree::Reinstall>,
     /// CRI-O before the operation touched anything.
     pub crio_before: Option<UnitIdentity>,
 }
@@ -88,6 +92,7 @@ impl Journal {
             backup_saved: false,
             package_newly_live: false,
             package_changed: false,
+            reinstall: None,
             crio_before: None,
         }
     }
@@ -103,6 +108,7 @@ impl Journal {
                 j.backup_saved = p.backup_saved;
                 j.package_newly_live = p.package_newly_live;
                 j.package_changed = p.package_changed;
+                j.reinstall = p.reinstall.clone();
                 j.crio_before = p.crio_before.clone();
                 (j, Some(p))
             }

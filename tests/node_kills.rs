@@ -301,7 +301,8 @@ fn uninstall_killed_during_package_removal_then_rerun_finishes_it() {
     k.kill9(pid);
     let killed = k.wait_run(child, Duration::from_secs(30));
     assert_ne!(killed.code, 0, "{}", show(&killed));
-    // The fake's hung client outlives kata-live (a real one would too); it is ended by pid.
+    // Released, rpm-ostreed (the fake's daemon) carries the killed run's request to its end,
+    // as the real daemon does; the client kata-live left behind is ended by pid.
     k.clear_rpm_ostree_fault("hang");
     let ps = k.node.exec_ok(&["ps", "-eo", "pid=,args="]).expect("ps");
     for line in ps.lines().filter(|l| l.contains("rpm-ostree uninstall")) {

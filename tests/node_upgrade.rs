@@ -5,7 +5,8 @@
 
 mod support;
 use kata_live_standins::test_rpms::TestRpm;
-use support::kata::{serial, show, KataNode};
+use std::time::Duration;
+use support::kata::{serial, show, KataNode, STATUS};
 use support::node::NodeOptions;
 use support::referee::HANDLER;
 
@@ -308,25 +309,23 @@ fn post_install_units_run_again_only_when_the_packages_change() {
         NodeOptions::default().file("/etc/systemd/system/generator.service", GENERATOR, 0o644),
         "[post_install]\nunits = [\"generator.service\"]\n",
     );
-    let runs = |k: &KataNode| {
-        k.node
-            .read_if_exists("/var/lib/generator.runs")
-            .map(|b| String::from_utf8_lossy(&b).lines().count())
-            .unwrap_or(0)
-    };
     offer(&k, "3.20.0");
     let run = k.install();
     assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
-    assert_eq!(runs(&k), 1);
+    assert_eq!(generator_runs(&k), 1);
     // Nothing changed: the generator's work of this boot stands.
     let run = k.install();
     assert_eq!(run.code, 0, "re-run: {}", show(&run));
-    assert_eq!(runs(&k), 1, "the generator ran again with nothing changed");
+    assert_eq!(
+        generator_runs(&k),
+        1,
+        "the generator ran again with nothing changed"
+    );
     // A new version: its work is due again.
     offer(&k, "3.21.0");
     let run = k.install();
     assert_eq!(run.code, 0, "upgrade: {}", show(&run));
-    assert_eq!(runs(&k), 2, "{}", show(&run));
+    assert_eq!(generator_runs(&k), 2, "{}", show(&run));
     assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
     k.referee_assert_serves(HANDLER);
     k.assert_healthy();
@@ -444,8 +443,8 @@ fn an_upgrade_killed_in_its_package_step_converges_on_the_next_run() {
     k.rpm_ostree_fault("hang");
     let _ = k.node.exec(&["rm", "-f", "/run/kata-live/status.json"]);
     let child = k.spawn_kata(&["install", "--no-detach"]);
-    let pid = k.wait_phase("package", std::time::Duration::from_secs(120));
-    k.wait_rpm_ostree_hanging(std::time::Duration::from_secs(30));
+    let pid = k.wait_phase("package", Duration::from_secs(120));
+    k.wait_rpm_ostree_hanging(Duration::from_secs(30));
     assert!(
         mutating_calls(&k)
             .last()
@@ -453,9 +452,10 @@ fn an_upgrade_killed_in_its_package_step_converges_on_the_next_run() {
         "the upgrade's request must be under way"
     );
     k.kill9(pid);
-    let killed = k.wait_run(child, std::time::Duration::from_secs(30));
+    let killed = k.wait_run(child, Duration::from_secs(30));
     assert_ne!(killed.code, 0, "{}", show(&killed));
-    // The fake's hung client outlives kata-live (a real one would too); it is ended by pid.
+    // Released, rpm-ostreed (the fake's daemon) carries the killed run's request to its end,
+    // as the real daemon does; the client kata-live left behind is ended by pid.
     k.clear_rpm_ostree_fault("hang");
     let ps = k.node.exec_ok(&["ps", "-eo", "pid=,args="]).expect("ps");
     for line in ps.lines().filter(|l| l.contains("rpm-ostree install")) {
@@ -655,6 +655,159 @@ fn an_upgrade_with_the_canary_asked_runs_it_in_its_proof() {
         "fake-crio never ran the canary {id}: {crio_log}"
     );
     assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
+}
+
+// rpm-ostreed outlives its client (NODE-FACTS "Transactions and signals"): a kill -9 of
+// kata-live, or a stop that interrupts its client, while the transaction is in its live
+// step. rpm-ostreed then carries the live apply to its end without kata-live, and the next
+// run must converge from `rpm-ostree status` alone. The fake holds the transaction in its
+// live step with `hang-live`.
+
+/// A node installing from `RPMS`, with the generator as a post-install unit.
+fn boot_with_generator() -> KataNode {
+    boot_with(
+        NodeOptions::default().file("/etc/systemd/system/generator.service", GENERATOR, 0o644),
+        "[post_install]\nunits = [\"generator.service\"]\n",
+    )
+}
+
+fn generator_runs(k: &KataNode) -> usize {
+    k.node
+        .read_if_exists("/var/lib/generator.runs")
+        .map(|b| String::from_utf8_lossy(&b).lines().count())
+        .unwrap_or(0)
+}
+
+fn rpm_ostree_status(k: &KataNode) -> serde_json::Value {
+    serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap()).unwrap()
+}
+
+/// Waits until a client reports its transaction held in the live step.
+fn wait_held_live(k: &KataNode) {
+    k.node
+        .wait_for(
+            "rpm-ostree held in its live step",
+            Duration::from_secs(60),
+            |n| {
+                n.read_if_exists(format!("{FAKE}/hanging"))
+                    .is_some_and(|b| String::from_utf8_lossy(&b).contains(" live"))
+            },
+        )
+        .expect("the upgrade's live apply must be under way");
+}
+
+/// Lets the held live apply go on and waits until rpm-ostree has no transaction.
+fn release_and_wait_idle(k: &KataNode) {
+    k.clear_rpm_ostree_fault("hang-live");
+    k.node
+        .wait_for("no rpm-ostree transaction", Duration::from_secs(60), |_| {
+            rpm_ostree_status(k)["transaction"].is_null()
+        })
+        .expect("the transaction must end once released");
+}
+
+/// 3.20 installed (the generator ran once), 3.21 offered, its live apply held.
+fn upgrade_held_in_its_live_step(k: &KataNode) {
+    offer(k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    assert_eq!(generator_runs(k), 1);
+    offer(k, "3.21.0");
+    k.rpm_ostree_fault("hang-live");
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+}
+
+/// kata-live killed while rpm-ostreed applies the upgrade live: the daemon finishes it, so
+/// 3.21 is live although no run saw it go live. The next run must treat the packages as
+/// changed: the post-install units run again for the new version.
+#[test]
+fn an_upgrade_killed_in_its_live_step_runs_the_post_install_units_again() {
+    let _one = serial();
+    let k = boot_with_generator();
+    upgrade_held_in_its_live_step(&k);
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let pid = k.wait_phase("package", Duration::from_secs(120));
+    wait_held_live(&k);
+    k.kill9(pid);
+    let killed = k.wait_run(child, Duration::from_secs(30));
+    assert_ne!(killed.code, 0, "{}", show(&killed));
+    release_and_wait_idle(&k);
+    // The daemon carried the live apply to its end.
+    k.node
+        .wait_for("3.21's shim in place", Duration::from_secs(30), |n| {
+            n.read_file(SHIM)
+                .is_ok_and(|b| b == shim_text("3.21.0").as_bytes())
+        })
+        .expect("the live apply's files");
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    assert_eq!(
+        generator_runs(&k),
+        2,
+        "the generator did not run for 3.21: {}",
+        show(&run)
+    );
+    k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
+}
+
+/// The unit stopped while rpm-ostreed applies the upgrade live: kata-live interrupts its
+/// client (SIGINT), the live step runs to its end regardless, and the client says
+/// "Operation was cancelled". kata-live stops (17); the next run reads the status, finds
+/// 3.21 live and requested, installs nothing again and converges.
+#[test]
+fn a_stop_in_the_live_step_leaves_the_upgrade_live_and_the_next_run_converges() {
+    let _one = serial();
+    let k = boot_with_generator();
+    upgrade_held_in_its_live_step(&k);
+    k.systemctl(&["start", "--no-block", "kata-live-install.service"]);
+    k.wait_phase("package", Duration::from_secs(120));
+    wait_held_live(&k);
+    k.systemctl(&["stop", "--no-block", "kata-live-install.service"]);
+    k.node
+        .wait_for("rpm-ostree asked to cancel", Duration::from_secs(60), |n| {
+            n.exists(format!("{FAKE}/cancelled")).unwrap_or(false)
+        })
+        .expect("kata-live must interrupt its rpm-ostree client");
+    release_and_wait_idle(&k);
+    k.wait_inactive("kata-live-install.service", Duration::from_secs(120));
+    let st = k.status_json();
+    assert_eq!(st["result"], "stopped", "{st:#}");
+    assert_eq!(st["exit_code"], 17, "{st:#}");
+    // What rpm-ostree's status says, not what the client said: 3.21 live and requested.
+    let status = rpm_ostree_status(&k);
+    assert!(status["transaction"].is_null(), "{status:#}");
+    assert_eq!(
+        status["deployments"][0]["requested-local-packages"],
+        serde_json::json!(["kata-containers-3.21.0-1.el9.x86_64"])
+    );
+    k.node
+        .wait_for("3.21's shim in place", Duration::from_secs(30), |n| {
+            n.read_file(SHIM)
+                .is_ok_and(|b| b == shim_text("3.21.0").as_bytes())
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "the live step ran to its end: {e:?}\nshim: {:?}\nlive: {:?}\ncalls: {:?}\nstatus: {:#}\n{}",
+                k.node.read_if_exists(SHIM).map(|b| String::from_utf8_lossy(&b).into_owned()),
+                k.node.read_if_exists(format!("{FAKE}/live-packages.json")).map(|b| String::from_utf8_lossy(&b).into_owned()),
+                mutating_calls(&k),
+                rpm_ostree_status(&k)["deployments"],
+                k.node.journal_unit("kata-live-install.service"),
+            )
+        });
+
+    let calls_before = mutating_calls(&k);
+    let run = k.install();
+    assert_eq!(run.code, 0, "re-run: {}", show(&run));
+    // Nothing installed again: the re-run's only rpm-ostree calls are reads.
+    assert_eq!(mutating_calls(&k), calls_before, "{}", show(&run));
+    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
+    assert_eq!(k.status_json()["result"], "succeeded");
     k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 }

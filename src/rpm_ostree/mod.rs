@@ -761,7 +761,7 @@ pub const KEPT_RPMS: &str = "/var/lib/kata-live/rpms-live";
 /// Puts previous package versions back after a failed upgrade: the same transaction shape
 /// as the upgrade (`install --uninstall=NEW… OLD.rpm…`, then `apply-live
 /// --allow-replacement`), then a wait until the runtime files hold the old content.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Reinstall {
     pub install_argv: Vec<String>,
     pub apply_argv: Vec<String>,

@@ -108,15 +108,43 @@ impl Step for InstallPackage {
             Self::forget_what_crio_saw(run)?;
             let c = &ctx.cfg;
             let local = offered_rpms(ctx).map_err(|e| FlowError::Package(e.to_string()))?;
+            let deadline = Ctx::deadline(c.deadlines.package);
+            let status = ctx.rpm_ostree.status(deadline).await.ok();
             // Before anything changes: can a failed upgrade put the previous versions back?
-            let reinstall = if local.is_empty() {
-                None
-            } else {
-                previous_versions(ctx, &local).await
+            let reinstall = match &status {
+                Some(status) if !local.is_empty() => previous_versions(ctx, status, &local).await,
+                _ => None,
             };
+            // rpm-ostreed carries a transaction to its end when its client dies with
+            // kata-live: what this one is about to change goes into the journal first, so
+            // that a run killed now resumes as one that changed packages (post-install work
+            // due, the new content waited for, a new package shown to CRI-O, the previous
+            // versions put back if the proof fails).
+            let plan = status
+                .as_ref()
+                .and_then(|s| crate::rpm_ostree::plan_install(s, &c.package, &local).ok());
+            let newly = matches!(
+                plan,
+                Some(InstallPlan::InstallLive { .. } | InstallPlan::ApplyPendingLive { .. })
+            );
+            let replaces = matches!(
+                plan,
+                Some(InstallPlan::Replace {
+                    apply_argv: Some(_),
+                    ..
+                })
+            );
+            if newly || replaces {
+                run.journal.package_newly_live |= newly;
+                run.journal.package_changed = true;
+                if replaces && reinstall.is_some() {
+                    run.journal.reinstall = reinstall.clone();
+                }
+                run.save_journal()?;
+            }
             let out = ctx
                 .rpm_ostree
-                .install_with_table(&c.package, &local, Ctx::deadline(c.deadlines.package))
+                .install_with_table(&c.package, &local, deadline)
                 .await;
             let (pkg, decisions) = match out {
                 Ok((o, decisions)) => {
@@ -130,7 +158,9 @@ impl Step for InstallPackage {
                     return Err(FlowError::Stopped {
                         signal,
                         state: "during the package step: the rpm-ostree client was interrupted \
-                                (its transaction cancelled); the runtime's configuration untouched"
+                                (SIGINT asks rpm-ostreed to cancel; a live apply already under \
+                                way finishes, and the next run reads `rpm-ostree status`); the \
+                                runtime's configuration untouched"
                             .into(),
                     }
                     .into())
@@ -156,9 +186,14 @@ impl Step for InstallPackage {
                         .into(),
                 );
             }
+            // A resumed run whose interrupted one had the daemon finish an upgrade finds it
+            // live: that run's way back still holds.
+            let resumed_change = pkg == PackageOutcome::AlreadyLive && run.journal.package_changed;
             if pkg == PackageOutcome::Upgraded {
                 run.reinstall = reinstall;
                 note_pods_on_previous_version(ctx, run, rep, &decisions)?;
+            } else if resumed_change {
+                run.reinstall = run.journal.reinstall.clone();
             }
             if !local.is_empty()
                 && matches!(
@@ -171,7 +206,8 @@ impl Step for InstallPackage {
                 keep_rpms(ctx, &local, run.reinstall.as_ref())
                     .map_err(|e| FlowError::Package(e.to_string()))?;
             }
-            if matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded) {
+            if matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded) || resumed_change
+            {
                 // The runtime files an offered RPM ships, with its digests: a new version at
                 // an existing path passes a stat before its content reaches CRI-O.
                 let (binary, others) = ctx.rt.runtime_files(&ctx.host);
@@ -246,13 +282,13 @@ fn note_pods_on_previous_version(
 /// when a previous version is not kept: that is said now, before anything changes.
 async fn previous_versions(
     ctx: &Ctx,
+    status: &crate::rpm_ostree::Status,
     offered: &[crate::rpm_ostree::Offered],
 ) -> Option<crate::rpm_ostree::Reinstall> {
     use crate::rpm_ostree::{decide, Action, KEPT_RPMS};
     let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
-    let status = ctx.rpm_ostree.status(deadline).await.ok()?;
     let until = tokio::time::Instant::now() + deadline;
-    let on_node = ctx.rpm_ostree.on_node(&status, offered, until).await;
+    let on_node = ctx.rpm_ostree.on_node(status, offered, until).await;
     let replaced: Vec<(String, crate::rpm_ostree::Nevra)> =
         decide(offered, &on_node, ctx.cfg.package.allow_downgrade)
             .into_iter()
@@ -635,8 +671,9 @@ impl Step for RemovePackage {
                         signal,
                         state:
                             "during the package removal: the handler is removed and proven gone; \
-                                the rpm-ostree client was interrupted (its transaction cancelled): \
-                                re-run `kata-live uninstall` to finish"
+                                the rpm-ostree client was interrupted (SIGINT asks rpm-ostreed \
+                                to cancel; a live apply already under way finishes): re-run \
+                                `kata-live uninstall` to finish"
                                 .into(),
                     }
                     .into())
