@@ -300,6 +300,10 @@ pub struct Deadlines {
 }
 
 impl Deadlines {
+    /// How long an rpm-ostree client interrupted (a stop) or past `package` gets to cancel
+    /// its transaction and exit, before it is killed.
+    pub const PACKAGE_CANCEL_GRACE: Duration = Duration::from_secs(30);
+
     pub fn get(secs: f64) -> Duration {
         Duration::from_secs_f64(secs)
     }
@@ -319,7 +323,7 @@ impl Deadlines {
                 + self.kubelet
                 + self.canary
                 + 2.0 * self.rollback,
-        )
+        ) + Self::PACKAGE_CANCEL_GRACE
     }
 
     /// The longest a run can take once a stop was requested: an activation under way is
@@ -329,7 +333,7 @@ impl Deadlines {
         Duration::from_secs_f64(
             self.restart + self.cri_ready + self.kubelet + self.canary + 2.0 * self.rollback,
         )
-        .max(Duration::from_secs(30))
+        .max(Self::PACKAGE_CANCEL_GRACE)
     }
 }
 

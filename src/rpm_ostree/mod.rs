@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use crate::config::{Package, PackageRemoval};
 
 /// How long an interrupted rpm-ostree client gets to cancel its transaction and exit.
-const CANCEL_GRACE: Duration = Duration::from_secs(30);
+const CANCEL_GRACE: Duration = crate::config::Deadlines::PACKAGE_CANCEL_GRACE;
 /// How often the status is read again while another transaction runs.
 const TRANSACTION_POLL: Duration = Duration::from_secs(1);
 
