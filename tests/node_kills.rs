@@ -92,8 +92,9 @@ fn hold_drop_in_write(k: &KataNode, nth: usize) -> OpenHold {
     })
 }
 
-/// Holds the `nth` save of the state journal. An install saves it at `package`, at
-/// `drop-in` (backup kept), then at `activate`: the third hold is right after the drop-in
+/// Holds the `nth` save of the state journal. An install of a package not yet live saves it
+/// at `package`, before its rpm-ostree transaction (what the transaction is about to change),
+/// at `drop-in` (backup kept), then at `activate`: the fourth hold is right after the drop-in
 /// was written, before anything restarts CRI-O.
 fn hold_journal_save(k: &KataNode, nth: usize) -> OpenHold {
     k.node
@@ -108,7 +109,7 @@ fn hold_journal_save(k: &KataNode, nth: usize) -> OpenHold {
 /// An install killed once its drop-in is written and before CRI-O restarts, on a node with
 /// the operator's drop-in: ours on disk, theirs in the backup, CRI-O untouched.
 fn install_killed_after_the_drop_in_write(k: &KataNode) {
-    run_killed_in(k, hold_journal_save(k, 3), &["install", "--no-detach"]);
+    run_killed_in(k, hold_journal_save(k, 4), &["install", "--no-detach"]);
     let st = k.status_json();
     assert_eq!(st["result"], "running", "{st:#}");
     assert_eq!(outcomes(&st, "drop-in"), ["ran"], "{st:#}");
