@@ -109,7 +109,11 @@ impl Step for InstallPackage {
             let c = &ctx.cfg;
             let local = offered_rpms(ctx).map_err(|e| FlowError::Package(e.to_string()))?;
             let deadline = Ctx::deadline(c.deadlines.package);
-            let status = ctx.rpm_ostree.status(deadline).await.ok();
+            let status = if c.package.skip {
+                None
+            } else {
+                ctx.rpm_ostree.status(deadline).await.ok()
+            };
             // Before anything changes: can a failed upgrade put the previous versions back?
             let reinstall = match &status {
                 Some(status) if !local.is_empty() => previous_versions(ctx, status, &local).await,
