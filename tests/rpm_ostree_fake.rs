@@ -2,7 +2,6 @@
 //! run as a process on the host, with its state in a temp dir. No root needed.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use kata_live::config::{Package, PackageRemoval};
@@ -14,37 +13,11 @@ use kata_live::rpm_ostree::{
 use kata_live::visibility::wait_visible;
 use kata_live_standins::test_rpms::TestRpm;
 
-const DEADLINE: Duration = Duration::from_secs(30);
+#[path = "support/fake_rpm_ostree.rs"]
+mod fake_rpm_ostree;
+use fake_rpm_ostree::{fake_exe, wait_until};
 
-/// Builds the fake once per test binary: cargo does not build another package's
-/// binaries for our tests.
-fn fake_exe() -> &'static Path {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "kata-live-standins",
-                "--bin",
-                "fake-rpm-ostree",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo to build fake-rpm-ostree");
-        assert!(status.success(), "building fake-rpm-ostree failed");
-        // Our test binary is target/debug/deps/NAME-HASH; the fake is target/debug/.
-        let exe = std::env::current_exe().unwrap();
-        let p = exe
-            .parent()
-            .and_then(Path::parent)
-            .unwrap()
-            .join("fake-rpm-ostree");
-        assert!(p.is_file(), "{} missing after build", p.display());
-        p
-    })
-}
+const DEADLINE: Duration = Duration::from_secs(30);
 
 struct Env {
     _tmp: tempfile::TempDir,
@@ -1132,17 +1105,6 @@ async fn one_transaction_at_a_time_while_a_client_runs_one() {
 }
 
 // The daemon outlives its client (#24): NODE-FACTS "Transactions and signals".
-
-/// Waits (bounded, never timed) until `what` holds; panics naming `why` otherwise.
-fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
-    for _ in 0..1200 {
-        if what() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("never happened: {why}");
-}
 
 impl Env {
     /// Starts `rpm-ostree ARGS` in the background, outputs piped.

@@ -6,43 +6,15 @@
 //!
 //! A binary of its own: the stop request is process-wide and cannot be taken back.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kata_live::config::Package;
 use kata_live::rpm_ostree::RpmOstreeError;
 use kata_live::rpm_ostree::{parse_status, plan_install, InstallPlan, PackageState, RpmOstree};
 
-fn fake_exe() -> PathBuf {
-    let status = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "kata-live-standins",
-            "--bin",
-            "fake-rpm-ostree",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo to build fake-rpm-ostree");
-    assert!(status.success(), "building fake-rpm-ostree failed");
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("fake-rpm-ostree")
-}
-
-fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
-    for _ in 0..1200 {
-        if what() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("never happened: {why}");
-}
+#[path = "support/fake_rpm_ostree.rs"]
+mod fake_rpm_ostree;
+use fake_rpm_ostree::{fake_exe, wait_until};
 
 // Multi-threaded: the test thread blocks while the run goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
