@@ -15,7 +15,7 @@ use kata_live_standins::test_rpms::TestRpm;
 
 #[path = "support/fake_rpm_ostree.rs"]
 mod fake_rpm_ostree;
-use fake_rpm_ostree::{fake_exe, wait_until};
+use fake_rpm_ostree::{fake_exe, wait_until, wrapper as wrapper_at};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -44,17 +44,7 @@ fn env() -> Env {
     )
     .unwrap();
     let wrapper = tmp.path().join("rpm-ostree");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nFAKE_RPM_OSTREE_DIR='{}' exec '{}' \"$@\"\n",
-            dir.display(),
-            fake_exe().display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper_at(&wrapper, &dir);
     Env {
         rpm: RpmOstree::new(&wrapper),
         _tmp: tmp,

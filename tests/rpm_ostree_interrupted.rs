@@ -14,7 +14,7 @@ use kata_live::rpm_ostree::{parse_status, plan_install, InstallPlan, PackageStat
 
 #[path = "support/fake_rpm_ostree.rs"]
 mod fake_rpm_ostree;
-use fake_rpm_ostree::{fake_exe, wait_until};
+use fake_rpm_ostree::{wait_until, wrapper as wrapper_at};
 
 // Multi-threaded: the test thread blocks while the run goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,17 +23,7 @@ async fn stopped_in_the_live_step_the_packages_are_live_and_the_next_plan_sees_t
     let dir = tmp.path().join("fake");
     std::fs::create_dir_all(&dir).unwrap();
     let wrapper = tmp.path().join("rpm-ostree");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nFAKE_RPM_OSTREE_DIR='{}' exec '{}' \"$@\"\n",
-            dir.display(),
-            fake_exe().display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper_at(&wrapper, &dir);
     let rpm = RpmOstree::new(&wrapper);
     let cli_status = || {
         let out = std::process::Command::new(&wrapper)

@@ -47,3 +47,19 @@ pub fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
     }
     panic!("never happened: {why}");
 }
+
+/// A `rpm-ostree` at `path` that runs the fake on its own directory `dir` (the fake reads it
+/// from the environment): one fake per test, so tests can run in parallel.
+pub fn wrapper(path: &Path, dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(
+        path,
+        format!(
+            "#!/bin/sh\nFAKE_RPM_OSTREE_DIR='{}' exec '{}' \"$@\"\n",
+            dir.display(),
+            fake_exe().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
