@@ -65,6 +65,14 @@ fn text(k: &KataNode, path: &str) -> String {
     String::from_utf8(k.node.read_file(path).unwrap()).unwrap()
 }
 
+/// Judged on the node: `version`'s shim live by content, the handler served by the running
+/// CRI-O (the referee's own sandbox), kubelet's running process connected to it.
+fn assert_proven_with(k: &KataNode, version: &str) {
+    assert_eq!(text(k, SHIM), shim_text(version));
+    k.referee_assert_serves(HANDLER);
+    k.assert_healthy();
+}
+
 /// rpm-ostree's calls that change something (none before its first call).
 fn mutating_calls(k: &KataNode) -> Vec<String> {
     let log = k
@@ -235,9 +243,7 @@ fn a_downgrade_is_refused_unless_allowed() {
         .unwrap();
     let run = k.install();
     assert_eq!(run.code, 0, "an allowed downgrade: {}", show(&run));
-    assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
-    k.referee_assert_serves(HANDLER);
-    k.assert_healthy();
+    assert_proven_with(&k, "3.20.0");
 }
 
 #[test]
@@ -287,9 +293,7 @@ fn with_an_os_update_staged_the_upgrade_is_staged_and_said() {
     assert_eq!(row["live_unknown"], true, "{status_doc}");
     assert_eq!(row["next_boot"]["version"], "3.21.0", "{status_doc}");
     assert_eq!(st["evidence"]["verdict"]["proven"], true, "{st}");
-    let status: serde_json::Value =
-        serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())
-            .unwrap();
+    let status = rpm_ostree_status(&k);
     assert_eq!(
         status["deployments"][0]["requested-local-packages"],
         serde_json::json!(["kata-containers-3.21.0-1.el9.x86_64"])
@@ -326,9 +330,7 @@ fn post_install_units_run_again_only_when_the_packages_change() {
     let run = k.install();
     assert_eq!(run.code, 0, "upgrade: {}", show(&run));
     assert_eq!(generator_runs(&k), 2, "{}", show(&run));
-    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
-    k.referee_assert_serves(HANDLER);
-    k.assert_healthy();
+    assert_proven_with(&k, "3.21.0");
 }
 
 #[test]
@@ -420,9 +422,7 @@ fn a_failed_proof_after_an_upgrade_puts_the_previous_version_back() {
     );
     // 3.20 back: live (by content), requested for the next boot, and proven.
     assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
-    let status: serde_json::Value =
-        serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())
-            .unwrap();
+    let status = rpm_ostree_status(&k);
     assert_eq!(
         status["deployments"][0]["requested-local-packages"],
         serde_json::json!(["kata-containers-3.20.0-1.el9.x86_64"])
@@ -593,9 +593,7 @@ fn a_failed_post_install_after_an_upgrade_puts_the_previous_version_back() {
     // as it was, CRI-O and kubelet the same processes, the handler served as before,
     // kubelet connected to the CRI-O that runs.
     assert_eq!(text(&k, SHIM), shim_text("3.20.0"));
-    let status: serde_json::Value =
-        serde_json::from_str(&k.node.exec_ok(&["rpm-ostree", "status", "--json"]).unwrap())
-            .unwrap();
+    let status = rpm_ostree_status(&k);
     assert_eq!(
         status["deployments"][0]["requested-local-packages"],
         serde_json::json!(["kata-containers-3.20.0-1.el9.x86_64"])
@@ -623,9 +621,7 @@ fn a_failed_post_install_after_an_upgrade_puts_the_previous_version_back() {
         .unwrap();
     let run = k.install();
     assert_eq!(run.code, 0, "{}", show(&run));
-    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
-    k.referee_assert_serves(HANDLER);
-    k.assert_healthy();
+    assert_proven_with(&k, "3.21.0");
 }
 
 /// With the canary asked (`cri.canary`), an upgrade's proof runs it too: the proof after a
@@ -654,9 +650,7 @@ fn an_upgrade_with_the_canary_asked_runs_it_in_its_proof() {
         crio_log.contains(&format!("Ran pod sandbox {id}")),
         "fake-crio never ran the canary {id}: {crio_log}"
     );
-    assert_eq!(text(&k, SHIM), shim_text("3.21.0"));
-    k.referee_assert_serves(HANDLER);
-    k.assert_healthy();
+    assert_proven_with(&k, "3.21.0");
 }
 
 // rpm-ostreed outlives its client (NODE-FACTS "Transactions and signals"): a kill -9 of
