@@ -80,15 +80,9 @@ pub async fn reactivate_and_prove_back(
     baseline: &Baseline,
 ) -> Rollback {
     let c = &ctx.cfg;
-    let yielded = |e: &dyn std::fmt::Display| {
-        Rollback::Yielded(format!(
-            "the previous configuration files are back, but {e}; {} reads them at its next start",
-            ctx.rt.name()
-        ))
-    };
     if let Err(e) = restart_crio_for_rollback(ctx, rep).await {
         if let SystemdError::TakenDown { .. } = e {
-            return yielded(&e);
+            return yielded(ctx, &e);
         }
         return Rollback::Failed(format!(
             "the previous drop-in is restored but {} did not restart cleanly: {e}. \
@@ -109,6 +103,15 @@ pub async fn reactivate_and_prove_back(
         ));
     }
     prove_back(ctx, rep, baseline, true).await
+}
+
+/// systemd took the runtime down for someone else during the rollback: the previous files
+/// are back, and the runtime reads them at its next start.
+fn yielded(ctx: &Ctx, why: &dyn std::fmt::Display) -> Rollback {
+    Rollback::Yielded(format!(
+        "the previous configuration files are back, but {why}; {} reads them at its next start",
+        ctx.rt.name()
+    ))
 }
 
 /// The node proven as preflight found it, after the previous files are back: `restarted`
@@ -142,11 +145,7 @@ pub async fn prove_back(
         r = prove(ctx, rep, spec) => r,
         why = taken_down_after_stop(ctx) => {
             rep.end(StepOutcome::Failed, why.clone());
-            return Rollback::Yielded(format!(
-                "the previous configuration files are back, but {why}; {} reads them at its \
-                 next start",
-                ctx.rt.name()
-            ));
+            return yielded(ctx, &why);
         }
     };
     match proof {
