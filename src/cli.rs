@@ -21,7 +21,7 @@ fn after_help() -> &'static str {
 #[command(
     name = "kata-live",
     version,
-    about = "Turn the Kata runtime handler on or off on a live CRI-O node, with proof, without a reboot",
+    about = "Turn the Kata runtime handler on or off on a live CRI-O or containerd node, with proof, without a reboot",
     long_about = None,
     after_help = after_help(),
 )]

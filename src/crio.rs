@@ -220,15 +220,20 @@ impl DropIn {
         })
     }
 
-    /// Puts back exactly what [`Change::previous`] held: the old bytes, or no file.
-    /// Puts `backup` back; no backup means this operation never changed the drop-in.
+    /// Puts `backup` back into the file it was taken from (`self` when there is none: this
+    /// operation never changed the drop-in).
     pub fn restore_backup(&self, backup: Option<&Backup>) -> Result<Outcome, CrioError> {
         match backup {
-            Some(b) => self.restore(b.content.as_deref()),
+            Some(b) => {
+                let node = crate::host::Host::new(&self.root, "/proc");
+                let from = DropIn::new(&self.root, node.path(b.node_path(&self.root)));
+                from.restore(b.content.as_deref())
+            }
             None => Ok(Outcome::Unchanged),
         }
     }
 
+    /// Puts back exactly what [`Change::previous`] held: the old bytes, or no file.
     pub fn restore(&self, previous: Option<&[u8]>) -> Result<Outcome, CrioError> {
         self.clear_stale_temps()?;
         match previous {
@@ -248,13 +253,26 @@ impl DropIn {
 /// rollback (even by a later run, after a crash) restores it byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Backup {
-    /// The drop-in this backup belongs to.
+    /// The file this backup belongs to, as the node names it (not under `--root`): a
+    /// rollback restores it there, and a run whose configuration names another file refuses
+    /// to start (see [`Backup::node_path`]).
     pub path: PathBuf,
     /// False: the drop-in did not exist, restoring means removing it.
     pub existed: bool,
     /// The file itself is stored beside the metadata, as raw bytes.
     #[serde(skip)]
     pub content: Option<Vec<u8>>,
+}
+
+impl Backup {
+    /// The file this backup restores, as the node names it. Backups from before 0.9 kept the
+    /// path under the run's `--root`: that prefix is taken off.
+    pub fn node_path(&self, root: &Path) -> PathBuf {
+        match self.path.strip_prefix(root) {
+            Ok(rel) if root != Path::new("/") => Path::new("/").join(rel),
+            _ => self.path.clone(),
+        }
+    }
 }
 
 /// Backups live in `<state_dir>/backup/`: `drop-in.json` (metadata) and `drop-in.orig`.

@@ -79,7 +79,7 @@ impl ExitCode {
             ExitCode::PackageStep => {
                 "package step failed (install: runtime untouched; uninstall: after the handler went)"
             }
-            ExitCode::Activation => "CRI-O failed to restart with the change; rolled back",
+            ExitCode::Activation => "the runtime failed to restart with the change; rolled back",
             ExitCode::RolledBack => "proof failed; previous configuration restored and proven",
             ExitCode::RollbackFailed => "rollback failed: node state unknown, needs a human",
             ExitCode::LockBusy => "another kata-live run holds the lock",

@@ -33,6 +33,8 @@ pub struct ActivationInputs {
     /// The state the operation wants: listed (install) or not (uninstall).
     pub want_listed: bool,
     pub strategy: ActivationStrategy,
+    /// The runtime's name, for the words ("CRI-O", "containerd").
+    pub runtime: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,13 +48,14 @@ pub enum Activation {
     ReloadThenCanary(String),
 }
 
-impl std::fmt::Display for Activation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Activation {
+    /// What it does to `runtime` ("CRI-O", "containerd"), in words.
+    pub fn describe(&self, runtime: &str) -> String {
         match self {
-            Activation::Nothing(why) => write!(f, "activate nothing: {why}"),
-            Activation::Restart(why) => write!(f, "restart CRI-O: {why}"),
+            Activation::Nothing(why) => format!("activate nothing: {why}"),
+            Activation::Restart(why) => format!("restart {runtime}: {why}"),
             Activation::ReloadThenCanary(why) => {
-                write!(f, "reload CRI-O, then run a canary on the handler: {why}")
+                format!("reload {runtime}, then run a canary on the handler: {why}")
             }
         }
     }
@@ -88,7 +91,7 @@ pub fn decide_activation(i: &ActivationInputs) -> Activation {
         _ => Activation::Restart(why),
     };
     if i.crio_started_us == 0 {
-        return Activation::Restart("CRI-O is not running".into());
+        return Activation::Restart(format!("{} is not running", i.runtime));
     }
     if i.drop_in_changed {
         return act("the drop-in changed in this run".into());
@@ -103,17 +106,17 @@ pub fn decide_activation(i: &ActivationInputs) -> Activation {
         files_checked_at_start: i.files_checked_at_start,
         handler_listed: i.handler_listed,
     }) {
-        return act(
-            "the running CRI-O started before the drop-in or the runtime files were in place"
-                .into(),
-        );
+        return act(format!(
+            "the running {} started before the drop-in or the runtime files were in place",
+            i.runtime
+        ));
     }
     // Whether the handler is listed is for the proof to judge: restarting a CRI-O that
     // already saw everything cannot change what it lists.
-    Activation::Nothing(
-        "nothing changed and the running CRI-O started after the drop-in and the runtime files"
-            .into(),
-    )
+    Activation::Nothing(format!(
+        "nothing changed and the running {} started after the drop-in and the runtime files",
+        i.runtime
+    ))
 }
 
 /// Whether a post-install unit (a guest-image generator, say) must be started in this run:
@@ -182,6 +185,15 @@ pub struct ProofInputs {
     pub unknown_as_found: bool,
 }
 
+/// How the verdict names the node's runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeWords {
+    /// "CRI-O", "containerd".
+    pub name: &'static str,
+    /// Why a declared handler may not be listed, and where to look.
+    pub unlisted: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
     pub proven: bool,
@@ -189,34 +201,37 @@ pub struct Verdict {
     pub missing: Vec<String>,
 }
 
-pub fn verdict(p: &ProofInputs) -> Verdict {
+pub fn verdict(p: &ProofInputs, rt: &RuntimeWords) -> Verdict {
+    let name = rt.name;
     let mut missing = Vec::new();
     if !p.crio_newer_than_artifacts {
-        missing
-            .push("the running CRI-O did not start after the drop-in and the runtime files".into());
+        missing.push(format!(
+            "the running {name} did not start after the drop-in and the runtime files"
+        ));
     }
     if let Some(e) = &p.cri_error {
-        missing.push(format!("CRI-O did not answer over its socket: {e}"));
+        missing.push(format!("{name} did not answer over its socket: {e}"));
     }
     match (p.handler_listed, p.want_listed) {
         _ if p.cri_error.is_some() => {}
         (None, _) if p.unknown_as_found => {}
-        (None, _) => missing.push(
-            "CRI-O does not report runtime handlers (CRI API older than Kubernetes 1.30): the handler cannot be proven".into(),
-        ),
-        (Some(false), true) => missing.push(
-            "CRI-O does not list the handler: it ignored it (look for `is being ignored` in `journalctl -u crio`)".into(),
-        ),
-        (Some(true), false) => missing.push(
-            "CRI-O still lists the handler: another drop-in declares it".into(),
-        ),
+        (None, _) => missing.push(format!(
+            "{name} does not report runtime handlers (CRI API older than Kubernetes 1.30): the handler cannot be proven"
+        )),
+        (Some(false), true) => missing.push(format!(
+            "{name} does not list the handler: {}",
+            rt.unlisted
+        )),
+        (Some(true), false) => missing.push(format!(
+            "{name} still lists the handler: another drop-in declares it"
+        )),
         _ => {}
     }
     if !p.runtime_ready && p.cri_error.is_none() {
-        missing.push("CRI-O reports RuntimeReady=false".into());
+        missing.push(format!("{name} reports RuntimeReady=false"));
     }
     if !p.network_ready && p.cri_error.is_none() {
-        missing.push("CRI-O reports NetworkReady=false".into());
+        missing.push(format!("{name} reports NetworkReady=false"));
     }
     if let Some(k) = &p.kubelet_missing {
         missing.push(format!("kubelet: {k}"));
@@ -282,7 +297,56 @@ mod tests {
             handler_listed: Some(true),
             want_listed: true,
             strategy: ActivationStrategy::Restart,
+            runtime: "CRI-O",
         }
+    }
+
+    fn verdict(p: &ProofInputs) -> Verdict {
+        super::verdict(
+            p,
+            &RuntimeWords {
+                name: "CRI-O",
+                unlisted: "it ignored it".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn the_words_name_the_nodes_runtime() {
+        let ctrd = RuntimeWords {
+            name: "containerd",
+            unlisted: "look at `journalctl -u containerd`".into(),
+        };
+        let v = super::verdict(
+            &ProofInputs {
+                handler_listed: Some(false),
+                runtime_ready: false,
+                crio_newer_than_artifacts: false,
+                ..proven()
+            },
+            &ctrd,
+        );
+        assert_eq!(
+            v.missing,
+            [
+                "the running containerd did not start after the drop-in and the runtime files",
+                "containerd does not list the handler: look at `journalctl -u containerd`",
+                "containerd reports RuntimeReady=false",
+            ]
+        );
+        assert!(!v
+            .missing
+            .iter()
+            .any(|m| m.contains("CRI-O") || m.contains("crio")));
+        let a = decide_activation(&ActivationInputs {
+            crio_started_us: 0,
+            runtime: "containerd",
+            ..base()
+        });
+        assert_eq!(
+            a.describe("containerd"),
+            "restart containerd: containerd is not running"
+        );
     }
 
     #[test]

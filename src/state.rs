@@ -211,7 +211,7 @@ pub enum StateError {
         #[source]
         source: FsError,
     },
-    #[error("state journal {path} is unreadable ({reason}); it may guard a backup of the CRI-O drop-in under the same directory: inspect both, then remove the journal")]
+    #[error("state journal {path} is unreadable ({reason}); it may guard a backup of the runtime's drop-in under the same directory: inspect both, then remove the journal")]
     Corrupt { path: PathBuf, reason: String },
 }
 

@@ -44,6 +44,9 @@ impl<T> Seen<T> {
 pub struct Observation {
     /// "CRI-O" or "containerd".
     pub runtime_name: &'static str,
+    /// How the verdict names the runtime.
+    #[serde(skip)]
+    pub runtime_words: plan::RuntimeWords,
     /// Why that runtime: set by a fragment, or detected (or why none could be decided).
     pub runtime_source: String,
     pub handler: String,
@@ -55,20 +58,31 @@ pub struct Observation {
     pub package_versions: Vec<crate::rpm_ostree::Decision>,
     pub drop_in: String,
     pub drop_in_path: String,
-    pub crio: Seen<UnitState>,
+    /// The runtime's unit (CRI-O's or containerd's).
+    pub runtime_unit: Seen<UnitState>,
+    /// Schema 1's CRI-O-only names of `runtime_unit` and `runtime_newer_than_artifacts`,
+    /// kept for readers of earlier versions on CRI-O nodes; absent on containerd nodes.
+    #[serde(flatten)]
+    pub crio_compat: Option<CrioCompat>,
     pub runtime: Seen<RuntimeView>,
     /// Sandboxes on the handler, and those whose handler cannot be determined.
     pub pods_on_handler: Seen<PodsOnHandler>,
-    /// The running CRI-O's effective definition of the handler against the one kata-live
-    /// renders (`GET /config`), and what is wrong with it (`None`: ours).
+    /// The running runtime's effective definition of the handler against the one kata-live
+    /// renders, and what is wrong with it (`None`: ours).
     pub effective_definition: serde_json::Value,
     #[serde(skip)]
     pub definition_problem: Option<String>,
-    /// The running CRI-O started after the drop-in and the runtime files changed.
-    pub crio_newer_than_artifacts: bool,
+    /// The running runtime started after the drop-in and the runtime files changed.
+    pub runtime_newer_than_artifacts: bool,
     pub kubelet: Seen<Evidence>,
     pub canary: Option<Seen<&'static str>>,
     pub last_run: Option<RunStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CrioCompat {
+    pub crio: Seen<UnitState>,
+    pub crio_newer_than_artifacts: bool,
 }
 
 async fn observe(ctx: &Ctx, canary: bool) -> Observation {
@@ -184,6 +198,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
     };
     Observation {
         runtime_name: ctx.rt.name(),
+        runtime_words: ctx.rt.words(),
         runtime_source: match &ctx.rt_problem {
             Some(p) => format!("UNDECIDED: {p}"),
             None => ctx.rt_why.clone(),
@@ -193,12 +208,16 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         package_versions,
         drop_in,
         drop_in_path: ctx.host.path(ctx.rt.drop_in_path()).display().to_string(),
-        crio: crio.into(),
+        crio_compat: (ctx.rt.kind() == crate::config::RuntimeKind::Crio).then(|| CrioCompat {
+            crio: crio.clone().into(),
+            crio_newer_than_artifacts: crio_newer,
+        }),
+        runtime_unit: crio.into(),
         runtime: runtime.into(),
         pods_on_handler: pods_on_handler.into(),
         effective_definition,
         definition_problem,
-        crio_newer_than_artifacts: crio_newer,
+        runtime_newer_than_artifacts: crio_newer,
         kubelet: kubelet.into(),
         canary: canary.map(|c| c.map(|()| "ok").into()),
         last_run: read_status(&ctx.host.path(STATUS_PATH)),
@@ -218,22 +237,25 @@ pub fn judge(o: &Observation) -> plan::Verdict {
         },
         Err(e) => Some(e.clone()),
     };
-    plan::verdict(&plan::ProofInputs {
-        want_listed: true,
-        cri_error: o.runtime.as_result().err().cloned(),
-        crio_newer_than_artifacts: o.crio_newer_than_artifacts,
-        handler_listed: listed,
-        runtime_ready: ready,
-        network_ready: net,
-        kubelet_missing,
-        pods_lost: Vec::new(),
-        canary: o
-            .canary
-            .as_ref()
-            .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone())),
-        unknown_as_found: false,
-        definition_problem: o.definition_problem.clone(),
-    })
+    plan::verdict(
+        &plan::ProofInputs {
+            want_listed: true,
+            cri_error: o.runtime.as_result().err().cloned(),
+            crio_newer_than_artifacts: o.runtime_newer_than_artifacts,
+            handler_listed: listed,
+            runtime_ready: ready,
+            network_ready: net,
+            kubelet_missing,
+            pods_lost: Vec::new(),
+            canary: o
+                .canary
+                .as_ref()
+                .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone())),
+            unknown_as_found: false,
+            definition_problem: o.definition_problem.clone(),
+        },
+        &o.runtime_words,
+    )
 }
 
 /// A grouped summary: sections of (key, value) rows, keys aligned across all sections.
@@ -345,7 +367,7 @@ pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
 
     let rt = o.runtime_name;
     let rows = sum.section(rt);
-    match o.crio.as_result() {
+    match o.runtime_unit.as_result() {
         Ok(u) => {
             row(
                 rows,
@@ -358,7 +380,7 @@ pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
             row(
                 rows,
                 "started",
-                if o.crio_newer_than_artifacts {
+                if o.runtime_newer_than_artifacts {
                     "after the drop-in and the runtime files changed"
                 } else {
                     "BEFORE the drop-in or the runtime files changed: it has not loaded them"

@@ -43,7 +43,7 @@ impl fmt::Display for Missing {
             ),
             Seen::CrioMountNs { pid } => write!(
                 f,
-                "{} is not visible in CRI-O's mount namespace (pid {pid}, checked {})",
+                "{} is not visible in the runtime's mount namespace (pid {pid}, checked {})",
                 self.path.display(),
                 self.checked.display()
             ),
@@ -70,12 +70,12 @@ pub enum VisibilityError {
         deadline: Duration,
     },
     #[error(
-        "runtime files CRI-O could not use: {}. Fix the package (or the paths in \
+        "runtime files the runtime could not use: {}. Fix the package (or the paths in \
          /etc/kata-live/config.d/); nothing was changed", list_bad(.bad)
     )]
     Unusable { bad: Vec<Unusable> },
     #[error(
-        "the new runtime files did not reach CRI-O within {:.1} s: {}. The live apply may \
+        "the new runtime files did not reach the runtime within {:.1} s: {}. The live apply may \
          still be writing them: check `rpm-ostree status`, then run again", .deadline.as_secs_f64(),
         list_stale(.stale)
     )]
@@ -84,8 +84,8 @@ pub enum VisibilityError {
         deadline: Duration,
     },
     #[error(
-        "CRI-O's main process {pid} is gone ({proc_dir} does not exist): cannot check its \
-         view of the files; read CRI-O's MainPID again"
+        "the runtime's main process {pid} is gone ({proc_dir} does not exist): cannot check \
+         its view of the files; read its MainPID again"
     )]
     CrioGone { pid: u32, proc_dir: PathBuf },
 }
@@ -106,7 +106,7 @@ impl fmt::Display for Unusable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let where_ = match self.seen {
             Seen::Host => "on the host".to_string(),
-            Seen::CrioMountNs { pid } => format!("in CRI-O's mount namespace (pid {pid})"),
+            Seen::CrioMountNs { pid } => format!("in the runtime's mount namespace (pid {pid})"),
         };
         write!(
             f,
@@ -142,7 +142,7 @@ impl fmt::Display for Stale {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let where_ = match self.seen {
             Seen::Host => "on the host".to_string(),
-            Seen::CrioMountNs { pid } => format!("in CRI-O's mount namespace (pid {pid})"),
+            Seen::CrioMountNs { pid } => format!("in the runtime's mount namespace (pid {pid})"),
         };
         let found = self.found.as_deref().unwrap_or("nothing readable");
         write!(

@@ -92,7 +92,7 @@ fn fixture_connection_judged() {
     let c = judge_connection(&obs(4242));
     assert!(!c.ok);
     assert!(
-        c.detail.contains("socket:[4242]") && c.detail.contains("not held by CRI-O"),
+        c.detail.contains("socket:[4242]") && c.detail.contains("not held by the runtime"),
         "{}",
         c.detail
     );

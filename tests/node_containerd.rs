@@ -587,3 +587,71 @@ fn the_import_stays_on_uninstall_while_another_file_relies_on_it() {
     assert!(!handlers.contains(&HANDLER.to_string()), "{handlers:?}");
     k.assert_healthy();
 }
+
+/// Every word an operator reads on a containerd node names containerd (issue 26, bug 3):
+/// `verify` before the install (the handler not served: the verdict's words), the dry run's
+/// decision, `status` in words and in JSON, an install's lines, and a failed proof's
+/// verdict. None may name CRI-O or send the operator to `journalctl -u crio`.
+#[test]
+fn every_word_on_a_containerd_node_names_containerd() {
+    let _one = serial();
+    let (k, mut cri) = boot("[deadlines]\nkubelet = 6.0\n");
+    let no_crio = |what: &str, text: &str| {
+        for word in ["CRI-O", "-u crio", "crio.service", "\"crio\""] {
+            assert!(!text.contains(word), "{what} says {word:?}:\n{text}");
+        }
+    };
+    let verify = k.kata(&["verify"]);
+    assert_ne!(verify.code, 0, "{}", show(&verify));
+    assert!(
+        verify
+            .stderr
+            .contains("containerd does not list the handler")
+            || verify
+                .stdout
+                .contains("containerd does not list the handler"),
+        "{}",
+        show(&verify)
+    );
+    no_crio("verify", &show(&verify));
+    let dry = k.kata(&["--dry-run", "install"]);
+    assert_eq!(dry.code, 0, "{}", show(&dry));
+    assert!(
+        show(&dry).contains("would restart containerd"),
+        "{}",
+        show(&dry)
+    );
+    no_crio("the dry run", &show(&dry));
+    for args in [&["status"][..], &["--json", "status"][..]] {
+        let st = k.kata(args);
+        no_crio("status", &show(&st));
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&k.kata(&["--json", "status"]).stdout).expect("status JSON");
+    assert_eq!(
+        json["runtime_unit"]["name"], "containerd.service",
+        "{json:#}"
+    );
+
+    // A failed proof (kubelet never reconnects): the verdict and the rollback's words.
+    k.unit_drop_in(
+        ctd::UNIT,
+        "50-hold-kubelet",
+        "[Service]\nExecStartPost=/usr/bin/touch /run/fake-kubelet/hold-disconnected\n",
+    );
+    let failed = k.install();
+    assert_eq!(failed.code, 14, "{}", show(&failed));
+    no_crio("the failed install", &show(&failed));
+    no_crio("its status.json", &k.status_json().to_string());
+    k.remove_unit_drop_in(ctd::UNIT, "50-hold-kubelet");
+    k.node
+        .exec_ok(&["rm", "-f", "/run/fake-kubelet/hold-disconnected"])
+        .expect("release kubelet");
+    ctd::wait_kubelet_on_running(&k.node, WAIT);
+    cri.assert_refuses(HANDLER, "after-rollback");
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    no_crio("the install", &show(&run));
+    assert_serves(&mut cri, "after-install");
+}

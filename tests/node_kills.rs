@@ -447,3 +447,46 @@ fn uninstall_killed_then_install_rolls_back_to_what_it_found_then_converges() {
     assert_eq!(k.kata(&["verify"]).code, 0);
     k.referee_assert_serves("kata-remote");
 }
+
+/// The install killed after writing its drop-in, then the drop-in moved in the configuration
+/// (issue 26, bug 4): the killed run's backup belongs to 50-kata-remote (the operator's
+/// bytes). A re-run that wrote 60-kata-remote would leave one of the two changed whatever
+/// its rollback restored: it is refused before anything is touched, naming both files and
+/// the setting. With the setting back, the re-run's rollback restores the operator's drop-in
+/// where it came from.
+#[test]
+fn a_drop_in_moved_after_a_killed_install_is_refused_until_the_backup_is_settled() {
+    let _one = serial();
+    let k = boot_with_foreign("[deadlines]\ncri_ready = 5.0\n");
+    let before = k.referee();
+    install_killed_after_the_drop_in_write(&k);
+
+    const MOVED: &str = "/etc/kata-live/config.d/95-moved.toml";
+    k.node
+        .write_file(
+            MOVED,
+            b"[handler]\ndrop_in = \"/etc/crio/crio.conf.d/60-kata-remote\"\n",
+        )
+        .expect("move the drop-in");
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    for w in ["50-kata-remote", "60-kata-remote", "handler.drop_in"] {
+        assert!(run.stderr.contains(w), "no {w:?} in {}", show(&run));
+    }
+    assert_eq!(crio_conf_d(&k), ["00-default", "50-kata-remote"]);
+    assert!(is_ours(&k.drop_in_bytes().expect("drop-in")));
+    assert_eq!(backup(&k).as_deref(), Some(FOREIGN), "the backup was lost");
+    assert_eq!(k.crio_starts(), 1, "the refusal restarted CRI-O");
+
+    k.node
+        .exec_ok(&["rm", MOVED])
+        .expect("put the setting back");
+    k.unit_drop_in("crio.service", "hide-kata", HIDE_KATA_FROM_NEXT_CRIO);
+    let run = k.install();
+    assert_eq!(run.code, 13, "{}", show(&run));
+    assert_eq!(k.drop_in_bytes().as_deref(), Some(FOREIGN));
+    assert_eq!(crio_conf_d(&k), ["00-default", "50-kata-remote"]);
+    k.assert_no_leftover_state();
+    k.assert_healthy();
+    k.referee_assert_as_before(&before);
+}

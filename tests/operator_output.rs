@@ -335,12 +335,21 @@ fn last_run() -> RunStatus {
 fn observation() -> Observation {
     Observation {
         runtime_name: "CRI-O",
+        runtime_words: kata_live::plan::RuntimeWords {
+            name: "CRI-O",
+            unlisted: "it ignored it (look for `is being ignored` in `journalctl -u crio.service`)"
+                .into(),
+        },
         runtime_source: "detected: crio.service is active and /run/crio/crio.sock exists".into(),
         handler: "kata-remote".into(),
         package: "kata-containers: live; in the next boot".into(),
         drop_in: kata_live::crio::DropInState::Ours.to_string(),
         drop_in_path: "/etc/crio/crio.conf.d/50-kata-remote".into(),
-        crio: Seen::Value(crio_unit()),
+        runtime_unit: Seen::Value(crio_unit()),
+        crio_compat: Some(kata_live::status::CrioCompat {
+            crio: Seen::Value(crio_unit()),
+            crio_newer_than_artifacts: true,
+        }),
         runtime: Seen::Value(runtime(HandlerPresence::Listed)),
         pods_on_handler: Seen::Value(PodsOnHandler {
             handler: "kata-remote".into(),
@@ -359,7 +368,7 @@ fn observation() -> Observation {
         package_versions: Vec::new(),
         effective_definition: serde_json::Value::Null,
         definition_problem: None,
-        crio_newer_than_artifacts: true,
+        runtime_newer_than_artifacts: true,
         kubelet: Seen::Value(Evidence {
             unit: Check::ok("kubelet.service active/running, MainPID 71, started after CRI-O"),
             healthz: Check::ok("http://127.0.0.1:10248/healthz answered 200 ok"),
@@ -381,7 +390,7 @@ fn status_of_a_healthy_node() {
 #[test]
 fn verify_of_a_node_whose_crio_has_not_loaded_the_drop_in() {
     let mut o = observation();
-    o.crio_newer_than_artifacts = false;
+    o.runtime_newer_than_artifacts = false;
     o.runtime = Seen::Value(runtime(HandlerPresence::NotListed));
     o.kubelet = Seen::Error {
         error: "cannot read kubelet.service: no such unit".into(),

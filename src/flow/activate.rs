@@ -71,7 +71,10 @@ pub async fn activate(
             })
         }
         Activation::ReloadThenCanary(why) => {
-            rep.begin("activate", "reloading CRI-O, then a canary on the handler");
+            rep.begin(
+                "activate",
+                &format!("reloading {}, then a canary on the handler", ctx.rt.name()),
+            );
             let deadline = Ctx::deadline(c.deadlines.restart);
             let reloaded = ctx.systemd.reload_unit(ctx.rt.unit(), deadline).await;
             let canary = match reloaded {

@@ -279,18 +279,42 @@ pub fn note_stop_during_activation(rep: &mut Reporter) -> Option<&'static str> {
 pub fn save_backup_once(
     ctx: &Ctx,
     journal: &mut Journal,
-    drop_in: &DropIn,
     current: &Option<Vec<u8>>,
 ) -> Result<(), FlowError> {
     if !journal.backup_saved {
         ctx.backups()
             .save(&Backup {
-                path: drop_in.path().into(),
+                path: ctx.rt.drop_in_path().into(),
                 existed: current.is_some(),
                 content: current.clone(),
             })
             .map_err(|e| internal("backup")(&e))?;
         journal.backup_saved = true;
+    }
+    Ok(())
+}
+
+/// A backup an interrupted run left (its change never proven) belongs to the file it was
+/// taken from. A configuration that now names another file would have this run change that
+/// one while the rollback puts the backup back where it came from, leaving one of the two
+/// changed: refused before anything is touched, with what to do.
+pub fn refuse_moved_backups(ctx: &Ctx) -> Result<(), FlowError> {
+    let mut pending = vec![(ctx.backups(), ctx.rt.drop_in_path(), ctx.rt.drop_in_key())];
+    if let Some(imp) = ctx.rt.import() {
+        pending.push((ctx.main_backups(), imp.main, "containerd.config"));
+    }
+    for (store, configured, key) in pending {
+        // An unreadable backup is the rollback's to report, where it is needed.
+        let Ok(Some(b)) = store.load() else { continue };
+        let from = b.node_path(&ctx.host.root);
+        if from != configured {
+            return Err(FlowError::Refused(format!(
+                "an interrupted earlier run changed {} and kept its previous content for the                  rollback, but {key} now names {}: set {key} back to {}, re-run to finish or                  undo that change, then change the setting",
+                from.display(),
+                configured.display(),
+                from.display()
+            )));
+        }
     }
     Ok(())
 }

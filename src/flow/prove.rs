@@ -120,11 +120,14 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
             }
         }
         Err(e) => {
-            inputs.pods_lost = vec![format!("(CRI-O unreachable, pods cannot be checked: {e})")]
+            inputs.pods_lost = vec![format!(
+                "({} unreachable, pods cannot be checked: {e})",
+                ctx.rt.name()
+            )]
         }
     }
 
-    let v = plan::verdict(&inputs);
+    let v = plan::verdict(&inputs, &ctx.rt.words());
     rep.evidence("verdict", &v);
     if v.proven {
         rep.end(StepOutcome::Ran, "proven".to_string());

@@ -195,6 +195,7 @@ async fn run_steps(
         }
     })?;
     let (journal, interrupted) = Journal::resume(loaded, operation);
+    super::refuse_moved_backups(ctx)?;
     if let Some(p) = &interrupted {
         tracing::warn!(
             phase = %p.phase,

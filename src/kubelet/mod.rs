@@ -205,8 +205,8 @@ impl UnitWatch {
             if b.invocation_id == s.invocation_id {
                 self.since = None;
                 return Check::missing(format!(
-                    "{} still has InvocationID {} (MainPID {}) from before the CRI-O restart; \
-                     it has not restarted with CRI-O yet",
+                    "{} still has InvocationID {} (MainPID {}) from before the runtime's restart; \
+                     it has not restarted with the runtime yet",
                     s.name, s.invocation_id, s.main_pid
                 ));
             }
@@ -329,9 +329,9 @@ pub fn judge_connection(o: &ConnectionObservation) -> Check {
                     .map(|n| format!(" on {}", n.display()))
                     .unwrap_or_default(),
                 if o.crio_sockets.contains(&u64::from(p)) {
-                    " (held by CRI-O)"
+                    " (held by the runtime)"
                 } else {
-                    " (not held by CRI-O)"
+                    " (not held by the runtime)"
                 }
             ),
             None => format!("socket:[{p}] (not seen in the dump)"),
@@ -367,7 +367,7 @@ pub fn look_at_connection(
         return Err("kubelet has no MainPID".into());
     }
     if crio_pid == 0 {
-        return Err("CRI-O has no MainPID".into());
+        return Err("the runtime has no MainPID".into());
     }
     let kubelet_sockets =
         procfd::socket_inodes(proc_root, kubelet_pid).map_err(|e| e.to_string())?;

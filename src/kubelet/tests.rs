@@ -238,7 +238,7 @@ fn connection_to_old_crio_is_not_enough() {
     assert!(!c.ok);
     assert!(
         c.detail
-            .contains("socket:[21] on /var/run/crio/crio.sock (not held by CRI-O)"),
+            .contains("socket:[21] on /var/run/crio/crio.sock (not held by the runtime)"),
         "{}",
         c.detail
     );

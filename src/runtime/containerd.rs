@@ -51,6 +51,14 @@ impl Runtime for Containerd {
     fn name(&self) -> &'static str {
         "containerd"
     }
+    fn unlisted_hint(&self) -> String {
+        format!(
+            "it did not read the drop-in (check that {} imports it) or rejected the handler \
+             (look at `journalctl -u {}`)",
+            self.cfg.config.display(),
+            self.cfg.unit
+        )
+    }
     fn unit(&self) -> &str {
         &self.cfg.unit
     }

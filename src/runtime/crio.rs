@@ -31,6 +31,12 @@ impl Runtime for Crio {
     fn name(&self) -> &'static str {
         "CRI-O"
     }
+    fn unlisted_hint(&self) -> String {
+        format!(
+            "it ignored it (look for `is being ignored` in `journalctl -u {}`)",
+            self.unit
+        )
+    }
     fn unit(&self) -> &str {
         &self.unit
     }

@@ -28,6 +28,15 @@ pub trait Runtime {
     fn kind(&self) -> RuntimeKind;
     /// How the operator calls it: "CRI-O", "containerd".
     fn name(&self) -> &'static str;
+    /// Why a handler the drop-in declares may not be listed, and where to look.
+    fn unlisted_hint(&self) -> String;
+    /// How the verdict names this runtime.
+    fn words(&self) -> crate::plan::RuntimeWords {
+        crate::plan::RuntimeWords {
+            name: self.name(),
+            unlisted: self.unlisted_hint(),
+        }
+    }
     fn unit(&self) -> &str;
     /// The CRI socket (not prefixed by `--root`).
     fn socket(&self) -> &Path;

@@ -26,6 +26,7 @@ impl Activate {
             handler_listed: base.view.handler_presence.as_listed(),
             want_listed: self.want_listed,
             strategy: ctx.cfg.activation.strategy,
+            runtime: ctx.rt.name(),
         }))
     }
 }
@@ -57,7 +58,10 @@ impl Step for Activate {
         Box::pin(async move {
             let decision = self.decide(ctx, run)?;
             rep.begin(self.name(), "deciding");
-            let d = Done::skipped(format!("dry run: would {}", decision));
+            let d = Done::skipped(format!(
+                "dry run: would {}",
+                decision.describe(ctx.rt.name())
+            ));
             rep.end(d.outcome, d.detail.clone());
             Ok(d)
         })

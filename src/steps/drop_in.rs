@@ -16,7 +16,7 @@ fn keep_backup(ctx: &Ctx, run: &mut Run) -> Result<Option<Vec<u8>>, FlowError> {
         run.interrupted.as_ref(),
         crio::written_by_kata_live(current.as_deref()),
     );
-    crate::flow::save_backup_once(ctx, &mut run.journal, &drop_in, &current)?;
+    crate::flow::save_backup_once(ctx, &mut run.journal, &current)?;
     Ok(current)
 }
 

@@ -90,7 +90,7 @@ fn keep_backup(ctx: &Ctx, m: &Main) -> Result<(), FlowError> {
     if store.load().map_err(|e| internal("backup")(&e))?.is_none() {
         store
             .save(&Backup {
-                path: m.path.clone(),
+                path: m.shown.clone(),
                 existed: true,
                 content: Some(m.text.clone().into_bytes()),
             })
@@ -120,8 +120,12 @@ pub fn restore_main(ctx: &Ctx, rep: &mut Reporter) -> Result<(), Rollback> {
         "rollback-main-file",
         &format!("restoring {}", imp.main.display()),
     );
-    let file = crate::crio::DropIn::new(&ctx.host.root, ctx.host.path(imp.main));
-    let mode = std::fs::metadata(ctx.host.path(imp.main))
+    // Where the backup came from (the run is refused when the configuration names another).
+    let file = crate::crio::DropIn::new(
+        &ctx.host.root,
+        ctx.host.path(backup.node_path(&ctx.host.root)),
+    );
+    let mode = std::fs::metadata(file.path())
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o644);
     let r = match &backup.content {

@@ -23,7 +23,7 @@ impl InstallPackage {
         if let Some(p) = &run.interrupted {
             if run.journal.package_newly_live && Journal::package_seen_by(p, &invocation) {
                 tracing::info!(
-                    "CRI-O restarted since the interrupted run activated the change; the package is not new to it"
+                    "the runtime restarted since the interrupted run activated the change; the package is not new to it"
                 );
                 run.journal.package_newly_live = false;
             }

@@ -80,7 +80,7 @@ pub fn should_hand_off(
     for p in &paths {
         if let Some(c) = p.split('/').find(|c| container_marker(c)) {
             return Decision::HandOff(format!(
-                "running inside {c} (cgroup {p}), which a CRI-O restart may kill"
+                "running inside {c} (cgroup {p}), which a restart of the container runtime may kill"
             ));
         }
     }
