@@ -2,8 +2,8 @@
 
 use crate::cli::{Cli, Command};
 use crate::config::{self, ConfigError, Loaded};
-use crate::crio::CrioError;
 use crate::exit::ExitCode;
+use crate::files::FileError;
 use crate::flow::Ctx;
 use crate::host::Host;
 use crate::rpm_ostree::RpmOstree;
@@ -15,7 +15,7 @@ pub enum AppError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
-    Crio(#[from] CrioError),
+    File(#[from] FileError),
     #[error(transparent)]
     Systemd(#[from] SystemdError),
     #[error("cannot start the async runtime: {0}")]
@@ -33,7 +33,7 @@ impl AppError {
             AppError::Systemd(SystemdError::HandOffBusy { .. }) => ExitCode::LockBusy,
             // Nothing can be observed or changed without systemd: refused, node untouched.
             AppError::Systemd(SystemdError::NoBus { .. }) => ExitCode::PreflightRefused,
-            AppError::Crio(_) | AppError::Systemd(_) | AppError::Runtime(_) => ExitCode::Internal,
+            AppError::File(_) | AppError::Systemd(_) | AppError::Runtime(_) => ExitCode::Internal,
         }
     }
 }

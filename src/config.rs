@@ -121,7 +121,7 @@ pub struct ContainerdRuntime {
 impl Default for ContainerdRuntime {
     /// kata-deploy's kata-remote handler for containerd.
     fn default() -> Self {
-        let h = crate::containerd::config::ContainerdHandler::default();
+        let h = crate::runtime::containerd::config::ContainerdHandler::default();
         ContainerdRuntime {
             runtime_type: h.runtime_type,
             runtime_path: h.runtime_path,
@@ -135,9 +135,9 @@ impl Default for ContainerdRuntime {
 
 impl Handler {
     /// The handler as containerd's configuration module renders it.
-    pub fn containerd_handler(&self) -> crate::containerd::config::ContainerdHandler {
+    pub fn containerd_handler(&self) -> crate::runtime::containerd::config::ContainerdHandler {
         let t = &self.containerd;
-        crate::containerd::config::ContainerdHandler {
+        crate::runtime::containerd::config::ContainerdHandler {
             name: self.name.clone(),
             runtime_type: t.runtime_type.clone(),
             runtime_path: t.runtime_path.clone(),
@@ -1122,7 +1122,10 @@ fn validate_containerd(l: &Loaded) -> Result<(), ConfigError> {
         );
     }
     let covers = d.import.starts_with('/')
-        && crate::containerd::imports::glob_matches(&d.import, &d.drop_in.to_string_lossy());
+        && crate::runtime::containerd::imports::glob_matches(
+            &d.import,
+            &d.drop_in.to_string_lossy(),
+        );
     if !covers {
         let (key, src) = l.last_set(&["containerd.import", "containerd.drop_in"]);
         return Err(ConfigError::key(

@@ -3,7 +3,7 @@
 //! drift from the real command line. The RPM build runs it; nothing on a node does.
 
 pub use crate::cli::{Artifact, GenerateArgs};
-use crate::fsutil::{self, FsError};
+use crate::files::{self, FsError};
 use clap_complete::{Generator, Shell};
 use std::path::{Path, PathBuf};
 
@@ -93,7 +93,7 @@ pub fn write_all(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<PathBuf>
         .iter()
         .map(|(name, bytes)| {
             let path = dir.join(name);
-            fsutil::write_atomic(dir, &path, bytes, 0o644).map_err(|source| {
+            files::write_atomic(dir, &path, bytes, 0o644).map_err(|source| {
                 GenerateError::Write {
                     dir: dir.to_path_buf(),
                     source,

@@ -6,13 +6,10 @@
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod containerd;
 pub mod cri;
-pub mod crio;
-pub mod crio_conf;
 pub mod exit;
+pub mod files;
 pub mod flow;
-pub mod fsutil;
 pub mod generate;
 pub mod host;
 pub mod install;

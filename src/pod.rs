@@ -17,7 +17,7 @@
 use crate::config::{self, Config};
 use crate::cri::{CriClient, HandlerPresence};
 use crate::exit::ExitCode;
-use crate::fsutil::{self, FsError};
+use crate::files::{self, FsError};
 use crate::host::Host;
 use crate::pace::{PaceError, Pacer};
 use crate::report::{read_status, RunResult, RunStatus, STATUS_PATH};
@@ -507,7 +507,7 @@ fn differing<'a>(root: &Path, artifacts: &'a [Artifact]) -> Result<Vec<&'a Artif
     let mut out = Vec::new();
     for a in artifacts {
         let dest = resolve_in_root(root, &a.host_path)?;
-        if fsutil::read_nofollow(&dest)?.is_none_or(|b| b != a.bytes) {
+        if files::read_nofollow(&dest)?.is_none_or(|b| b != a.bytes) {
             out.push(a);
         }
     }
@@ -519,7 +519,7 @@ fn copy_artifacts(root: &Path, artifacts: &[Artifact]) -> Result<Vec<PathBuf>, P
     let mut changed = Vec::new();
     for a in differing(root, artifacts)? {
         let dest = resolve_in_root(root, &a.host_path)?;
-        fsutil::write_atomic(root, &dest, &a.bytes, a.mode)?;
+        files::write_atomic(root, &dest, &a.bytes, a.mode)?;
         changed.push(a.host_path.clone());
     }
     Ok(changed)
@@ -700,7 +700,7 @@ fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> {
     })?;
     say(&outcome.render());
     let bytes = serde_json::to_vec_pretty(&outcome).unwrap_or_default();
-    fsutil::write_atomic(state, &state.join(OUTCOME_FILE), &bytes, 0o644)?;
+    files::write_atomic(state, &state.join(OUTCOME_FILE), &bytes, 0o644)?;
     if a.exit {
         return Ok(if outcome.proven() {
             ExitCode::Ok
@@ -794,7 +794,7 @@ async fn start_and_follow(
             .acquire(op.name(), &|w| {
                 say(w);
                 // Best effort: only the probe's words depend on it.
-                let _ = fsutil::write_atomic(pod_state, &waiting, w.as_bytes(), 0o644);
+                let _ = files::write_atomic(pod_state, &waiting, w.as_bytes(), 0o644);
             })
             .await;
         let _ = std::fs::remove_file(&waiting);
@@ -978,7 +978,7 @@ fn ready(a: &ReadyArgs) -> Result<ExitCode, PodError> {
             return Ok(ExitCode::NotProven);
         }
     };
-    let outcome: Option<Outcome> = fsutil::read_nofollow(&a.paths.pod_state.join(OUTCOME_FILE))
+    let outcome: Option<Outcome> = files::read_nofollow(&a.paths.pod_state.join(OUTCOME_FILE))
         .ok()
         .flatten()
         .and_then(|b| serde_json::from_slice(&b).ok());
@@ -1002,7 +1002,7 @@ fn ready(a: &ReadyArgs) -> Result<ExitCode, PodError> {
         Err(why) => {
             println!("not ready:");
             if outcome.is_none() {
-                if let Ok(Some(w)) = fsutil::read_nofollow(&a.paths.pod_state.join(WAITING_FILE)) {
+                if let Ok(Some(w)) = files::read_nofollow(&a.paths.pod_state.join(WAITING_FILE)) {
                     println!("  - {}", String::from_utf8_lossy(&w));
                 }
             }

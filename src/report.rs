@@ -20,7 +20,7 @@
 //! ```
 
 use crate::exit::ExitCode;
-use crate::fsutil;
+use crate::files;
 use crate::logging::ids;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -179,7 +179,7 @@ fn now() -> String {
 
 /// Reads the last run's status (for `kata-live status`).
 pub fn read_status(path: &Path) -> Option<RunStatus> {
-    let bytes = fsutil::read_nofollow(path).ok().flatten()?;
+    let bytes = files::read_nofollow(path).ok().flatten()?;
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -371,7 +371,7 @@ impl Reporter {
             return;
         };
         // The status file is for observers; failing to write it must not fail the run.
-        if let Err(e) = fsutil::write_atomic(&self.root, &self.path, &bytes, 0o644) {
+        if let Err(e) = files::write_atomic(&self.root, &self.path, &bytes, 0o644) {
             tracing::warn!(path = %self.path.display(), "cannot write the status file: {e}");
         }
     }

@@ -3,7 +3,7 @@
 //! to converge to the same end state, restoring from the oldest backup and restarting CRI-O
 //! only where the running one has not seen the change.
 
-use crate::fsutil::{self, FsError};
+use crate::files::{self, FsError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -165,7 +165,7 @@ impl JournalStore {
 
     /// A journal that cannot be parsed is reported, not ignored: it may guard a backup.
     pub fn load(&self) -> Result<Option<Journal>, StateError> {
-        let Some(bytes) = fsutil::read_nofollow(&self.path).map_err(|source| StateError::Fs {
+        let Some(bytes) = files::read_nofollow(&self.path).map_err(|source| StateError::Fs {
             path: self.path.clone(),
             source,
         })?
@@ -185,7 +185,7 @@ impl JournalStore {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
-        fsutil::write_atomic(&self.root, &self.path, &bytes, 0o600).map_err(|source| {
+        files::write_atomic(&self.root, &self.path, &bytes, 0o600).map_err(|source| {
             StateError::Fs {
                 path: self.path.clone(),
                 source,
@@ -194,7 +194,7 @@ impl JournalStore {
     }
 
     pub fn clear(&self) -> Result<(), StateError> {
-        fsutil::remove_file(&self.root, &self.path)
+        files::remove_file(&self.root, &self.path)
             .map(|_| ())
             .map_err(|source| StateError::Fs {
                 path: self.path.clone(),

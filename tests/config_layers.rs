@@ -275,7 +275,7 @@ fn oci_handlers_need_no_shim_name_and_unset_the_config_path() {
     assert_eq!(l.config.handler.crio.runtime_type, config::RuntimeType::Oci);
     assert_eq!(l.config.handler.crio.runtime_config_path, None);
     // The drop-in omits the key.
-    let drop_in = kata_live::crio::render(&l.config.handler).unwrap();
+    let drop_in = kata_live::runtime::crio::drop_in::render(&l.config.handler).unwrap();
     assert!(!drop_in.contains("runtime_config_path"), "{drop_in}");
     // Without the unset, the error names the fragment that made the handler oci.
     let e = load_fragments(&[(

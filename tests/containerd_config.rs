@@ -1,5 +1,5 @@
 //! containerd's own reading of what kata-live writes: the drop-in rendered by
-//! `kata_live::containerd`, reached through the one-element `imports` edit of the main file,
+//! `kata_live::runtime::containerd`, reached through the one-element `imports` edit of the main file,
 //! merged by the real containerd (`containerd config dump`) and served by a running daemon
 //! (verbose CRI `Status`'s `info["config"]`), compared key for key; and the exact inverse
 //! of the edit.
@@ -14,10 +14,12 @@
 //! tests/crio-real/build.sh (cached; minutes the first time), or the 1.7 binary directory in
 //! `KATA_LIVE_CONTAINERD_1_7_BIN` (e.g. Debian trixie's, see the fixtures' README).
 
-use kata_live::containerd::config::{self, ConfigVersion, ContainerdHandler};
-use kata_live::containerd::{compare_dump, compare_effective, ensure_import, remove_import};
-use kata_live::containerd::{Definition, Edit};
 use kata_live::cri::{retry_until, CriClient};
+use kata_live::runtime::containerd::config::{self, ConfigVersion, ContainerdHandler};
+use kata_live::runtime::containerd::{
+    compare_dump, compare_effective, ensure_import, remove_import,
+};
+use kata_live::runtime::containerd::{Definition, Edit};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -423,7 +425,7 @@ async fn containerd_2_reads_our_dropin_through_imports_and_serves_it() {
 }
 
 /// containerd 1.7 (Debian trixie's): the same drop-in, version-2 names. Its merge replaces
-/// the whole CRI plugin section of the main file (see `kata_live::containerd`'s docs).
+/// the whole CRI plugin section of the main file (see `kata_live::runtime::containerd`'s docs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_1_7_replaces_the_cri_section_of_the_main_file() {
     let bin = match std::env::var_os("KATA_LIVE_CONTAINERD_1_7_BIN") {

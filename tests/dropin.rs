@@ -3,7 +3,8 @@
 //! The tmpfs tests need root (mount); they fail, not skip, without it.
 
 use kata_live::config::Handler;
-use kata_live::crio::{self, Backup, BackupStore, DropIn, Outcome};
+use kata_live::files::{Backup, BackupStore, DropIn, Outcome};
+use kata_live::runtime::crio::drop_in as crio;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -343,7 +343,7 @@ fn observation() -> Observation {
         runtime_source: "detected: crio.service is active and /run/crio/crio.sock exists".into(),
         handler: "kata-remote".into(),
         package: "kata-containers: live; in the next boot".into(),
-        drop_in: kata_live::crio::DropInState::Ours.to_string(),
+        drop_in: kata_live::files::DropInState::Ours.to_string(),
         drop_in_path: "/etc/crio/crio.conf.d/50-kata-remote".into(),
         runtime_unit: Seen::Value(crio_unit()),
         crio_compat: Some(kata_live::status::CrioCompat {

@@ -4,7 +4,7 @@
 //! the configuration.
 #![no_main]
 use kata_live::cri::pods::handler_from_verbose_info;
-use kata_live::crio_conf::{compare_effective, Definition};
+use kata_live::runtime::crio::conf::{compare_effective, Definition};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
 

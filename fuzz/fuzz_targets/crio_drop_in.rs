@@ -2,7 +2,7 @@
 //! renders for it is the same table.
 #![no_main]
 use kata_live::config::Handler;
-use kata_live::crio::{parse_handlers, render};
+use kata_live::runtime::crio::drop_in::{parse_handlers, render};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

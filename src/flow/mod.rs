@@ -2,25 +2,26 @@
 //! Each step observes through the modules (systemd, CRI, kubelet), asks [`crate::plan`]
 //! what the observations mean, and reports through [`Reporter`].
 
-mod activate;
+mod baseline;
+pub mod main_file;
 mod paths;
-mod preflight;
 mod prove;
+mod restart;
 mod rollback;
 pub mod step;
 
-pub use activate::{activate, newest_artifact_us, newest_config_us, Activated};
+pub use baseline::{preflight, Baseline};
 pub use paths::refuse_unwritable;
-pub use preflight::{preflight, Baseline};
 pub use prove::{prove, ProofSpec};
+pub use restart::{activate, newest_artifact_us, newest_config_us, Activated};
 pub use rollback::{
-    prove_back, reactivate_and_prove_back, restore_drop_in, rollback, rollback_cut_off,
+    prove_back, put_back, reactivate_and_prove_back, restore_drop_in, rollback, rollback_cut_off,
     stop_before_activation, within_rollback_deadline,
 };
 
 use crate::config::Config;
 use crate::cri::{self, CriClient, HandlerPresence, PodSnapshot, RuntimeView};
-use crate::crio::{Backup, BackupStore, DropIn};
+use crate::files::{Backup, BackupStore, DropIn};
 
 use crate::exit::ExitCode;
 use crate::host::Host;
@@ -197,10 +198,10 @@ impl Ctx {
     pub fn drop_in_state(
         &self,
         daemon_version: Option<&str>,
-    ) -> Result<crate::crio::DropInState, String> {
+    ) -> Result<crate::files::DropInState, String> {
         let desired = self.rt.render(&self.host, daemon_version)?;
         let current = self.drop_in().read().map_err(|e| e.to_string())?;
-        Ok(crate::crio::classify(current.as_deref(), &desired))
+        Ok(crate::files::classify(current.as_deref(), &desired))
     }
 
     pub fn backups(&self) -> BackupStore {

@@ -1,11 +1,11 @@
 //! The paths a run writes, checked before the first step that changes the node. kata-live
-//! never writes through a symlink ([`crate::fsutil`]); met only at the write, a symlinked
+//! never writes through a symlink ([`crate::files`]); met only at the write, a symlinked
 //! drop-in or backup directory stopped a run half-way, after the package step, as an
 //! internal error. It is a condition of the node that the operator fixes: refused up front
 //! (exit 10, nothing changed), naming the path, what it is for, where it points, and what to do.
 
 use super::*;
-use crate::fsutil::{self, FsError};
+use crate::files::{self, FsError};
 use std::path::PathBuf;
 
 /// Every path the run may write, with what it is in words. The lock and status.json are
@@ -43,7 +43,7 @@ pub fn written(ctx: &Ctx) -> Vec<(String, PathBuf)> {
         }
         v.push((
             "kata-live's record of the import it added".to_string(),
-            crate::steps::record_path(ctx),
+            super::main_file::record_path(ctx),
         ));
     }
     v
@@ -129,7 +129,7 @@ fn first_problem(root: &Path, written: &[(String, PathBuf)], kind: Kind) -> Opti
 }
 
 fn check_one(root: &Path, path: &Path, kind: Kind) -> Result<(), FsError> {
-    fsutil::refuse_symlinks(root, path)?;
+    files::refuse_symlinks(root, path)?;
     match std::fs::symlink_metadata(path) {
         Ok(m) if kind == Kind::File && !m.is_file() => Err(FsError::NotRegular {
             path: path.to_path_buf(),

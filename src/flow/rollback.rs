@@ -1,4 +1,4 @@
-use super::activate::restart_crio_for_rollback;
+use super::restart::restart_crio_for_rollback;
 use super::*;
 
 /// Puts the previous drop-in back, restarts CRI-O and proves the node is as preflight
@@ -14,7 +14,7 @@ pub async fn rollback(
     if let Err(failed) = restore_drop_in(ctx, rep, backup) {
         return failed;
     }
-    if let Err(failed) = crate::steps::restore_main(ctx, rep) {
+    if let Err(failed) = super::main_file::restore_main(ctx, rep) {
         return failed;
     }
     let back = within_rollback_deadline(ctx, reactivate_and_prove_back(ctx, rep, baseline)).await;
@@ -234,7 +234,7 @@ pub async fn stop_before_activation(
             rollback: Rollback::Failed(msg),
         };
     }
-    if let Err(failed) = crate::steps::restore_main(ctx, rep) {
+    if let Err(failed) = super::main_file::restore_main(ctx, rep) {
         return FlowError::NotProven {
             missing: format!("a stop ({signal}) came before {rt} was activated"),
             rollback: failed,
@@ -309,6 +309,57 @@ async fn restart_kubelet_if_down(
         Err(e) => {
             rep.end(StepOutcome::Failed, e.to_string());
             Err(e.to_string())
+        }
+    }
+}
+
+/// The rollback's package part: the previous versions back live, by content.
+pub async fn put_back(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    r: &crate::rpm_ostree::Reinstall,
+) -> Result<(), Rollback> {
+    rep.begin(
+        "rollback-package",
+        &format!("putting back {}", r.nevras.join(", ")),
+    );
+    let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
+    let until = tokio::time::Instant::now() + deadline;
+    let done = async {
+        ctx.rpm_ostree
+            .run(&r.install_argv, until)
+            .await
+            .map_err(|e| e.to_string())?;
+        ctx.rpm_ostree
+            .run(&r.apply_argv, until)
+            .await
+            .map_err(|e| e.to_string())?;
+        crate::visibility::wait_content(
+            &ctx.host,
+            &r.content,
+            None,
+            until.saturating_duration_since(tokio::time::Instant::now()),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+    .await;
+    match done {
+        Ok(()) => {
+            rep.end(
+                crate::report::StepOutcome::Ran,
+                format!("{} live again", r.nevras.join(", ")),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            rep.end(crate::report::StepOutcome::Failed, e.clone());
+            Err(Rollback::Failed(format!(
+                "the previous package versions ({}) could not be put back: {e}. The \
+                 runtime's configuration is as before; check `rpm-ostree status`, then run \
+                 kata-live again",
+                r.nevras.join(", ")
+            )))
         }
     }
 }

@@ -367,7 +367,7 @@ async fn roll_back(
         }
     }
     if let Some(r) = reinstall {
-        if let Err(failed) = crate::steps::put_back(ctx, rep, &r).await {
+        if let Err(failed) = super::put_back(ctx, rep, &r).await {
             return failed;
         }
     }

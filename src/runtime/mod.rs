@@ -119,14 +119,14 @@ pub struct UnitFacts {
 }
 
 /// The node's runtime when the configuration does not name one: the runtime whose CRI
-/// socket exists, else the only one installed (see [`crate::containerd::detect_runtime`]).
+/// socket exists, else the only one installed (see [`crate::runtime::containerd::detect_runtime`]).
 /// `units`: CRI-O's and containerd's units, when systemd can be asked.
 pub fn detect(
     cfg: &Config,
     host: &Host,
     units: Option<(UnitFacts, UnitFacts)>,
 ) -> Result<(RuntimeKind, String), String> {
-    use crate::containerd::{detect_runtime, Detected, NodeFacts};
+    use crate::runtime::containerd::{detect_runtime, Detected, NodeFacts};
     let (crio, ctrd) = units.unwrap_or_default();
     let facts = NodeFacts {
         crio_socket: is_socket(host, &cfg.cri.socket),

@@ -3,7 +3,7 @@
 //! `imports` entry of its main file that makes it read the drop-in.
 
 use super::*;
-use crate::crio::{self, DropInState};
+use crate::files::{self, DropInState};
 use crate::flow::Rollback;
 use crate::state::Phase;
 
@@ -14,7 +14,7 @@ fn keep_backup(ctx: &Ctx, run: &mut Run) -> Result<Option<Vec<u8>>, FlowError> {
     let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
     run.journal.adopt_backup(
         run.interrupted.as_ref(),
-        crio::written_by_kata_live(current.as_deref()),
+        files::written_by_kata_live(current.as_deref()),
     );
     crate::flow::save_backup_once(ctx, &mut run.journal, &current)?;
     Ok(current)
@@ -62,7 +62,7 @@ impl Step for WriteDropIn {
             let desired = Self::desired(ctx, run)?;
             let drop_in = ctx.drop_in();
             let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
-            let state = crio::classify(current.as_deref(), &desired);
+            let state = files::classify(current.as_deref(), &desired);
             run.drop_in_changed = state != DropInState::Ours;
             run.wrote = ctx.rt.written_table(&ctx.host, &desired);
             Ok(Done::skipped(format!(
@@ -113,7 +113,7 @@ impl Step for RemoveDropIn {
     fn prepare(&mut self, ctx: &Ctx, run: &mut Run) -> Result<(), FlowError> {
         let current = keep_backup(ctx, run)?;
         if let Some(bytes) = &current {
-            if crio::classify(Some(bytes), "") == DropInState::Foreign {
+            if files::classify(Some(bytes), "") == DropInState::Foreign {
                 tracing::warn!(path = %ctx.drop_in().path().display(), "the drop-in was not written by kata-live; it is removed all the same (a backup is kept until the proof)");
             }
         }

@@ -6,40 +6,13 @@
 //! have no such step.
 
 use super::*;
-use crate::containerd::{self as ctrd, Edit};
-use crate::crio::Backup;
+use crate::files;
+use crate::files::Backup;
+use crate::flow::main_file::{recorded, restore_main, set_record};
 use crate::flow::Rollback;
-use crate::fsutil;
-use crate::state::STATE_DIR;
+use crate::runtime::containerd::{self as ctrd, Edit};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-
-/// The record that the import in the main file was added by kata-live.
-const RECORD: &str = "containerd-import-added";
-
-/// Where kata-live records that the import is its own.
-pub fn record_path(ctx: &Ctx) -> PathBuf {
-    ctx.host.path(STATE_DIR).join(RECORD)
-}
-
-fn recorded(ctx: &Ctx) -> bool {
-    matches!(fsutil::read_nofollow(&record_path(ctx)), Ok(Some(_)))
-}
-
-fn set_record(ctx: &Ctx, on: bool) -> Result<(), FlowError> {
-    let p = record_path(ctx);
-    let r = if on {
-        fsutil::write_atomic(
-            &ctx.host.root,
-            &p,
-            b"kata-live added its import to containerd's main file; uninstall removes it\n",
-            0o600,
-        )
-    } else {
-        fsutil::remove_file(&ctx.host.root, &p).map(|_| ())
-    };
-    r.map_err(|e| internal("import record")(&e))
-}
 
 /// The main file, its text and its mode (kept on rewrite: it is not ours).
 struct Main {
@@ -51,7 +24,7 @@ struct Main {
 
 fn read_main(ctx: &Ctx, main: &Path) -> Result<Main, FlowError> {
     let path = ctx.host.path(main);
-    let bytes = fsutil::read_nofollow(&path)
+    let bytes = files::read_nofollow(&path)
         .map_err(|e| FlowError::Refused(format!("containerd's main configuration: {e}")))?
         .ok_or_else(|| {
             FlowError::Refused(format!(
@@ -76,11 +49,11 @@ fn read_main(ctx: &Ctx, main: &Path) -> Result<Main, FlowError> {
 /// Atomically, with the file's own mode; first removes what a killed earlier write left
 /// beside it.
 fn write_main(ctx: &Ctx, m: &Main, text: &str) -> Result<(), FlowError> {
-    let err = |e: fsutil::FsError| internal("containerd's main configuration")(&e);
-    for name in fsutil::remove_stale_temps(&ctx.host.root, &m.path).map_err(err)? {
+    let err = |e: files::FsError| internal("containerd's main configuration")(&e);
+    for name in files::remove_stale_temps(&ctx.host.root, &m.path).map_err(err)? {
         tracing::warn!(path = %m.shown.display(), "removed {name}, left beside it by an interrupted write");
     }
-    fsutil::write_atomic(&ctx.host.root, &m.path, text.as_bytes(), m.mode).map_err(err)
+    files::write_atomic(&ctx.host.root, &m.path, text.as_bytes(), m.mode).map_err(err)
 }
 
 /// Keeps the main file's bytes before this operation's first edit (a resumed run keeps the
@@ -96,74 +69,6 @@ fn keep_backup(ctx: &Ctx, m: &Main) -> Result<(), FlowError> {
             })
             .map_err(|e| internal("backup")(&e))?;
     }
-    Ok(())
-}
-
-/// Puts containerd's main file back as it was before this operation, byte for byte (no
-/// backup: this operation never changed it).
-pub fn restore_main(ctx: &Ctx, rep: &mut Reporter) -> Result<(), Rollback> {
-    let Some(imp) = ctx.rt.import() else {
-        return Ok(());
-    };
-    let store = ctx.main_backups();
-    let backup = match store.load() {
-        Ok(Some(b)) => b,
-        Ok(None) => return Ok(()),
-        Err(e) => {
-            return Err(Rollback::Failed(format!(
-                "the backup of {} cannot be read: {e}",
-                imp.main.display()
-            )))
-        }
-    };
-    rep.begin(
-        "rollback-main-file",
-        &format!("restoring {}", imp.main.display()),
-    );
-    // Where the backup came from (the run is refused when the configuration names another).
-    let file = crate::crio::DropIn::new(
-        &ctx.host.root,
-        ctx.host.path(backup.node_path(&ctx.host.root)),
-    );
-    let mode = std::fs::metadata(file.path())
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0o644);
-    let r = match &backup.content {
-        Some(bytes) => fsutil::write_atomic(&ctx.host.root, file.path(), bytes, mode)
-            .map_err(|e| e.to_string()),
-        None => Err("the backup holds no content".to_string()),
-    };
-    if let Err(e) = r {
-        let msg = format!(
-            "{} could not be restored ({e}); its previous content is saved under {}/backup/",
-            imp.main.display(),
-            ctx.host.path(STATE_DIR).display()
-        );
-        rep.end(crate::report::StepOutcome::Failed, msg.clone());
-        return Err(Rollback::Failed(msg));
-    }
-    if let Err(e) = store.clear() {
-        tracing::warn!(
-            "{} restored, but its backup could not be removed: {e}",
-            imp.main.display()
-        );
-    }
-    // The record says the import in the file is kata-live's: once the file is back without
-    // an import of the drop-in, there is none to claim (a later import may be the operator's).
-    let covered = backup
-        .content
-        .as_deref()
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .map(|t| ctrd::import_covering(t, imp.main, ctx.rt.drop_in_path()));
-    if !matches!(covered, Some(Ok(Some(_)))) {
-        if let Err(e) = set_record(ctx, false) {
-            tracing::warn!("the import record could not be removed: {e}");
-        }
-    }
-    rep.end(
-        crate::report::StepOutcome::Ran,
-        format!("previous {} restored", imp.main.display()),
-    );
     Ok(())
 }
 

@@ -10,8 +10,8 @@ mod preflight;
 
 pub use activate::{Activate, Prove};
 pub use drop_in::{RemoveDropIn, WriteDropIn};
-pub use import::{record_path, restore_main, EnsureImport, RemoveImport};
-pub use package::{put_back, InstallPackage, PostInstall, RemovePackage, Visibility};
+pub use import::{EnsureImport, RemoveImport};
+pub use package::{InstallPackage, PostInstall, RemovePackage, Visibility};
 pub use preflight::{PodsOnHandler, Preflight, RuntimeFiles};
 
 pub(crate) use crate::flow::step::{Done, Failure, Run, Step, StepResult};

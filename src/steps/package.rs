@@ -357,7 +357,7 @@ fn keep_rpms(
     ctx: &Ctx,
     offered: &[crate::rpm_ostree::Offered],
     reinstall: Option<&crate::rpm_ostree::Reinstall>,
-) -> Result<(), crate::fsutil::FsError> {
+) -> Result<(), crate::files::FsError> {
     let dir = ctx.host.path(crate::rpm_ostree::KEPT_RPMS);
     let mut wanted: Vec<String> = offered.iter().map(|o| format!("{}.rpm", o.nevra)).collect();
     if let Some(r) = reinstall {
@@ -368,8 +368,8 @@ fn keep_rpms(
         if dest.is_file() {
             continue;
         }
-        let bytes = crate::fsutil::read_nofollow(&o.path)?.unwrap_or_default();
-        crate::fsutil::write_atomic(&ctx.host.root, &dest, &bytes, 0o644)?;
+        let bytes = crate::files::read_nofollow(&o.path)?.unwrap_or_default();
+        crate::files::write_atomic(&ctx.host.root, &dest, &bytes, 0o644)?;
     }
     prune_kept_rpms(ctx, &wanted)?;
     Ok(())
@@ -378,7 +378,7 @@ fn keep_rpms(
 /// Removes the RPM copies under [`KEPT_RPMS`](crate::rpm_ostree::KEPT_RPMS) whose file name
 /// is not in `wanted` (none wanted once an uninstall removed the package: nothing is left to
 /// roll back to); how many were removed.
-fn prune_kept_rpms(ctx: &Ctx, wanted: &[String]) -> Result<usize, crate::fsutil::FsError> {
+fn prune_kept_rpms(ctx: &Ctx, wanted: &[String]) -> Result<usize, crate::files::FsError> {
     let dir = ctx.host.path(crate::rpm_ostree::KEPT_RPMS);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(0);
@@ -388,63 +388,12 @@ fn prune_kept_rpms(ctx: &Ctx, wanted: &[String]) -> Result<usize, crate::fsutil:
         let name = e.file_name().to_string_lossy().into_owned();
         if name.ends_with(".rpm")
             && !wanted.contains(&name)
-            && crate::fsutil::remove_file(&ctx.host.root, &e.path())?
+            && crate::files::remove_file(&ctx.host.root, &e.path())?
         {
             n += 1;
         }
     }
     Ok(n)
-}
-
-/// The rollback's package part: the previous versions back live, by content.
-pub async fn put_back(
-    ctx: &Ctx,
-    rep: &mut Reporter,
-    r: &crate::rpm_ostree::Reinstall,
-) -> Result<(), crate::flow::Rollback> {
-    rep.begin(
-        "rollback-package",
-        &format!("putting back {}", r.nevras.join(", ")),
-    );
-    let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
-    let until = tokio::time::Instant::now() + deadline;
-    let done = async {
-        ctx.rpm_ostree
-            .run(&r.install_argv, until)
-            .await
-            .map_err(|e| e.to_string())?;
-        ctx.rpm_ostree
-            .run(&r.apply_argv, until)
-            .await
-            .map_err(|e| e.to_string())?;
-        visibility::wait_content(
-            &ctx.host,
-            &r.content,
-            None,
-            until.saturating_duration_since(tokio::time::Instant::now()),
-        )
-        .await
-        .map_err(|e| e.to_string())
-    }
-    .await;
-    match done {
-        Ok(()) => {
-            rep.end(
-                crate::report::StepOutcome::Ran,
-                format!("{} live again", r.nevras.join(", ")),
-            );
-            Ok(())
-        }
-        Err(e) => {
-            rep.end(crate::report::StepOutcome::Failed, e.clone());
-            Err(crate::flow::Rollback::Failed(format!(
-                "the previous package versions ({}) could not be put back: {e}. The \
-                 runtime's configuration is as before; check `rpm-ostree status`, then run \
-                 kata-live again",
-                r.nevras.join(", ")
-            )))
-        }
-    }
 }
 
 /// The local RPMs of `package.local_rpm_dir`, read from their headers (none without it).
@@ -494,7 +443,7 @@ impl Step for PostInstall {
                     .map_err(|e| FlowError::Package(e.to_string()))?;
             // What was started since boot lives in /run, which a boot empties.
             let record = ctx.host.path(UNITS_DONE);
-            let mut done: Vec<String> = crate::fsutil::read_nofollow(&record)
+            let mut done: Vec<String> = crate::files::read_nofollow(&record)
                 .map_err(|e| FlowError::Package(e.to_string()))?
                 .map(|b| {
                     String::from_utf8_lossy(&b)
@@ -525,7 +474,7 @@ impl Step for PostInstall {
                 }
                 let mut text = done.join("\n");
                 text.push('\n');
-                crate::fsutil::write_atomic(&ctx.host.root, &record, text.as_bytes(), 0o644)
+                crate::files::write_atomic(&ctx.host.root, &record, text.as_bytes(), 0o644)
                     .map_err(|e| FlowError::Package(e.to_string()))?;
             }
             rep.evidence("post_install", &report);

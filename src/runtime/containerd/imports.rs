@@ -1,7 +1,7 @@
 //! The `imports` edit of containerd's main file, which is someone else's: one element (or one
 //! line) added, every other byte kept, and the exact inverse.
 //!
-//! containerd reads a drop-in only through `imports` (see [`crate::containerd`]). The edit:
+//! containerd reads a drop-in only through `imports` (see [`crate::runtime::containerd`]). The edit:
 //! - an existing root `imports = [...]` array gets one element, right after its last
 //!   element (`, "GLOB"`), after its trailing comma (`"GLOB",`) or, when empty, after `[`;
 //! - without one, a line `imports = ["GLOB"]  # added by kata-live ...` is inserted where

@@ -5,7 +5,7 @@
 //! `LoadConfigWithPlugins`, `resolveImports`]: the main file, then breadth first each
 //! file's `imports` in the order written, a glob (a path holding `*`) expanded to its
 //! sorted matches, relative paths joined to the importing file's directory, each file once.
-//! A later file wins: on 2.x per key, on 1.7 per plugin section (see [`crate::containerd`]).
+//! A later file wins: on 2.x per key, on 1.7 per plugin section (see [`crate::runtime::containerd`]).
 
 use super::config::declares_handler;
 use std::collections::VecDeque;

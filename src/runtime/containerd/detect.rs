@@ -13,6 +13,7 @@
 //!   `/run/k0s/containerd-cri.toml` from `/etc/k0s/containerd.d/*.toml`
 //!   [k0s docs, `docs/runtime.md`]. Units `k0scontroller` / `k0sworker`.
 
+use crate::config::RuntimeKind;
 use serde::Serialize;
 use std::path::Path;
 
@@ -93,8 +94,6 @@ pub fn detect_generator(root: &Path) -> Option<Generator> {
     generator_from(|p| std::fs::symlink_metadata(root.join(p.trim_start_matches('/'))).is_ok())
 }
 
-pub use crate::config::RuntimeKind as Runtime;
-
 /// What was observed on the node: which CRI sockets exist (are sockets) and which units
 /// are active.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -129,7 +128,7 @@ pub fn observe_sockets(root: &Path) -> (bool, bool) {
 #[serde(tag = "result", rename_all = "kebab-case")]
 pub enum Detected {
     Found {
-        runtime: Runtime,
+        runtime: RuntimeKind,
         because: String,
     },
     /// Neither runs: the operator must say which (`runtime = ...`).
@@ -156,11 +155,11 @@ pub fn detect_runtime(f: NodeFacts) -> Detected {
     };
     match (crio, ctrd) {
         (true, false) => Detected::Found {
-            runtime: Runtime::Crio,
+            runtime: RuntimeKind::Crio,
             because: why("crio", "/run/crio/crio.sock", f.crio_active),
         },
         (false, true) => Detected::Found {
-            runtime: Runtime::Containerd,
+            runtime: RuntimeKind::Containerd,
             because: why(
                 "containerd",
                 "/run/containerd/containerd.sock",
@@ -172,11 +171,11 @@ pub fn detect_runtime(f: NodeFacts) -> Detected {
         // (preflight then refuses it as not running, naming it).
         (false, false) => match (f.crio_installed, f.containerd_installed) {
             (true, false) => Detected::Found {
-                runtime: Runtime::Crio,
+                runtime: RuntimeKind::Crio,
                 because: "crio.service is installed (not serving: no socket)".into(),
             },
             (false, true) => Detected::Found {
-                runtime: Runtime::Containerd,
+                runtime: RuntimeKind::Containerd,
                 because: "containerd.service is installed (not serving: no socket)".into(),
             },
             _ => Detected::None,
@@ -260,16 +259,16 @@ mod tests {
         };
         assert_eq!(
             rt(detect_runtime(f(true, false, true, false))),
-            Some(Runtime::Crio)
+            Some(RuntimeKind::Crio)
         );
         assert_eq!(
             rt(detect_runtime(f(false, true, false, true))),
-            Some(Runtime::Containerd)
+            Some(RuntimeKind::Containerd)
         );
         // An active unit without its socket is not serving; the other one decides.
         assert_eq!(
             rt(detect_runtime(f(false, true, true, true))),
-            Some(Runtime::Containerd)
+            Some(RuntimeKind::Containerd)
         );
         assert_eq!(detect_runtime(f(false, false, true, true)), Detected::None);
         // A stopped runtime, the only one installed, is still the node's.
@@ -277,7 +276,7 @@ mod tests {
             crio_installed: true,
             ..NodeFacts::default()
         };
-        assert_eq!(rt(detect_runtime(stopped)), Some(Runtime::Crio));
+        assert_eq!(rt(detect_runtime(stopped)), Some(RuntimeKind::Crio));
         assert_eq!(detect_runtime(NodeFacts::default()), Detected::None);
         assert_eq!(detect_runtime(f(true, true, true, true)), Detected::Both);
         let Detected::Found { because, .. } = detect_runtime(f(false, true, false, false)) else {

@@ -349,7 +349,7 @@ mod tests {
 
     fn ours() -> toml::Table {
         let h = Handler::default();
-        written_table(&crate::crio::render(&h).unwrap(), &h.name).unwrap()
+        written_table(&crate::runtime::crio::drop_in::render(&h).unwrap(), &h.name).unwrap()
     }
 
     fn p(s: &str) -> PathBuf {

@@ -181,7 +181,7 @@ fn nest(version: ConfigVersion, name: &str, table: toml::Table) -> toml::Table {
 }
 
 /// Renders the drop-in: the header, then exactly one handler table under the CRI plugin
-/// of `version`, and no `version` key (see the module docs of [`crate::containerd`]).
+/// of `version`, and no `version` key (see the module docs of [`crate::runtime::containerd`]).
 pub fn render(handler: &ContainerdHandler, version: ConfigVersion) -> Result<String, ConfigError> {
     let doc = nest(version, &handler.name, handler.table());
     let body = toml::to_string(&doc).map_err(|e| ConfigError::Render {

@@ -1,12 +1,39 @@
-//! containerd: the handler in a drop-in that only an `imports` entry of the main file makes
-//! containerd read (kata-live adds it when missing), imported files merging key by key
-//! (2.x) or per plugin section (1.7), the effective definition from the verbose CRI
-//! `Status` (`info["config"]`). The rules and their sources: [`crate::containerd`].
+//! containerd's configuration as containerd itself reads it: the handler drop-in kata-live
+//! owns, the one-element `imports` edit of the main file that makes containerd read it, the
+//! running daemon's effective runtime table (verbose CRI `Status`), and the detection of
+//! nodes whose containerd configuration is generated (k3s, rke2, k0s) or that run CRI-O.
+//!
+//! The runtime behind [`crate::runtime::Runtime`]: the handler in a drop-in that only an
+//! `imports` entry of the main file makes containerd read (kata-live adds it when missing),
+//! imported files merging key by key (2.x) or per plugin section (1.7), the effective
+//! definition from the verbose CRI `Status` (`info["config"]`).
+//!
+//! Pure logic; I/O only in the small functions taking paths.
+//!
+//! The rules these modules follow, with their sources and measurements: `docs/containerd.md`.
+
+pub mod config;
+pub mod declarations;
+pub mod detect;
+pub mod effective;
+pub mod imports;
+
+pub use config::{ConfigVersion, ContainerdHandler, ImportMerge};
+pub use declarations::{config_files, config_files_with, declarations, Declarations};
+pub use detect::{detect_generator, detect_runtime, Detected, Generator, NodeFacts};
+pub use effective::{compare_dump, compare_effective, Definition, Mismatch};
+pub use imports::{ensure_import, import_covering, remove_import, Edit, ImportError};
+
+/// containerd's default main file (`--config`).
+pub const MAIN_FILE: &str = "/etc/containerd/config.toml";
+/// The directory of handler drop-ins kata-live owns, and the import that reads it.
+pub const DROP_IN_DIR: &str = "/etc/containerd/conf.d";
+pub const DROP_IN_GLOB: &str = "/etc/containerd/conf.d/*.toml";
 
 use super::{Effective, Import, Runtime, Shadowing};
 use crate::config::{Config, RuntimeKind};
-use crate::containerd::{self as ctrd, ContainerdHandler};
 use crate::host::Host;
+use crate::runtime::containerd as ctrd;
 use futures_util::future::LocalBoxFuture;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,5 +1,10 @@
 //! CRI-O: the handler in a drop-in of `crio.conf.d` (read without any import), a later file
 //! replacing our table whole, the effective definition from `GET /config` on its socket.
+//! [`drop_in`]: the drop-in's form; [`conf`]: the files as CRI-O reads them and the
+//! definition the running CRI-O took.
+
+pub mod conf;
+pub mod drop_in;
 
 use super::{Effective, Import, Runtime, Shadowing};
 use crate::config::{Config, Handler, RuntimeKind};
@@ -56,14 +61,18 @@ impl Runtime for Crio {
         format!("[crio.runtime.runtimes.{}]", self.handler.name)
     }
     fn render(&self, _host: &Host, _daemon_version: Option<&str>) -> Result<String, String> {
-        crate::crio::render(&self.handler).map_err(|e| e.to_string())
+        crate::runtime::crio::drop_in::render(&self.handler).map_err(|e| e.to_string())
     }
     fn written_table(&self, _host: &Host, drop_in_text: &str) -> Option<toml::Table> {
-        crate::crio_conf::written_table(drop_in_text, &self.handler.name)
+        crate::runtime::crio::conf::written_table(drop_in_text, &self.handler.name)
     }
     fn shadowing(&self, host: &Host) -> Result<Shadowing, String> {
-        let s = crate::crio_conf::read_shadowing(host, &self.handler.drop_in, &self.handler.name)
-            .map_err(|e| e.to_string())?;
+        let s = crate::runtime::crio::conf::read_shadowing(
+            host,
+            &self.handler.drop_in,
+            &self.handler.name,
+        )
+        .map_err(|e| e.to_string())?;
         Ok(Shadowing {
             before: s.before,
             after: s.after,
@@ -107,10 +116,12 @@ impl Runtime for Crio {
         Box::pin(async move {
             let socket = host.path(&self.socket);
             let handler = &self.handler.name;
-            let got = crate::crio_conf::get_config(&socket, Duration::from_secs(10))
+            let got = crate::runtime::crio::conf::get_config(&socket, Duration::from_secs(10))
                 .await
                 .map_err(|e| e.to_string())
-                .and_then(|text| crate::crio_conf::compare_effective(&text, handler, wrote));
+                .and_then(|text| {
+                    crate::runtime::crio::conf::compare_effective(&text, handler, wrote)
+                });
             match got {
                 Ok(d) => {
                     let problem = d.problem(handler);

@@ -1,10 +1,31 @@
-//! Careful file writes: atomic (temp file in the same directory, fsync, rename, fsync the
-//! directory) and never through a symlink, since the files we write are read by root daemons.
+//! The files kata-live changes, whatever the runtime: careful writes (atomic: temp file in
+//! the same directory, fsync, rename, fsync the directory; never through a symlink, since
+//! the files we write are read by root daemons), the drop-in it owns ([`drop_in`]) and the
+//! backups a rollback restores ([`backup`]).
+
+pub mod backup;
+pub mod drop_in;
+
+pub use backup::{Backup, BackupStore};
+pub use drop_in::{classify, written_by_kata_live, Change, DropIn, DropInState, Outcome};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+
+/// A kata-live file (drop-in, backup) that could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{path}: {source}")]
+    Fs {
+        path: PathBuf,
+        #[source]
+        source: FsError,
+    },
+    #[error("backup {path} is unreadable ({reason}); inspect it, restore the file by hand if needed, then remove the backup")]
+    BadBackup { path: PathBuf, reason: String },
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
