@@ -17,6 +17,7 @@ pub mod kubelet;
 pub mod lock;
 pub mod logging;
 pub mod pace;
+pub mod pathglob;
 pub mod plan;
 pub mod pod;
 pub mod report;

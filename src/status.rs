@@ -189,7 +189,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
     };
     let canary = match (&cri, canary) {
         (Ok(cli), true) => Some(
-            cli.run_canary("", Duration::from_secs_f64(c.deadlines.canary))
+            cli.run_canary("", c.deadlines.canary)
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string()),

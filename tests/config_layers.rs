@@ -34,7 +34,7 @@ fn etc_masks_usr_lib_by_file_name() {
     let l = load(&Host::new(r.path(), "/proc")).unwrap();
     // The /usr/lib file is masked entirely: its handler name does not apply.
     assert_eq!(l.config.handler.name, "kata-remote");
-    assert_eq!(l.config.deadlines.lock, 7.0);
+    assert_eq!(l.config.deadlines.lock.as_secs_f64(), 7.0);
     assert_eq!(l.fragments, vec![etc]);
 }
 
@@ -351,7 +351,7 @@ fn a_containerd_node_is_configured_and_its_options_replace_the_map() {
     )])
     .unwrap();
     assert_eq!(l.config.runtime, Some(config::RuntimeKind::Containerd));
-    let h = l.config.handler.containerd_handler();
+    let h = kata_live::runtime::containerd::ContainerdHandler::from_config(&l.config.handler);
     assert_eq!(h.runtime_type, "io.containerd.runc.v2");
     // The default ConfigPath is gone: the shim's options are replaced whole.
     assert_eq!(
@@ -526,7 +526,7 @@ proptest! {
             if let Some(v) = lock { want_lock = (*v as f64, Source::File(p.clone())); }
             if let Some(v) = name { want_name = (v.clone(), Source::File(p.clone())); }
         }
-        prop_assert_eq!(l.config.deadlines.lock, want_lock.0);
+        prop_assert_eq!(l.config.deadlines.lock.as_secs_f64(), want_lock.0);
         prop_assert_eq!(l.source_of("deadlines.lock"), want_lock.1);
         prop_assert_eq!(&l.config.handler.name, &want_name.0);
         prop_assert_eq!(l.source_of("handler.name"), want_name.1);

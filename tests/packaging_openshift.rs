@@ -146,7 +146,7 @@ fn embedded_fragment_loads_over_the_shipped_defaults() {
         ])
         .unwrap_or_else(|e| panic!("{path}: {e}"));
         assert_eq!(loaded.config.handler.name, "kata-remote");
-        assert_eq!(loaded.config.kubelet.stable_window, 10.0);
+        assert_eq!(loaded.config.kubelet.stable_window.as_secs_f64(), 10.0);
         assert_eq!(
             loaded.source_of("kubelet.stable_window").to_string(),
             path,

@@ -34,7 +34,7 @@ fn presence_word(p: HandlerPresence) -> &'static str {
 
 async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
     let c = &ctx.cfg;
-    let deadline = Ctx::deadline(c.deadlines.preflight);
+    let deadline = c.deadlines.preflight;
     let until = Instant::now() + deadline;
     let refuse = |what: &str, e: &dyn std::fmt::Display| FlowError::Refused(format!("{what}: {e}"));
     // A unit still starting (at boot, where kata-live's unit has no After= on CRI-O or

@@ -186,10 +186,6 @@ pub fn internal(what: &str) -> impl FnOnce(&dyn std::fmt::Display) -> FlowError 
 }
 
 impl Ctx {
-    pub fn deadline(secs: f64) -> Duration {
-        Duration::from_secs_f64(secs)
-    }
-
     pub fn drop_in(&self) -> DropIn {
         DropIn::new(&self.host.root, self.host.path(self.rt.drop_in_path()))
     }
@@ -338,7 +334,7 @@ pub async fn begin(
     extend_unit_timeout(ctx);
     let acquired = match lock_problem {
         Some(why) => Err(FlowError::Refused(why)),
-        None => lock::acquire(&lock_path, &op, Ctx::deadline(ctx.cfg.deadlines.lock))
+        None => lock::acquire(&lock_path, &op, ctx.cfg.deadlines.lock)
             .await
             .map_err(FlowError::from),
     };

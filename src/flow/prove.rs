@@ -43,7 +43,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
 
     // CRI readiness and kubelet's reconnection are awaited at the same time: the verdict
     // comes when the last of them holds, not after the sum of the waits.
-    let cri_deadline = Ctx::deadline(c.deadlines.cri_ready);
+    let cri_deadline = c.deadlines.cri_ready;
     let cri = ctx.cri(cri_deadline).await.map_err(|e| e.to_string());
     let (view, (restarts_with_crio, kubelet_proof)) = tokio::join!(
         await_runtime(ctx, &spec, &cri, started, cri_deadline),
@@ -112,7 +112,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
                 Err(e) => inputs.pods_lost = vec![format!("(cannot list pods: {e})")],
             }
             if c.cri.canary {
-                let r = cri.run_canary("", Ctx::deadline(c.deadlines.canary)).await;
+                let r = cri.run_canary("", c.deadlines.canary).await;
                 if let Ok(report) = &r {
                     rep.evidence("canary", report);
                 }
@@ -192,6 +192,6 @@ async fn await_kubelet(
     let before = (spec.restarted && restarts_with_crio).then_some(&spec.baseline.kubelet);
     let kin = kubelet::ProofInputs::from_config(c, &ctx.host, ctx.rt.socket(), crio_pid, before);
     let read = || async { ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string()) };
-    let proof = kubelet::prove_reconnected(kin, read, Ctx::deadline(c.deadlines.kubelet)).await;
+    let proof = kubelet::prove_reconnected(kin, read, c.deadlines.kubelet).await;
     (restarts_with_crio, proof)
 }

@@ -75,12 +75,12 @@ pub async fn activate(
                 "activate",
                 &format!("reloading {}, then a canary on the handler", ctx.rt.name()),
             );
-            let deadline = Ctx::deadline(c.deadlines.restart);
+            let deadline = c.deadlines.restart;
             let reloaded = ctx.systemd.reload_unit(ctx.rt.unit(), deadline).await;
             let canary = match reloaded {
-                Ok(_) => match ctx.cri(Ctx::deadline(c.deadlines.cri_ready)).await {
+                Ok(_) => match ctx.cri(c.deadlines.cri_ready).await {
                     Ok(cri) => cri
-                        .run_canary(&c.handler.name, Ctx::deadline(c.deadlines.canary))
+                        .run_canary(&c.handler.name, c.deadlines.canary)
                         .await
                         .map(|_| ())
                         .map_err(|e| e.to_string()),
@@ -118,7 +118,7 @@ pub async fn activate(
 async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), SystemdError> {
     let c = &ctx.cfg;
     rep.begin("activate", &format!("restarting {}", ctx.rt.unit()));
-    let deadline = Ctx::deadline(c.deadlines.restart);
+    let deadline = c.deadlines.restart;
     // Never shorter than what the run was given (an extension replaces the previous one).
     super::extend_unit_timeout(ctx);
     ctx.crio_restarts

@@ -27,8 +27,8 @@ pub async fn within_rollback_deadline(
     ctx: &Ctx,
     back: impl std::future::Future<Output = Rollback>,
 ) -> Result<Rollback, String> {
-    let secs = ctx.cfg.deadlines.rollback;
-    tokio::time::timeout(Ctx::deadline(secs), back)
+    let secs = ctx.cfg.deadlines.rollback.as_secs_f64();
+    tokio::time::timeout(ctx.cfg.deadlines.rollback, back)
         .await
         .map_err(|_| {
             format!(
@@ -296,7 +296,7 @@ async fn restart_kubelet_if_down(
     );
     match ctx
         .systemd
-        .start_unit(&c.units.kubelet, Ctx::deadline(c.deadlines.kubelet))
+        .start_unit(&c.units.kubelet, c.deadlines.kubelet)
         .await
     {
         Ok(after) => {
@@ -323,7 +323,7 @@ pub async fn put_back(
         "rollback-package",
         &format!("putting back {}", r.nevras.join(", ")),
     );
-    let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
+    let deadline = ctx.cfg.deadlines.package;
     let until = tokio::time::Instant::now() + deadline;
     let done = async {
         ctx.rpm_ostree

@@ -495,7 +495,7 @@ impl<'a> ProofInputs<'a> {
             crio_main_pid,
             cri_socket,
             healthz_url: &cfg.kubelet.healthz_url,
-            stable_window: Duration::from_secs_f64(cfg.kubelet.stable_window.max(0.0)),
+            stable_window: cfg.kubelet.stable_window,
             metrics_url: cfg
                 .kubelet
                 .check_relists

@@ -211,7 +211,7 @@ fn others_imported(ctx: &Ctx, glob: &str) -> Vec<PathBuf> {
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .filter(|e| {
-                    ctrd::imports::glob_matches(
+                    crate::pathglob::matches(
                         &name.to_string_lossy(),
                         &e.file_name().to_string_lossy(),
                     )

@@ -57,10 +57,7 @@ impl Step for InstallPackage {
             if c.package.skip {
                 return Ok(Done::skipped("dry run: package.skip is set"));
             }
-            let status = ctx
-                .rpm_ostree
-                .status(Ctx::deadline(c.deadlines.package))
-                .await;
+            let status = ctx.rpm_ostree.status(c.deadlines.package).await;
             let offered = offered_rpms(ctx);
             let detail = match (status, offered) {
                 (Err(e), _) => format!("dry run: cannot read rpm-ostree status: {e}"),
@@ -108,7 +105,7 @@ impl Step for InstallPackage {
             Self::forget_what_crio_saw(run)?;
             let c = &ctx.cfg;
             let local = offered_rpms(ctx).map_err(|e| FlowError::Package(e.to_string()))?;
-            let deadline = Ctx::deadline(c.deadlines.package);
+            let deadline = c.deadlines.package;
             let status = if c.package.skip {
                 None
             } else {
@@ -290,7 +287,7 @@ async fn previous_versions(
     offered: &[crate::rpm_ostree::Offered],
 ) -> Option<crate::rpm_ostree::Reinstall> {
     use crate::rpm_ostree::{decide, Action, KEPT_RPMS};
-    let deadline = Ctx::deadline(ctx.cfg.deadlines.package);
+    let deadline = ctx.cfg.deadlines.package;
     let until = tokio::time::Instant::now() + deadline;
     let on_node = ctx.rpm_ostree.on_node(status, offered, until).await;
     let replaced: Vec<(String, crate::rpm_ostree::Nevra)> =
@@ -436,7 +433,7 @@ impl Step for PostInstall {
     ) -> StepResult<'a> {
         Box::pin(async move {
             let c = &ctx.cfg;
-            let deadline = Ctx::deadline(c.deadlines.post_install);
+            let deadline = c.deadlines.post_install;
             let report =
                 scriptlets::run_scriptlets(&c.post_install, &ctx.host, &ctx.tools, deadline)
                     .await
@@ -524,7 +521,7 @@ impl Step for Visibility {
             let deadline = if ctx.dry_run {
                 std::time::Duration::ZERO
             } else {
-                Ctx::deadline(c.deadlines.visibility)
+                c.deadlines.visibility
             };
             let seen = crate::stop::unless_stopped(visibility::wait_visible(
                 &ctx.host,
@@ -613,10 +610,7 @@ impl Step for RemovePackage {
     ) -> StepResult<'a> {
         Box::pin(async move {
             let c = &ctx.cfg;
-            let removal = ctx
-                .rpm_ostree
-                .remove(&c.package, Ctx::deadline(c.deadlines.package))
-                .await;
+            let removal = ctx.rpm_ostree.remove(&c.package, c.deadlines.package).await;
             let removal = match removal {
                 Ok(r) => r,
                 Err(RpmOstreeError::Interrupted { signal, .. }) => {

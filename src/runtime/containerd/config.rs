@@ -114,25 +114,27 @@ pub struct ContainerdHandler {
 }
 
 impl Default for ContainerdHandler {
+    /// kata-deploy's kata-remote handler for containerd (the configuration's defaults).
     fn default() -> Self {
-        ContainerdHandler {
-            name: "kata-remote".into(),
-            runtime_type: "io.containerd.kata-remote.v2".into(),
-            runtime_path: None,
-            options: BTreeMap::from([(
-                "ConfigPath".into(),
-                toml::Value::String(
-                    "/opt/kata/share/defaults/kata-containers/configuration-remote.toml".into(),
-                ),
-            )]),
-            privileged_without_host_devices: true,
-            pod_annotations: vec!["io.katacontainers.*".into()],
-            snapshotter: None,
-        }
+        Self::from_config(&crate::config::Handler::default())
     }
 }
 
 impl ContainerdHandler {
+    /// The handler as the configuration declares it.
+    pub fn from_config(h: &crate::config::Handler) -> Self {
+        let t = &h.containerd;
+        ContainerdHandler {
+            name: h.name.clone(),
+            runtime_type: t.runtime_type.clone(),
+            runtime_path: t.runtime_path.clone(),
+            options: t.options.clone(),
+            privileged_without_host_devices: t.privileged_without_host_devices,
+            pod_annotations: t.pod_annotations.clone(),
+            snapshotter: t.snapshotter.clone(),
+        }
+    }
+
     /// The handler's table as kata-live writes it (and as the proof compares it).
     pub fn table(&self) -> toml::Table {
         let mut t = toml::Table::new();

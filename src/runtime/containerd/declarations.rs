@@ -72,7 +72,7 @@ fn expand(pattern: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = rd
         .filter_map(|e| e.ok())
         .filter(|e| {
-            super::imports::glob_matches(
+            crate::pathglob::matches(
                 name.to_string_lossy().as_ref(),
                 &e.file_name().to_string_lossy(),
             )

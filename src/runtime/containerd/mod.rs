@@ -46,7 +46,7 @@ pub struct Containerd {
 impl Containerd {
     pub fn new(cfg: &Config) -> Self {
         Containerd {
-            handler: cfg.handler.containerd_handler(),
+            handler: ContainerdHandler::from_config(&cfg.handler),
             cfg: cfg.containerd.clone(),
         }
     }
