@@ -20,6 +20,7 @@ pub mod pace;
 pub mod pathglob;
 pub mod plan;
 pub mod pod;
+pub mod proof;
 pub mod report;
 pub mod rpm_ostree;
 pub mod runtime;

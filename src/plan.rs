@@ -63,7 +63,7 @@ impl Activation {
 
 /// What tells whether the running CRI-O has seen everything it reads at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
+pub struct Freshness {
     /// CRI-O's ExecMainStartTimestamp (µs since the epoch).
     pub started_us: u64,
     pub newest_config_us: u64,
@@ -76,7 +76,7 @@ pub struct Seen {
 /// either it started after their last change, or it checked them at its start and lists the
 /// handler (so they were there then). A new version replacing them in place needs no
 /// restart: CRI-O executes `runtime_path` for each sandbox and only stats it at start.
-pub fn crio_has_seen(s: &Seen) -> bool {
+pub fn runtime_has_seen(s: &Freshness) -> bool {
     if s.started_us <= s.newest_config_us {
         return false;
     }
@@ -99,7 +99,7 @@ pub fn decide_activation(i: &ActivationInputs) -> Activation {
     if i.package_newly_live {
         return act("the package became live in this run".into());
     }
-    if !crio_has_seen(&Seen {
+    if !runtime_has_seen(&Freshness {
         started_us: i.crio_started_us,
         newest_config_us: i.newest_config_us,
         newest_artifact_us: i.newest_artifact_us,
@@ -160,97 +160,6 @@ pub fn pods_on_previous_version(
         .collect()
 }
 
-/// Observations after activation.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProofInputs {
-    pub want_listed: bool,
-    /// CRI-O did not answer the CRI `Status` call: what went wrong. Then neither the handler
-    /// nor readiness can be judged, and this is the one thing said about them.
-    pub cri_error: Option<String>,
-    /// The running CRI-O started after the newest artifact (and after our restart, if any).
-    pub crio_newer_than_artifacts: bool,
-    pub handler_listed: Option<bool>,
-    pub runtime_ready: bool,
-    pub network_ready: bool,
-    /// None when the kubelet proof held; otherwise what is missing.
-    pub kubelet_missing: Option<String>,
-    pub pods_lost: Vec<String>,
-    /// Some(Err) when the canary ran and failed.
-    pub canary: Option<Result<(), String>>,
-    /// Install: what is wrong with the running CRI-O's effective definition of the handler
-    /// (`GET /config`), or why it could not be read. `None`: ours, or not asked for.
-    pub definition_problem: Option<String>,
-    /// Rollback only: the runtime reported no handlers at preflight either, so "cannot
-    /// tell" is the state the node was found in, not a missing piece of the proof.
-    pub unknown_as_found: bool,
-}
-
-/// How the verdict names the node's runtime.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeWords {
-    /// "CRI-O", "containerd".
-    pub name: &'static str,
-    /// Why a declared handler may not be listed, and where to look.
-    pub unlisted: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Verdict {
-    pub proven: bool,
-    /// Each piece of evidence that is missing, said plainly.
-    pub missing: Vec<String>,
-}
-
-pub fn verdict(p: &ProofInputs, rt: &RuntimeWords) -> Verdict {
-    let name = rt.name;
-    let mut missing = Vec::new();
-    if !p.crio_newer_than_artifacts {
-        missing.push(format!(
-            "the running {name} did not start after the drop-in and the runtime files"
-        ));
-    }
-    if let Some(e) = &p.cri_error {
-        missing.push(format!("{name} did not answer over its socket: {e}"));
-    }
-    match (p.handler_listed, p.want_listed) {
-        _ if p.cri_error.is_some() => {}
-        (None, _) if p.unknown_as_found => {}
-        (None, _) => missing.push(format!(
-            "{name} does not report runtime handlers (CRI API older than Kubernetes 1.30): the handler cannot be proven"
-        )),
-        (Some(false), true) => missing.push(format!(
-            "{name} does not list the handler: {}",
-            rt.unlisted
-        )),
-        (Some(true), false) => missing.push(format!(
-            "{name} still lists the handler: another drop-in declares it"
-        )),
-        _ => {}
-    }
-    if !p.runtime_ready && p.cri_error.is_none() {
-        missing.push(format!("{name} reports RuntimeReady=false"));
-    }
-    if !p.network_ready && p.cri_error.is_none() {
-        missing.push(format!("{name} reports NetworkReady=false"));
-    }
-    if let Some(k) = &p.kubelet_missing {
-        missing.push(format!("kubelet: {k}"));
-    }
-    if !p.pods_lost.is_empty() {
-        missing.push(format!("pods lost: {}", p.pods_lost.join(", ")));
-    }
-    if let Some(Err(e)) = &p.canary {
-        missing.push(format!("canary sandbox failed: {e}"));
-    }
-    if let Some(d) = &p.definition_problem {
-        missing.push(d.clone());
-    }
-    Verdict {
-        proven: missing.is_empty(),
-        missing,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,43 +210,8 @@ mod tests {
         }
     }
 
-    fn verdict(p: &ProofInputs) -> Verdict {
-        super::verdict(
-            p,
-            &RuntimeWords {
-                name: "CRI-O",
-                unlisted: "it ignored it".into(),
-            },
-        )
-    }
-
     #[test]
-    fn the_words_name_the_nodes_runtime() {
-        let ctrd = RuntimeWords {
-            name: "containerd",
-            unlisted: "look at `journalctl -u containerd`".into(),
-        };
-        let v = super::verdict(
-            &ProofInputs {
-                handler_listed: Some(false),
-                runtime_ready: false,
-                crio_newer_than_artifacts: false,
-                ..proven()
-            },
-            &ctrd,
-        );
-        assert_eq!(
-            v.missing,
-            [
-                "the running containerd did not start after the drop-in and the runtime files",
-                "containerd does not list the handler: look at `journalctl -u containerd`",
-                "containerd reports RuntimeReady=false",
-            ]
-        );
-        assert!(!v
-            .missing
-            .iter()
-            .any(|m| m.contains("CRI-O") || m.contains("crio")));
+    fn the_activation_names_the_nodes_runtime() {
         let a = decide_activation(&ActivationInputs {
             crio_started_us: 0,
             runtime: "containerd",
@@ -466,134 +340,5 @@ mod tests {
             ..i
         };
         assert!(matches!(decide_activation(&i), Activation::Restart(_)));
-    }
-
-    #[test]
-    fn a_foreign_effective_definition_is_not_proven() {
-        let v = verdict(&ProofInputs {
-            definition_problem: Some("runtime_root is \"/run/shadow\"".into()),
-            ..proven()
-        });
-        assert!(!v.proven);
-        assert!(v.missing[0].contains("runtime_root"), "{v:?}");
-        assert!(verdict(&proven()).proven);
-    }
-
-    fn proven() -> ProofInputs {
-        ProofInputs {
-            want_listed: true,
-            crio_newer_than_artifacts: true,
-            handler_listed: Some(true),
-            runtime_ready: true,
-            network_ready: true,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn verdict_needs_every_piece() {
-        assert!(verdict(&proven()).proven);
-        let cases = [
-            ProofInputs {
-                crio_newer_than_artifacts: false,
-                ..proven()
-            },
-            ProofInputs {
-                handler_listed: None,
-                ..proven()
-            },
-            ProofInputs {
-                handler_listed: Some(false),
-                ..proven()
-            },
-            ProofInputs {
-                runtime_ready: false,
-                ..proven()
-            },
-            ProofInputs {
-                network_ready: false,
-                ..proven()
-            },
-            ProofInputs {
-                kubelet_missing: Some("no connection".into()),
-                ..proven()
-            },
-            ProofInputs {
-                pods_lost: vec!["default/web".into()],
-                ..proven()
-            },
-            ProofInputs {
-                canary: Some(Err("timeout".into())),
-                ..proven()
-            },
-        ];
-        for c in cases {
-            let v = verdict(&c);
-            assert!(!v.proven, "{c:?}");
-            assert_eq!(v.missing.len(), 1, "{c:?}: {:?}", v.missing);
-        }
-    }
-
-    #[test]
-    fn an_unreachable_crio_is_said_once_and_never_proven() {
-        let v = verdict(&ProofInputs {
-            cri_error: Some("socket missing".into()),
-            handler_listed: None,
-            runtime_ready: false,
-            network_ready: false,
-            ..proven()
-        });
-        assert!(!v.proven);
-        assert_eq!(
-            v.missing,
-            vec!["CRI-O did not answer over its socket: socket missing"]
-        );
-    }
-
-    #[test]
-    fn unknown_is_never_listed() {
-        let v = verdict(&ProofInputs {
-            handler_listed: None,
-            ..proven()
-        });
-        assert!(v.missing[0].contains("older than Kubernetes 1.30"));
-        let v = verdict(&ProofInputs {
-            handler_listed: None,
-            want_listed: false,
-            ..proven()
-        });
-        assert!(!v.proven);
-    }
-
-    #[test]
-    fn unknown_is_accepted_only_as_the_state_a_rollback_found() {
-        let back = ProofInputs {
-            handler_listed: None,
-            want_listed: false,
-            unknown_as_found: true,
-            ..proven()
-        };
-        assert!(verdict(&back).proven);
-        // Everything else is still required.
-        let v = verdict(&ProofInputs {
-            kubelet_missing: Some("no connection".into()),
-            ..back
-        });
-        assert!(!v.proven);
-    }
-
-    #[test]
-    fn uninstall_wants_the_handler_gone() {
-        let p = ProofInputs {
-            want_listed: false,
-            handler_listed: Some(false),
-            ..proven()
-        };
-        assert!(verdict(&p).proven);
-        let p = ProofInputs {
-            want_listed: false,
-            ..proven()
-        };
-        assert!(!verdict(&p).proven);
     }
 }

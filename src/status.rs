@@ -8,7 +8,7 @@ use crate::cri::{PodsOnHandler, RuntimeView};
 use crate::exit::ExitCode;
 use crate::flow::{self, Ctx};
 use crate::kubelet::{self, Evidence};
-use crate::plan;
+use crate::proof::{self, observe::Newest};
 use crate::report::{read_status, RunStatus, STATUS_PATH};
 use crate::systemd::UnitState;
 use serde::Serialize;
@@ -46,7 +46,7 @@ pub struct Observation {
     pub runtime_name: &'static str,
     /// How the verdict names the runtime.
     #[serde(skip)]
-    pub runtime_words: plan::RuntimeWords,
+    pub runtime_words: proof::RuntimeWords,
     /// Why that runtime: set by a fragment, or detected (or why none could be decided).
     pub runtime_source: String,
     pub handler: String,
@@ -148,15 +148,20 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.clone()),
     };
-    // The same judgement as the proof's (plan::crio_has_seen).
-    let crio_newer = matches!(&crio, Ok(s) if s.is_running()
-    && plan::crio_has_seen(&plan::Seen {
-        started_us: s.exec_main_start_us,
-        newest_config_us: flow::newest_config_us(ctx),
-        newest_artifact_us: flow::newest_artifact_us(ctx),
-        files_checked_at_start: ctx.rt.checks_files_at_start(),
-        handler_listed: runtime.as_ref().ok().and_then(|v| v.handler_presence.as_listed()),
-    }));
+    let crio_newer = crio.as_ref().is_ok_and(|s| {
+        proof::observe::has_seen(
+            s,
+            runtime
+                .as_ref()
+                .ok()
+                .and_then(|v| v.handler_presence.as_listed()),
+            Newest {
+                config_us: flow::newest_config_us(ctx),
+                artifact_us: flow::newest_artifact_us(ctx),
+            },
+            ctx.rt.checks_files_at_start(),
+        )
+    });
     let daemon_version = runtime.as_ref().ok().map(|v| v.runtime_version.as_str());
     let drop_in = match ctx.drop_in_state(daemon_version) {
         Ok(s) => s.to_string(),
@@ -225,37 +230,21 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
 }
 
 /// The verdict of `verify` over an observation (pure).
-pub fn judge(o: &Observation) -> plan::Verdict {
-    let (listed, ready, net) = match o.runtime.as_result() {
-        Ok(v) => (v.handler_presence.as_listed(), v.ready, v.network_ready),
-        Err(_) => (None, false, false),
-    };
-    let kubelet_missing = match o.kubelet.as_result() {
-        Ok(e) => match kubelet::verdict(e) {
-            kubelet::Verdict::Reconnected => None,
-            kubelet::Verdict::Missing(_) => Some(kubelet::describe_missing(e)),
-        },
-        Err(e) => Some(e.clone()),
-    };
-    plan::verdict(
-        &plan::ProofInputs {
-            want_listed: true,
-            cri_error: o.runtime.as_result().err().cloned(),
-            crio_newer_than_artifacts: o.runtime_newer_than_artifacts,
-            handler_listed: listed,
-            runtime_ready: ready,
-            network_ready: net,
-            kubelet_missing,
-            pods_lost: Vec::new(),
-            canary: o
-                .canary
-                .as_ref()
-                .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone())),
-            unknown_as_found: false,
-            definition_problem: o.definition_problem.clone(),
-        },
-        &o.runtime_words,
-    )
+pub fn judge(o: &Observation) -> proof::Verdict {
+    // The runtime's part as the proof observes it, from what `status` saw once.
+    let mut obs = proof::observe::runtime_part(
+        true,
+        false,
+        o.runtime_newer_than_artifacts,
+        o.runtime.as_result(),
+    );
+    obs.kubelet_missing = proof::observe::kubelet_missing(o.kubelet.as_result());
+    obs.canary = o
+        .canary
+        .as_ref()
+        .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone()));
+    obs.definition_problem = o.definition_problem.clone();
+    proof::verdict(&obs, &o.runtime_words)
 }
 
 /// A grouped summary: sections of (key, value) rows, keys aligned across all sections.
@@ -330,7 +319,7 @@ fn handler_name(h: &str) -> &str {
 }
 
 /// The human rendering of `status` (no verdict) and `verify` (with it). Pure.
-pub fn render(o: &Observation, verdict: Option<&plan::Verdict>) -> String {
+pub fn render(o: &Observation, verdict: Option<&proof::Verdict>) -> String {
     let mut sum = Summary::default();
     let rows = sum.section("Node");
     row(

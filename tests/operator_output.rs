@@ -6,7 +6,7 @@
 use kata_live::cri::{HandlerPresence, PodRef, PodsOnHandler, RuntimeView};
 use kata_live::exit::ExitCode;
 use kata_live::kubelet::{Check, Evidence};
-use kata_live::plan::Verdict;
+use kata_live::proof::Verdict;
 use kata_live::report::{
     json_document, render_outcome, render_plan, render_progress, Kind, Numbering, RunResult,
     RunStatus, Step, StepOutcome,
@@ -335,7 +335,7 @@ fn last_run() -> RunStatus {
 fn observation() -> Observation {
     Observation {
         runtime_name: "CRI-O",
-        runtime_words: kata_live::plan::RuntimeWords {
+        runtime_words: kata_live::proof::RuntimeWords {
             name: "CRI-O",
             unlisted: "it ignored it (look for `is being ignored` in `journalctl -u crio.service`)"
                 .into(),

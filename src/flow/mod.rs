@@ -28,7 +28,7 @@ use crate::host::Host;
 use crate::kubelet::{self, Evidence};
 use crate::lock::{self, Lock};
 use crate::logging::ids;
-use crate::plan::{self, Activation};
+use crate::plan::Activation;
 use crate::report::{Reporter, RunResult, StepOutcome, STATUS_PATH};
 use crate::rpm_ostree::RpmOstree;
 use crate::scriptlets::Tools;

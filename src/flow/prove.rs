@@ -1,4 +1,5 @@
 use super::*;
+use crate::proof::{self, observe::Newest};
 
 /// What the proof checks besides the handler.
 pub struct ProofSpec<'a> {
@@ -7,7 +8,7 @@ pub struct ProofSpec<'a> {
     /// kubelet restarted with CRI-O: a new InvocationID is required.
     pub restarted: bool,
     pub newest_artifact_us: u64,
-    /// See [`plan::Seen`].
+    /// See [`crate::proof::observe::Newest`].
     pub newest_config_us: u64,
     /// Pods expected to go away (uninstall --force): not counted as lost.
     pub expendable: &'a [String],
@@ -27,11 +28,6 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
         "proving through the CRI socket and kubelet's connection",
     );
     let started = Instant::now();
-    let mut inputs = plan::ProofInputs {
-        want_listed: spec.want_listed,
-        unknown_as_found: spec.unknown_as_found,
-        ..Default::default()
-    };
     let crio = match ctx.unit(ctx.rt.unit()).await {
         Ok(s) => s,
         Err(e) => {
@@ -49,28 +45,22 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
         await_runtime(ctx, &spec, &cri, started, cri_deadline),
         await_kubelet(ctx, &spec, crio.main_pid)
     );
+    let seen = proof::observe::has_seen(
+        &crio,
+        view.as_ref()
+            .ok()
+            .and_then(|v| v.handler_presence.as_listed()),
+        Newest {
+            config_us: spec.newest_config_us,
+            artifact_us: spec.newest_artifact_us,
+        },
+        ctx.rt.checks_files_at_start(),
+    );
+    let mut inputs =
+        proof::observe::runtime_part(spec.want_listed, spec.unknown_as_found, seen, view.as_ref());
     match &view {
-        Ok(v) => {
-            inputs.handler_listed = v.handler_presence.as_listed();
-            inputs.crio_newer_than_artifacts = crio.is_running()
-                && plan::crio_has_seen(&plan::Seen {
-                    started_us: crio.exec_main_start_us,
-                    newest_config_us: spec.newest_config_us,
-                    newest_artifact_us: spec.newest_artifact_us,
-                    files_checked_at_start: ctx.rt.checks_files_at_start(),
-                    handler_listed: inputs.handler_listed,
-                });
-            inputs.runtime_ready = v.ready;
-            inputs.network_ready = v.network_ready;
-            rep.evidence("runtime", v);
-        }
-        Err(e) => {
-            // Nothing listed: only a start after every file says CRI-O saw them.
-            inputs.crio_newer_than_artifacts =
-                crio.is_running() && crio.exec_main_start_us > spec.newest_artifact_us;
-            inputs.cri_error = Some(e.clone());
-            rep.evidence("runtime", serde_json::json!({ "error": e }));
-        }
+        Ok(v) => rep.evidence("runtime", v),
+        Err(e) => rep.evidence("runtime", serde_json::json!({ "error": e })),
     }
 
     // The definition CRI-O took: a later drop-in declaring the handler replaces ours whole,
@@ -127,7 +117,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
         }
     }
 
-    let v = plan::verdict(&inputs, &ctx.rt.words());
+    let v = proof::verdict(&inputs, &ctx.rt.words());
     rep.evidence("verdict", &v);
     if v.proven {
         rep.end(StepOutcome::Ran, "proven".to_string());

@@ -31,8 +31,8 @@ pub trait Runtime {
     /// Why a handler the drop-in declares may not be listed, and where to look.
     fn unlisted_hint(&self) -> String;
     /// How the verdict names this runtime.
-    fn words(&self) -> crate::plan::RuntimeWords {
-        crate::plan::RuntimeWords {
+    fn words(&self) -> crate::proof::RuntimeWords {
+        crate::proof::RuntimeWords {
             name: self.name(),
             unlisted: self.unlisted_hint(),
         }
@@ -68,7 +68,7 @@ pub trait Runtime {
     fn artifacts(&self) -> Vec<PathBuf>;
     /// The daemon checks the handler's files when it starts and drops the handler when one
     /// is missing: its listing then proves the files were there at its start, and a new
-    /// version replacing them in place needs no restart (see [`crate::plan::crio_has_seen`]).
+    /// version replacing them in place needs no restart (see [`crate::plan::runtime_has_seen`]).
     fn checks_files_at_start(&self) -> bool {
         false
     }
