@@ -149,7 +149,7 @@ impl StepOutcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Step {
+pub struct StepRecord {
     pub name: String,
     pub outcome: StepOutcome,
     pub detail: String,
@@ -168,7 +168,7 @@ pub struct RunStatus {
     pub started: String,
     pub updated: String,
     pub finished: Option<String>,
-    pub steps: Vec<Step>,
+    pub steps: Vec<StepRecord>,
     pub evidence: BTreeMap<String, serde_json::Value>,
     pub error: Option<String>,
 }
@@ -269,7 +269,7 @@ pub fn render_progress(
 }
 
 /// A dry run's plan (pure): each step, aligned, with what it would do.
-pub fn render_plan(steps: &[Step]) -> String {
+pub fn render_plan(steps: &[StepRecord]) -> String {
     let width = steps.iter().map(|s| s.name.len()).max().unwrap_or(0);
     let mut s = String::from("dry run plan:\n");
     for st in steps {
@@ -442,7 +442,7 @@ impl Reporter {
         } else {
             tracing::info!(target: crate::logging::PROGRESS_TARGET, message_id = ids::STEP, step = %name, outcome = %word, duration = %duration, "{line}");
         }
-        self.status.steps.push(Step {
+        self.status.steps.push(StepRecord {
             name,
             outcome,
             detail,

@@ -17,25 +17,25 @@ use std::time::Duration;
 /// A value seen, or why it could not be: `{...}` or `{"error": "..."}` in JSON.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-pub enum Seen<T> {
+pub enum Observed<T> {
     Value(T),
     Error { error: String },
 }
 
-impl<T> From<Result<T, String>> for Seen<T> {
+impl<T> From<Result<T, String>> for Observed<T> {
     fn from(r: Result<T, String>) -> Self {
         match r {
-            Ok(v) => Seen::Value(v),
-            Err(error) => Seen::Error { error },
+            Ok(v) => Observed::Value(v),
+            Err(error) => Observed::Error { error },
         }
     }
 }
 
-impl<T> Seen<T> {
+impl<T> Observed<T> {
     pub fn as_result(&self) -> Result<&T, &String> {
         match self {
-            Seen::Value(v) => Ok(v),
-            Seen::Error { error } => Err(error),
+            Observed::Value(v) => Ok(v),
+            Observed::Error { error } => Err(error),
         }
     }
 }
@@ -59,14 +59,14 @@ pub struct Observation {
     pub drop_in: String,
     pub drop_in_path: String,
     /// The runtime's unit (CRI-O's or containerd's).
-    pub runtime_unit: Seen<UnitState>,
+    pub runtime_unit: Observed<UnitState>,
     /// Schema 1's CRI-O-only names of `runtime_unit` and `runtime_newer_than_artifacts`,
     /// kept for readers of earlier versions on CRI-O nodes; absent on containerd nodes.
     #[serde(flatten)]
     pub crio_compat: Option<CrioCompat>,
-    pub runtime: Seen<RuntimeView>,
+    pub runtime: Observed<RuntimeView>,
     /// Sandboxes on the handler, and those whose handler cannot be determined.
-    pub pods_on_handler: Seen<PodsOnHandler>,
+    pub pods_on_handler: Observed<PodsOnHandler>,
     /// The running runtime's effective definition of the handler against the one kata-live
     /// renders, and what is wrong with it (`None`: ours).
     pub effective_definition: serde_json::Value,
@@ -74,14 +74,14 @@ pub struct Observation {
     pub definition_problem: Option<String>,
     /// The running runtime started after the drop-in and the runtime files changed.
     pub runtime_newer_than_artifacts: bool,
-    pub kubelet: Seen<Evidence>,
-    pub canary: Option<Seen<&'static str>>,
+    pub kubelet: Observed<Evidence>,
+    pub canary: Option<Observed<&'static str>>,
     pub last_run: Option<RunStatus>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct CrioCompat {
-    pub crio: Seen<UnitState>,
+    pub crio: Observed<UnitState>,
     pub crio_newer_than_artifacts: bool,
 }
 
@@ -185,8 +185,13 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
     };
     let kubelet = match (&crio, ctx.unit(&c.units.kubelet).await) {
         (Ok(cs), Ok(ks)) => {
-            let inputs =
-                kubelet::ProofInputs::from_config(c, &ctx.host, ctx.rt.socket(), cs.main_pid, None);
+            let inputs = kubelet::ReconnectInputs::from_config(
+                c,
+                &ctx.host,
+                ctx.rt.socket(),
+                cs.main_pid,
+                None,
+            );
             Ok(kubelet::observe(&inputs, &ks, Duration::from_secs(2)).await)
         }
         (Err(e), _) => Err(format!("{} unit unreadable: {e}", ctx.rt.name())),

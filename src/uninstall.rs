@@ -11,7 +11,7 @@ pub async fn run(ctx: &Ctx, force: bool) -> ExitCode {
     let mut steps: Vec<Box<dyn step::Step>> = vec![
         Box::new(Preflight),
         // Pods under the handler would break: refused unless --force.
-        Box::new(PodsOnHandler { force }),
+        Box::new(RefuseIfInUse { force }),
         // Another file declaring the handler would keep it served.
         Box::new(RuntimeFiles::new(ctx, true)),
         // The drop-in removed, its content kept for the rollback.

@@ -16,18 +16,18 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// Where a path was looked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seen {
+pub enum Viewpoint {
     /// Through our own view of the host (under `--root`).
     Host,
-    /// Through `/proc/<pid>/root` of CRI-O's main process.
-    CrioMountNs { pid: u32 },
+    /// Through `/proc/<pid>/root` of the runtime's main process.
+    RuntimeMountNs { pid: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Missing {
     /// The path as configured (a host path).
     pub path: PathBuf,
-    pub seen: Seen,
+    pub seen: Viewpoint,
     /// The path actually checked.
     pub checked: PathBuf,
 }
@@ -35,13 +35,13 @@ pub struct Missing {
 impl fmt::Display for Missing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.seen {
-            Seen::Host => write!(
+            Viewpoint::Host => write!(
                 f,
                 "{} is not visible on the host (checked {})",
                 self.path.display(),
                 self.checked.display()
             ),
-            Seen::CrioMountNs { pid } => write!(
+            Viewpoint::RuntimeMountNs { pid } => write!(
                 f,
                 "{} is not visible in the runtime's mount namespace (pid {pid}, checked {})",
                 self.path.display(),
@@ -95,7 +95,7 @@ pub enum VisibilityError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unusable {
     pub path: PathBuf,
-    pub seen: Seen,
+    pub seen: Viewpoint,
     pub checked: PathBuf,
     /// The permission bits, e.g. 0o644.
     pub mode: u32,
@@ -105,8 +105,10 @@ pub struct Unusable {
 impl fmt::Display for Unusable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let where_ = match self.seen {
-            Seen::Host => "on the host".to_string(),
-            Seen::CrioMountNs { pid } => format!("in the runtime's mount namespace (pid {pid})"),
+            Viewpoint::Host => "on the host".to_string(),
+            Viewpoint::RuntimeMountNs { pid } => {
+                format!("in the runtime's mount namespace (pid {pid})")
+            }
         };
         write!(
             f,
@@ -130,7 +132,7 @@ fn list_bad(bad: &[Unusable]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stale {
     pub path: PathBuf,
-    pub seen: Seen,
+    pub seen: Viewpoint,
     pub checked: PathBuf,
     /// The SHA-256 the package's header records.
     pub want: String,
@@ -141,8 +143,10 @@ pub struct Stale {
 impl fmt::Display for Stale {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let where_ = match self.seen {
-            Seen::Host => "on the host".to_string(),
-            Seen::CrioMountNs { pid } => format!("in the runtime's mount namespace (pid {pid})"),
+            Viewpoint::Host => "on the host".to_string(),
+            Viewpoint::RuntimeMountNs { pid } => {
+                format!("in the runtime's mount namespace (pid {pid})")
+            }
         };
         let found = self.found.as_deref().unwrap_or("nothing readable");
         write!(
@@ -181,10 +185,10 @@ pub fn check_content(
 ) -> Vec<Stale> {
     let mut stale = Vec::new();
     for (p, want) in expect {
-        let mut views = vec![(Seen::Host, host.path(p))];
+        let mut views = vec![(Viewpoint::Host, host.path(p))];
         if let Some(pid) = crio_main_pid {
             views.push((
-                Seen::CrioMountNs { pid },
+                Viewpoint::RuntimeMountNs { pid },
                 host.proc.join(pid.to_string()).join("root").join(rel(p)),
             ));
         }
@@ -255,10 +259,10 @@ pub fn check_usable(
     let files =
         std::iter::once((runtime_path, true)).chain(other_files.iter().map(|p| (*p, false)));
     for (p, exec) in files {
-        let mut views = vec![(Seen::Host, host.path(p))];
+        let mut views = vec![(Viewpoint::Host, host.path(p))];
         if let Some(pid) = crio_main_pid {
             views.push((
-                Seen::CrioMountNs { pid },
+                Viewpoint::RuntimeMountNs { pid },
                 host.proc.join(pid.to_string()).join("root").join(rel(p)),
             ));
         }
@@ -311,7 +315,7 @@ pub fn check_visible(
         if std::fs::metadata(&ours).is_err() {
             missing.push(Missing {
                 path: p.to_path_buf(),
-                seen: Seen::Host,
+                seen: Viewpoint::Host,
                 checked: ours,
             });
         }
@@ -320,7 +324,7 @@ pub fn check_visible(
             if std::fs::metadata(&theirs).is_err() {
                 missing.push(Missing {
                     path: p.to_path_buf(),
-                    seen: Seen::CrioMountNs { pid: *pid },
+                    seen: Viewpoint::RuntimeMountNs { pid: *pid },
                     checked: theirs,
                 });
             }

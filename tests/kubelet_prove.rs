@@ -7,7 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use kata_live::host::Host;
-use kata_live::kubelet::{observe, prove_reconnected, verdict, KubeletError, ProofInputs, Verdict};
+use kata_live::kubelet::{
+    observe, prove_reconnected, verdict, KubeletError, ReconnectInputs, Reconnection,
+};
 use kata_live::systemd::UnitState;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{
@@ -150,7 +152,7 @@ async fn proven_when_kubelet_is_connected() {
     let _accepted = unsafe { OwnedFd::from_raw_fd(accept(l.as_raw_fd()).unwrap()) };
     let host = Host::default();
     let url = healthz().await;
-    let inputs = ProofInputs {
+    let inputs = ReconnectInputs {
         host: &host,
         kubelet_unit: "kubelet.service",
         crio_main_pid: std::process::id(),
@@ -190,7 +192,7 @@ async fn deadline_names_the_connection_when_kubelet_talks_elsewhere() {
     let _accepted = unsafe { OwnedFd::from_raw_fd(accept(lo.as_raw_fd()).unwrap()) };
     let host = Host::default();
     let url = healthz().await;
-    let inputs = ProofInputs {
+    let inputs = ReconnectInputs {
         host: &host,
         kubelet_unit: "kubelet.service",
         crio_main_pid: std::process::id(),
@@ -232,7 +234,7 @@ async fn deadline_names_the_connection_when_kubelet_talks_elsewhere() {
 #[tokio::test]
 async fn deadline_names_every_missing_piece_when_the_unit_cannot_be_read() {
     let host = Host::default();
-    let inputs = ProofInputs {
+    let inputs = ReconnectInputs {
         host: &host,
         kubelet_unit: "kubelet.service",
         crio_main_pid: std::process::id(),
@@ -287,7 +289,7 @@ async fn single_look_reports_each_piece_and_relists_need_growth() {
         let base = http_server(grow).await;
         let healthz = format!("{base}/healthz");
         let metrics = format!("{base}/metrics");
-        let inputs = ProofInputs {
+        let inputs = ReconnectInputs {
             host: &host,
             kubelet_unit: "kubelet.service",
             crio_main_pid: std::process::id(),
@@ -303,7 +305,7 @@ async fn single_look_reports_each_piece_and_relists_need_growth() {
         assert!(ev.unit.ok && ev.healthz.ok && ev.connection.ok, "{ev:#?}");
         let relists = ev.relists.as_ref().expect("relists enabled");
         assert_eq!(relists.ok, grow, "{ev:#?}");
-        assert_eq!(verdict(&ev) == Verdict::Reconnected, grow, "{ev:#?}");
+        assert_eq!(verdict(&ev) == Reconnection::Reconnected, grow, "{ev:#?}");
     }
     reap(pid);
 }

@@ -9,9 +9,9 @@ use kata_live::kubelet::{Check, Evidence};
 use kata_live::proof::Verdict;
 use kata_live::report::{
     json_document, render_outcome, render_plan, render_progress, Kind, Numbering, RunResult,
-    RunStatus, Step, StepOutcome,
+    RunStatus, StepOutcome, StepRecord,
 };
-use kata_live::status::{render, Observation, Seen};
+use kata_live::status::{render, Observation, Observed};
 use kata_live::systemd::UnitState;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -227,7 +227,7 @@ fn an_install_rolled_back() {
 
 #[test]
 fn a_dry_run_plan() {
-    let step = |name: &str, outcome, detail: &str| Step {
+    let step = |name: &str, outcome, detail: &str| StepRecord {
         name: name.into(),
         outcome,
         detail: detail.into(),
@@ -320,7 +320,7 @@ fn last_run() -> RunStatus {
         updated: "2026-12-01T12:00:22.000Z".into(),
         finished: Some("2026-12-01T12:00:22.000Z".into()),
         steps: (0..9)
-            .map(|i| Step {
+            .map(|i| StepRecord {
                 name: format!("s{i}"),
                 outcome: StepOutcome::Ran,
                 detail: String::new(),
@@ -345,13 +345,13 @@ fn observation() -> Observation {
         package: "kata-containers: live; in the next boot".into(),
         drop_in: kata_live::files::DropInState::Ours.to_string(),
         drop_in_path: "/etc/crio/crio.conf.d/50-kata-remote".into(),
-        runtime_unit: Seen::Value(crio_unit()),
+        runtime_unit: Observed::Value(crio_unit()),
         crio_compat: Some(kata_live::status::CrioCompat {
-            crio: Seen::Value(crio_unit()),
+            crio: Observed::Value(crio_unit()),
             crio_newer_than_artifacts: true,
         }),
-        runtime: Seen::Value(runtime(HandlerPresence::Listed)),
-        pods_on_handler: Seen::Value(PodsOnHandler {
+        runtime: Observed::Value(runtime(HandlerPresence::Listed)),
+        pods_on_handler: Observed::Value(PodsOnHandler {
             handler: "kata-remote".into(),
             on_handler: vec![PodRef {
                 id: "9f1e".into(),
@@ -369,7 +369,7 @@ fn observation() -> Observation {
         effective_definition: serde_json::Value::Null,
         definition_problem: None,
         runtime_newer_than_artifacts: true,
-        kubelet: Seen::Value(Evidence {
+        kubelet: Observed::Value(Evidence {
             unit: Check::ok("kubelet.service active/running, MainPID 71, started after CRI-O"),
             healthz: Check::ok("http://127.0.0.1:10248/healthz answered 200 ok"),
             connection: Check::ok("kubelet (pid 71) holds a connection to /run/crio/crio.sock"),
@@ -391,8 +391,8 @@ fn status_of_a_healthy_node() {
 fn verify_of_a_node_whose_crio_has_not_loaded_the_drop_in() {
     let mut o = observation();
     o.runtime_newer_than_artifacts = false;
-    o.runtime = Seen::Value(runtime(HandlerPresence::NotListed));
-    o.kubelet = Seen::Error {
+    o.runtime = Observed::Value(runtime(HandlerPresence::NotListed));
+    o.kubelet = Observed::Error {
         error: "cannot read kubelet.service: no such unit".into(),
     };
     let mut run = last_run();

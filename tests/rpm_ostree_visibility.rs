@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kata_live::host::Host;
-use kata_live::visibility::{check_visible, wait_visible, Seen, VisibilityError};
+use kata_live::visibility::{check_visible, wait_visible, Viewpoint, VisibilityError};
 
 const SHIM: &str = "/usr/bin/containerd-shim-kata-v2";
 const CONF: &str = "/opt/kata/configuration-remote.toml";
@@ -81,10 +81,10 @@ async fn deadline_error_names_the_path_and_where() {
     };
     assert_eq!(missing.len(), 1);
     assert_eq!(missing[0].path, Path::new(SHIM));
-    assert_eq!(missing[0].seen, Seen::CrioMountNs { pid: 4242 });
+    assert_eq!(missing[0].seen, Viewpoint::RuntimeMountNs { pid: 4242 });
     let msg = err.to_string();
     assert!(
-        msg.contains(SHIM) && msg.contains("CRI-O's mount namespace"),
+        msg.contains(SHIM) && msg.contains("the runtime's mount namespace"),
         "{msg}"
     );
 }
@@ -94,7 +94,7 @@ async fn missing_on_the_host_is_named_too() {
     let t = tree();
     let missing = check_visible(&t.host, &[Path::new(CONF)], None).unwrap();
     assert_eq!(missing.len(), 1);
-    assert_eq!(missing[0].seen, Seen::Host);
+    assert_eq!(missing[0].seen, Viewpoint::Host);
     assert_eq!(
         missing[0].checked,
         t.host.root.join("opt/kata/configuration-remote.toml")

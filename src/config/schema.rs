@@ -15,9 +15,9 @@ pub struct Config {
     pub units: Units,
     pub cri: Cri,
     pub kubelet: Kubelet,
-    pub activation: Activation,
+    pub activation: ActivationSettings,
     pub deadlines: Deadlines,
-    pub containerd: Containerd,
+    pub containerd: ContainerdSettings,
 }
 
 /// The CRI runtime of a node.
@@ -40,7 +40,7 @@ impl fmt::Display for RuntimeKind {
 /// Where containerd is on this node (used when `runtime = "containerd"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Containerd {
+pub struct ContainerdSettings {
     /// containerd's main file (`--config`), someone else's: kata-live only adds `import`.
     pub config: PathBuf,
     /// The drop-in kata-live owns, holding only the handler's table.
@@ -52,9 +52,9 @@ pub struct Containerd {
     pub unit: String,
 }
 
-impl Default for Containerd {
+impl Default for ContainerdSettings {
     fn default() -> Self {
-        Containerd {
+        ContainerdSettings {
             config: "/etc/containerd/config.toml".into(),
             drop_in: "/etc/containerd/conf.d/50-kata-remote.toml".into(),
             import: "/etc/containerd/conf.d/*.toml".into(),
@@ -253,7 +253,7 @@ pub enum ActivationStrategy {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Activation {
+pub struct ActivationSettings {
     pub strategy: ActivationStrategy,
 }
 
@@ -422,9 +422,9 @@ impl Default for Kubelet {
     }
 }
 
-impl Default for Activation {
+impl Default for ActivationSettings {
     fn default() -> Self {
-        Activation {
+        ActivationSettings {
             strategy: ActivationStrategy::Restart,
         }
     }

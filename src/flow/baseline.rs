@@ -74,9 +74,9 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
         )));
     }
     let inputs =
-        kubelet::ProofInputs::from_config(c, &ctx.host, ctx.rt.socket(), crio.main_pid, None);
+        kubelet::ReconnectInputs::from_config(c, &ctx.host, ctx.rt.socket(), crio.main_pid, None);
     let kubelet_evidence = kubelet::observe(&inputs, &kubelet, Duration::ZERO).await;
-    if let kubelet::Verdict::Missing(_) = kubelet::verdict(&kubelet_evidence) {
+    if let kubelet::Reconnection::Missing(_) = kubelet::verdict(&kubelet_evidence) {
         return Err(FlowError::Refused(format!(
             "kubelet is not healthy and connected to {}: {}",
             ctx.rt.name(),

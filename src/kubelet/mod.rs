@@ -100,14 +100,14 @@ impl Evidence {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum Verdict {
+pub enum Reconnection {
     Reconnected,
     /// Labels of the pieces of evidence that do not hold.
     Missing(Vec<&'static str>),
 }
 
 /// Success only when every piece of evidence present holds (a-c, and d when enabled).
-pub fn verdict(e: &Evidence) -> Verdict {
+pub fn verdict(e: &Evidence) -> Reconnection {
     let missing: Vec<_> = e
         .pieces()
         .into_iter()
@@ -115,9 +115,9 @@ pub fn verdict(e: &Evidence) -> Verdict {
         .map(|(l, _)| l)
         .collect();
     if missing.is_empty() {
-        Verdict::Reconnected
+        Reconnection::Reconnected
     } else {
-        Verdict::Missing(missing)
+        Reconnection::Missing(missing)
     }
 }
 
@@ -461,7 +461,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What the proof looks at.
 #[derive(Debug, Clone)]
-pub struct ProofInputs<'a> {
+pub struct ReconnectInputs<'a> {
     pub host: &'a Host,
     pub kubelet_unit: &'a str,
     /// MainPID of the CRI-O that runs now (after the restart).
@@ -479,7 +479,7 @@ pub struct ProofInputs<'a> {
     pub request_timeout: Duration,
 }
 
-impl<'a> ProofInputs<'a> {
+impl<'a> ReconnectInputs<'a> {
     /// `cri_socket`: the runtime's (CRI-O's or containerd's), whose new process kubelet
     /// must be connected to.
     pub fn from_config(
@@ -489,7 +489,7 @@ impl<'a> ProofInputs<'a> {
         crio_main_pid: u32,
         kubelet_before: Option<&'a UnitState>,
     ) -> Self {
-        ProofInputs {
+        ReconnectInputs {
             host,
             kubelet_unit: &cfg.units.kubelet,
             crio_main_pid,
@@ -507,7 +507,7 @@ impl<'a> ProofInputs<'a> {
     }
 }
 
-async fn look_healthz(inputs: &ProofInputs<'_>, kubelet_pid: Option<u32>) -> Check {
+async fn look_healthz(inputs: &ReconnectInputs<'_>, kubelet_pid: Option<u32>) -> Check {
     let ns = kubelet_pid.map(|p| netns::ns_path(&inputs.host.proc, p));
     let got = http::get(inputs.healthz_url, ns.as_deref(), inputs.request_timeout)
         .await
@@ -515,7 +515,7 @@ async fn look_healthz(inputs: &ProofInputs<'_>, kubelet_pid: Option<u32>) -> Che
     judge_healthz(inputs.healthz_url, &got)
 }
 
-async fn look_relists(inputs: &ProofInputs<'_>, url: &str) -> Result<Option<f64>, String> {
+async fn look_relists(inputs: &ReconnectInputs<'_>, url: &str) -> Result<Option<f64>, String> {
     // CRI-O's metrics listen in CRI-O's network namespace.
     let ns = netns::ns_path(&inputs.host.proc, inputs.crio_main_pid);
     let r = http::get(url, Some(&ns), inputs.request_timeout)
@@ -527,7 +527,7 @@ async fn look_relists(inputs: &ProofInputs<'_>, url: &str) -> Result<Option<f64>
     Ok(http::list_pod_sandbox_count(&r.body))
 }
 
-async fn look_connection(inputs: &ProofInputs<'_>, kubelet_pid: Option<u32>) -> Check {
+async fn look_connection(inputs: &ReconnectInputs<'_>, kubelet_pid: Option<u32>) -> Check {
     let Some(kpid) = kubelet_pid else {
         return Check::missing("kubelet's MainPID unknown (unit not read or not running)");
     };
@@ -564,7 +564,7 @@ pub fn next_pause(
 /// d when `metrics_url` is set), reading kubelet's unit fresh with `read_unit` at each look.
 /// On `deadline`, the error names every missing piece and what was seen instead.
 pub async fn prove_reconnected<F, Fut>(
-    inputs: ProofInputs<'_>,
+    inputs: ReconnectInputs<'_>,
     mut read_unit: F,
     deadline: Duration,
 ) -> Result<Evidence, KubeletError>
@@ -608,7 +608,7 @@ where
             relists: relist,
         };
         match verdict(&evidence) {
-            Verdict::Reconnected => {
+            Reconnection::Reconnected => {
                 tracing::info!(
                     unit = %evidence.unit.detail,
                     healthz = %evidence.healthz.detail,
@@ -618,7 +618,7 @@ where
                 );
                 return Ok(evidence);
             }
-            Verdict::Missing(m) => {
+            Reconnection::Missing(m) => {
                 tracing::debug!(
                     missing = %m.join(", "),
                     "kubelet not proven reconnected yet: {}",
@@ -650,7 +650,7 @@ where
 /// the state seen, and `kubelet_before` is honoured), healthz and the connection are looked
 /// at once; relists (when enabled) are sampled twice, `relist_window` apart.
 pub async fn observe(
-    inputs: &ProofInputs<'_>,
+    inputs: &ReconnectInputs<'_>,
     kubelet: &UnitState,
     relist_window: Duration,
 ) -> Evidence {

@@ -312,13 +312,13 @@ fn verdict_requires_every_piece_and_names_the_missing() {
         connection: yes.clone(),
         relists: None,
     };
-    assert_eq!(verdict(&e), Verdict::Reconnected);
+    assert_eq!(verdict(&e), Reconnection::Reconnected);
     e.relists = Some(Check::missing("still 4"));
-    assert_eq!(verdict(&e), Verdict::Missing(vec!["d (relists)"]));
+    assert_eq!(verdict(&e), Reconnection::Missing(vec!["d (relists)"]));
     e.connection = Check::missing("no live connection");
     assert_eq!(
         verdict(&e),
-        Verdict::Missing(vec!["c (connection)", "d (relists)"])
+        Reconnection::Missing(vec!["c (connection)", "d (relists)"])
     );
     let text = describe_missing(&e);
     assert_eq!(

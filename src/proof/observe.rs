@@ -59,8 +59,8 @@ pub fn runtime_part(
 pub fn kubelet_missing(evidence: Result<&Evidence, &String>) -> Option<String> {
     match evidence {
         Ok(e) => match kubelet::verdict(e) {
-            kubelet::Verdict::Reconnected => None,
-            kubelet::Verdict::Missing(_) => Some(kubelet::describe_missing(e)),
+            kubelet::Reconnection::Reconnected => None,
+            kubelet::Reconnection::Missing(_) => Some(kubelet::describe_missing(e)),
         },
         Err(e) => Some(e.clone()),
     }

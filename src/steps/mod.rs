@@ -12,7 +12,7 @@ pub use activate::{Activate, Prove};
 pub use drop_in::{RemoveDropIn, WriteDropIn};
 pub use import::{EnsureImport, RemoveImport};
 pub use package::{InstallPackage, PostInstall, RemovePackage, Visibility};
-pub use preflight::{PodsOnHandler, Preflight, RuntimeFiles};
+pub use preflight::{Preflight, RefuseIfInUse, RuntimeFiles};
 
 pub(crate) use crate::flow::step::{Done, Failure, Run, Step, StepResult};
 pub(crate) use crate::flow::{internal, Ctx, FlowError};

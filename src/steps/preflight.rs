@@ -128,11 +128,11 @@ impl Step for RuntimeFiles {
 }
 
 /// Uninstall: refuses (listing them) while pods run under the handler, unless `--force`.
-pub struct PodsOnHandler {
+pub struct RefuseIfInUse {
     pub force: bool,
 }
 
-impl Step for PodsOnHandler {
+impl Step for RefuseIfInUse {
     fn name(&self) -> &'static str {
         "pods-on-handler"
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::node::{Node, NodeOptions, Paths};
 use kata_live::host::Host;
-use kata_live::kubelet::{prove_reconnected, KubeletError, ProofInputs};
+use kata_live::kubelet::{prove_reconnected, KubeletError, ReconnectInputs};
 use kata_live::systemd::UnitState;
 
 pub const DEFAULT_CONF: &str =
@@ -85,8 +85,8 @@ pub fn inputs<'a>(
     crio_pid: u32,
     window: Duration,
     before: Option<&'a UnitState>,
-) -> ProofInputs<'a> {
-    ProofInputs {
+) -> ReconnectInputs<'a> {
+    ReconnectInputs {
         host,
         kubelet_unit: "kubelet.service",
         crio_main_pid: crio_pid,

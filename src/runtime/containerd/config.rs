@@ -10,7 +10,7 @@ pub const HEADER: &str =
 # No `version` key on purpose: containerd takes the main file's (see kata-live's docs).\n";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum MainFileError {
     #[error("containerd's main configuration {what} is not valid TOML ({message}); containerd would not start with it: fix it first")]
     Parse { what: String, message: String },
     #[error("containerd's main configuration has `version = {found}`; kata-live handles version 2 (containerd 1.7, or 2.x migrating it) and version 3 (containerd 2.x): migrate it with `containerd config migrate`")]
@@ -55,18 +55,18 @@ impl ConfigVersion {
 
 /// Reads the root file's `version`. No key is version 1, which containerd 2.x no longer
 /// reads and kata-live does not edit.
-pub fn main_version(main_text: &str) -> Result<ConfigVersion, ConfigError> {
-    let doc: toml::Table = toml::from_str(main_text).map_err(|e| ConfigError::Parse {
+pub fn main_version(main_text: &str) -> Result<ConfigVersion, MainFileError> {
+    let doc: toml::Table = toml::from_str(main_text).map_err(|e| MainFileError::Parse {
         what: "file".into(),
         message: e.message().to_string(),
     })?;
     match doc.get("version") {
         Some(toml::Value::Integer(2)) => Ok(ConfigVersion::V2),
         Some(toml::Value::Integer(3)) => Ok(ConfigVersion::V3),
-        Some(v) => Err(ConfigError::Version {
+        Some(v) => Err(MainFileError::Version {
             found: v.to_string(),
         }),
-        None => Err(ConfigError::Version {
+        None => Err(MainFileError::Version {
             found: "(none, i.e. 1)".into(),
         }),
     }
@@ -184,9 +184,12 @@ fn nest(version: ConfigVersion, name: &str, table: toml::Table) -> toml::Table {
 
 /// Renders the drop-in: the header, then exactly one handler table under the CRI plugin
 /// of `version`, and no `version` key (see the module docs of [`crate::runtime::containerd`]).
-pub fn render(handler: &ContainerdHandler, version: ConfigVersion) -> Result<String, ConfigError> {
+pub fn render(
+    handler: &ContainerdHandler,
+    version: ConfigVersion,
+) -> Result<String, MainFileError> {
     let doc = nest(version, &handler.name, handler.table());
-    let body = toml::to_string(&doc).map_err(|e| ConfigError::Render {
+    let body = toml::to_string(&doc).map_err(|e| MainFileError::Render {
         handler: handler.name.clone(),
         message: e.to_string(),
     })?;
@@ -202,9 +205,9 @@ pub fn render(handler: &ContainerdHandler, version: ConfigVersion) -> Result<Str
 pub fn render_whole_section(
     main_text: &str,
     handler: &ContainerdHandler,
-) -> Result<String, ConfigError> {
+) -> Result<String, MainFileError> {
     let v = ConfigVersion::V2;
-    let main: toml::Table = toml::from_str(main_text).map_err(|e| ConfigError::Parse {
+    let main: toml::Table = toml::from_str(main_text).map_err(|e| MainFileError::Parse {
         what: "file".into(),
         message: e.message().to_string(),
     })?;
@@ -223,7 +226,7 @@ pub fn render_whole_section(
                 .or_insert_with(|| toml::Table::new().into())
                 .as_table_mut()
         })
-        .ok_or_else(|| ConfigError::Render {
+        .ok_or_else(|| MainFileError::Render {
             handler: handler.name.clone(),
             message: "the main file's containerd.runtimes is not a table".into(),
         })?;
@@ -235,7 +238,7 @@ pub fn render_whole_section(
             toml::Value::Table(section),
         )])),
     )]);
-    let body = toml::to_string(&doc).map_err(|e| ConfigError::Render {
+    let body = toml::to_string(&doc).map_err(|e| MainFileError::Render {
         handler: handler.name.clone(),
         message: e.to_string(),
     })?;
@@ -251,20 +254,20 @@ pub fn drop_in_for(
     daemon_version: &str,
     main_text: &str,
     handler: &ContainerdHandler,
-) -> Result<String, ConfigError> {
+) -> Result<String, MainFileError> {
     let v = main_version(main_text)?;
     match import_merge(daemon_version) {
         Some(ImportMerge::KeyByKey) => render(handler, v),
         Some(ImportMerge::ReplacesPluginSection) if v == ConfigVersion::V2 => {
             render_whole_section(main_text, handler)
         }
-        Some(ImportMerge::ReplacesPluginSection) => Err(ConfigError::Version {
+        Some(ImportMerge::ReplacesPluginSection) => Err(MainFileError::Version {
             found: format!(
                 "{} (containerd {daemon_version} reads only version 2)",
                 v.number()
             ),
         }),
-        None => Err(ConfigError::Render {
+        None => Err(MainFileError::Render {
             handler: handler.name.clone(),
             message: format!(
                 "containerd's version {daemon_version:?} is not one kata-live can read"
@@ -322,15 +325,15 @@ mod tests {
         );
         assert!(matches!(
             main_version("root = \"/x\"\n"),
-            Err(ConfigError::Version { .. })
+            Err(MainFileError::Version { .. })
         ));
         assert!(matches!(
             main_version("version = 4\n"),
-            Err(ConfigError::Version { .. })
+            Err(MainFileError::Version { .. })
         ));
         assert!(matches!(
             main_version("version = \n"),
-            Err(ConfigError::Parse { .. })
+            Err(MainFileError::Parse { .. })
         ));
     }
 
@@ -375,11 +378,11 @@ mod tests {
         );
         assert!(matches!(
             drop_in_for("1.7.24", v3, &h),
-            Err(ConfigError::Version { .. })
+            Err(MainFileError::Version { .. })
         ));
         assert!(matches!(
             drop_in_for("?", v3, &h),
-            Err(ConfigError::Render { .. })
+            Err(MainFileError::Render { .. })
         ));
     }
 

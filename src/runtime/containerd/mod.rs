@@ -40,7 +40,7 @@ use std::time::Duration;
 
 pub struct Containerd {
     handler: ContainerdHandler,
-    cfg: crate::config::Containerd,
+    cfg: crate::config::ContainerdSettings,
 }
 
 impl Containerd {
