@@ -102,7 +102,7 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         facts(&loaded.config.containerd.unit).await,
     );
     // A runtime that cannot be decided is refused by the preflight step (reported as every
-    // refusal is); until then the flow names CRI-O, kata-live's first runtime.
+    // refusal is); until then the run carries CRI-O's settings, the configuration's default.
     let (kind, rt_why, rt_problem) = match crate::runtime::resolve(&loaded, host, Some(units)) {
         Ok((k, why)) => (k, why, None),
         Err(why) => (crate::config::RuntimeKind::Crio, String::new(), Some(why)),

@@ -443,7 +443,7 @@ async fn real_sandbox_and_container(
     );
     assert_eq!(info["runtimeType"], "io.containerd.runc.v2", "{info:#}");
     // What containerd 2.x reports for a sandbox on a NAMED handler: its name, in the list
-    // and in the status (CRI-O reports it too; see NODE-FACTS).
+    // and in the status (CRI-O reports it too; see docs/runtime-facts.md).
     assert_eq!(sb.runtime_handler, "runc");
     assert_eq!(ms.runtime_handler, "runc");
     let containers = client.list_containers(None).await.unwrap();

@@ -35,7 +35,7 @@ fn verdict_only_once_the_standin_reconnected() {
         missing, evidence, ..
     } = &err;
     assert!(
-        missing.starts_with("c (connection): no live connection between kubelet pid"),
+        missing.starts_with("connection: no live connection between kubelet pid"),
         "{err}"
     );
     // Only c: the unit restarted and is stable, healthz answers (it does not prove the link).

@@ -1,5 +1,5 @@
 //! On a booted test node: what real CRI-O does that fooled kata-live (issue 12), each
-//! reproduced by fake-crio (NODE-FACTS, "Measured on upstream CRI-O 1.37.0"):
+//! reproduced by fake-crio (docs/runtime-facts.md, "Measured on upstream CRI-O 1.37.0"):
 //! - the handler of a sandbox is only in the verbose PodSandboxStatus info;
 //! - a later drop-in replaces the whole handler table, and `GET /config` shows the result;
 //! - a runtime that is not executable is listed, and fails only when a sandbox starts.

@@ -18,7 +18,7 @@
 //! The handler is backed by a real binary: an `oci` handler whose runtime is crun (behind
 //! the node's wrapper), or a `vm` handler whose shim is containerd 1.7's
 //! containerd-shim-runc-v2 (a real shim v2 binary; containerd 2.x's speaks a bootstrap
-//! protocol CRI-O does not parse, NODE-FACTS).
+//! protocol CRI-O does not parse, docs/runtime-facts.md).
 
 mod support;
 
@@ -227,7 +227,7 @@ fn the_real_node_runs_upstream_crio_and_kubelet() {
     assert!(unit.contains("crio.service"), "{unit}");
 
     let id = runp(&k.node, "", "default-probe").expect("a sandbox on the default handler");
-    // CRI-O's CRI PodSandbox leaves runtime_handler empty (NODE-FACTS), even for a sandbox on
+    // CRI-O's CRI PodSandbox leaves runtime_handler empty (docs/runtime-facts.md), even for a sandbox on
     // a named handler; the handler is in the verbose info only.
     assert_eq!(listed_handler(&k.node, &id), "");
     let named = runp(&k.node, "crun", "named-probe").expect("a sandbox on the handler crun");
@@ -322,7 +322,7 @@ fn install_on_real_crio_is_proven_by_a_real_sandbox() {
 
     // Uninstall is refused while a sandbox exists on the handler, running or stopped by
     // kubelet (a stopped sandbox still needs its handler to be removed: without it, it
-    // would be stuck, NODE-FACTS).
+    // would be stuck, docs/runtime-facts.md).
     let secure = runp(&k.node, HANDLER, "secure").expect("a sandbox on kata-remote");
     let refused = k.uninstall(&[]);
     assert_eq!(refused.code, 10, "{}", show(&refused));
@@ -404,7 +404,7 @@ fn write(node: &Node, path: &str, contents: &str) {
 /// CRI-O's, not kata-live's).
 const OCI_TABLE: &str = "[crio.runtime.runtimes.kata-remote]\nruntime_path = \"/usr/local/bin/crun-node-limits\"\nruntime_type = \"oci\"\nruntime_root = \"/run/kata-crun\"\n";
 
-/// NODE-FACTS' reload bug on the real CRI-O, then kata-live not fooled by it: after a reload
+/// The reload bug (docs/runtime-facts.md) on the real CRI-O, then kata-live not fooled by it: after a reload
 /// the new handler is in `Status` and in `GET /config`, and `RunPodSandbox` on it still fails;
 /// kata-live, finding its drop-in already written but the running CRI-O older than it,
 /// restarts CRI-O and only then reports success, and the sandbox runs.
@@ -452,7 +452,7 @@ fn a_reload_lists_the_handler_without_serving_it_and_kata_live_is_not_fooled() {
     k.assert_healthy();
 }
 
-/// CRI-O's own rules the product relies on, each seen on the real CRI-O (NODE-FACTS):
+/// CRI-O's own rules the product relies on, each seen on the real CRI-O (docs/runtime-facts.md):
 /// `Status` lists the default handler with an empty name; `GET /config` is the merged
 /// effective configuration with CRI-O's defaults filled in; a later drop-in declaring the same
 /// table replaces it whole (keys do not merge), and a table left without `runtime_path` is
@@ -571,7 +571,7 @@ fn crio_rules_the_product_relies_on_hold_on_the_real_crio() {
 }
 
 /// The upstream unit keeps systemd's default start limit: restarts in quick succession end
-/// with `start-limit-hit` (NODE-FACTS), which kata-live's rollback must be able to clear.
+/// with `start-limit-hit` (docs/runtime-facts.md), which kata-live's rollback must be able to clear.
 #[test]
 fn upstream_crio_unit_keeps_the_default_start_limit() {
     let _one = serial();

@@ -1,7 +1,7 @@
 //! Booted node: Kata from local RPMs (`package.local_rpm_dir`) installed, then upgraded live
 //! (#24). The RPMs are real (kata_live_standins::test_rpms: header NEVRA, file digests,
 //! payload); the fake rpm-ostree reads them as rpm-ostree does and writes their payload
-//! into the node's `/` when they go live (NODE-FACTS.md, "rpm-ostree apply-live").
+//! into the node's `/` when they go live (docs/runtime-facts.md, "rpm-ostree apply-live").
 
 mod support;
 use kata_live_standins::test_rpms::TestRpm;
@@ -653,7 +653,7 @@ fn an_upgrade_with_the_canary_asked_runs_it_in_its_proof() {
     assert_proven_with(&k, "3.21.0");
 }
 
-// rpm-ostreed outlives its client (NODE-FACTS "Transactions and signals"): a kill -9 of
+// rpm-ostreed outlives its client (docs/runtime-facts.md "Transactions and signals"): a kill -9 of
 // kata-live, or a stop that interrupts its client, while the transaction is in its live
 // step. rpm-ostreed then carries the live apply to its end without kata-live, and the next
 // run must converge from `rpm-ostree status` alone. The fake holds the transaction in its

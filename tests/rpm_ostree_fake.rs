@@ -480,7 +480,7 @@ async fn install_after_a_staged_removal_requests_the_package_again() {
     assert!(st.default_deployment().has_package("kata-containers"));
 }
 
-// The stand-in's rpm-ostree facts (NODE-FACTS.md, "rpm-ostree apply-live"), by its CLI.
+// The stand-in's rpm-ostree facts (docs/runtime-facts.md, "rpm-ostree apply-live"), by its CLI.
 
 #[test]
 fn a_local_rpm_is_requested_by_the_nevra_in_its_header() {
@@ -1094,7 +1094,7 @@ async fn one_transaction_at_a_time_while_a_client_runs_one() {
     e.cli_ok(&["install", "foo"]);
 }
 
-// The daemon outlives its client (#24): NODE-FACTS "Transactions and signals".
+// The daemon outlives its client (#24): docs/runtime-facts.md "Transactions and signals".
 
 impl Env {
     /// Starts `rpm-ostree ARGS` in the background, outputs piped.

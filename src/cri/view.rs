@@ -139,7 +139,8 @@ impl RuntimeView {
     /// Everything that keeps this view from showing a runtime that serves the handler, in
     /// operator words. Empty means: ready, network ready, handler listed. (A listed handler
     /// is still only trustworthy from a runtime that started after the handler was
-    /// configured: see the reload bug in NODE-FACTS; that judgement belongs to the caller.)
+    /// configured: CRI-O's reload updates one table and not the other, docs/runtime-facts.md;
+    /// that judgement belongs to the caller.)
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         if !self.ready {

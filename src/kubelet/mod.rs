@@ -70,7 +70,7 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// Every piece in words: "a (unit) holds: ...; b (healthz) missing: ...".
+    /// Every piece in words: "unit holds: ...; healthz missing: ...".
     pub fn describe(&self) -> String {
         self.pieces()
             .into_iter()
@@ -85,15 +85,15 @@ impl Evidence {
             .join("; ")
     }
 
-    /// (label, check) for every piece, in the order of the issue (a-d).
+    /// (label, check) for every piece: unit, healthz, connection, then relists when asked.
     pub fn pieces(&self) -> Vec<(&'static str, &Check)> {
         let mut v = vec![
-            ("a (unit)", &self.unit),
-            ("b (healthz)", &self.healthz),
-            ("c (connection)", &self.connection),
+            ("unit", &self.unit),
+            ("healthz", &self.healthz),
+            ("connection", &self.connection),
         ];
         if let Some(r) = &self.relists {
-            v.push(("d (relists)", r));
+            v.push(("relists", r));
         }
         v
     }
@@ -106,7 +106,7 @@ pub enum Reconnection {
     Missing(Vec<&'static str>),
 }
 
-/// Success only when every piece of evidence present holds (a-c, and d when enabled).
+/// Success only when every piece of evidence present holds (relists only when enabled).
 pub fn verdict(e: &Evidence) -> Reconnection {
     let missing: Vec<_> = e
         .pieces()
@@ -121,7 +121,7 @@ pub fn verdict(e: &Evidence) -> Reconnection {
     }
 }
 
-/// "c (connection): what was seen; a (unit): ..." for each missing piece.
+/// "connection: what was seen; unit: ..." for each missing piece.
 pub fn describe_missing(e: &Evidence) -> String {
     e.pieces()
         .into_iter()

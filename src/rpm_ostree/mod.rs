@@ -16,7 +16,7 @@
 //! - Local packages are keyed by NEVRA: `install new.rpm` over a layered older one fails
 //!   in depsolve; the working form is `install --uninstall=OLD new.rpm` (removal first),
 //!   and since `install -A` can only add, a version change goes live with `apply-live
-//!   --allow-replacement` (NODE-FACTS.md, "rpm-ostree apply-live"). With an OS update
+//!   --allow-replacement` (docs/runtime-facts.md, "rpm-ostree apply-live"). With an OS update
 //!   staged, that would bring the update live too: the change is staged instead.
 //! - `install --idempotent` with nothing new says `No change.` and applies nothing live,
 //!   whatever `-A` says: a request staged by an interrupted run needs `apply-live`.

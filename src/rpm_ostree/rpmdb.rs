@@ -1,7 +1,7 @@
 //! The rpm database of the running `/usr`: what is live when `rpm-ostree status` cannot
 //! tell (a later request replaced the deployment that was applied live). On RHCOS the
 //! database is `/usr/share/rpm`, inside the `/usr` a live apply changes, so `rpm -q` sees
-//! live packages at once (NODE-FACTS.md, "rpm-ostree apply-live").
+//! live packages at once (docs/runtime-facts.md, "rpm-ostree apply-live").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -32,7 +32,7 @@ pub fn running_for(start_mono_us: u64, now_mono_us: u64) -> Option<Duration> {
 }
 
 /// The instant (on `now`'s clock) at which a window over the current main process begins:
-/// its start per systemd when known, else `now` (the first look, the old behaviour).
+/// its start per systemd when known, else `now` (the first look).
 pub fn anchor(now: Instant, now_mono_us: u64, start_mono_us: u64) -> Instant {
     running_for(start_mono_us, now_mono_us)
         .and_then(|ran| now.checked_sub(ran))

@@ -45,7 +45,7 @@ const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
 const CALL_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A handler table backed by runc through the wrapper, in containerd 2.x's (version 3) names,
-/// without a `version` key (see NODE-FACTS: the form that merges right on a version 3 main file).
+/// without a `version` key (see docs/runtime-facts.md: the form that merges right on a version 3 main file).
 pub fn runc_handler_drop_in(name: &str) -> String {
     format!(
         "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'{name}']\n  \

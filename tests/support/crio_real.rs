@@ -75,7 +75,7 @@ pub fn inspectp(node: &Node, id: &str) -> serde_json::Value {
 }
 
 /// The handler a sandbox runs on, as CRI-O tells it: only in the verbose info's runtime spec
-/// annotations (its CRI `runtime_handler` is empty, NODE-FACTS).
+/// annotations (its CRI `runtime_handler` is empty, docs/runtime-facts.md).
 pub fn sandbox_handler(node: &Node, id: &str) -> String {
     let v = inspectp(node, id);
     v["info"]["runtimeSpec"]["annotations"]["io.kubernetes.cri-o.RuntimeHandler"]

@@ -89,7 +89,7 @@ impl Probe {
 }
 
 /// The kata-remote handler as OpenShift's sandboxed-containers operator declares it
-/// (NODE-FACTS; kata-live's default configuration), spelled here, not taken from the
+/// (docs/runtime-facts.md; kata-live's default configuration), spelled here, not taken from the
 /// product: what the scenarios expect the running CRI-O to serve after an install.
 pub fn kata_remote_definition() -> toml::Table {
     r#"

@@ -579,7 +579,7 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
     let _ = std::fs::remove_file(&args.listen);
     // hold-stop: stay `deactivating` (no longer serving) for as long as the marker exists, so
     // that a test can queue jobs while CRI-O's restart is in its stop half. Real CRI-O takes
-    // time to shut down too (0.26-1.5 s for a whole restart, NODE-FACTS); this makes the
+    // time to shut down too (0.26-1.5 s for a whole restart, docs/runtime-facts.md); this makes the
     // window as wide as a test needs.
     let hold = args.fault_dir.join("hold-stop");
     if hold.exists() {

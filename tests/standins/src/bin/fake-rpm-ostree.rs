@@ -62,7 +62,7 @@
 //! `--booted`), `cancel`. Unknown options are errors (`Unknown option X`), as they are for
 //! the real CLI.
 //!
-//! What it copies from rpm-ostree (NODE-FACTS.md, "rpm-ostree apply-live"):
+//! What it copies from rpm-ostree (docs/runtime-facts.md, "rpm-ostree apply-live"):
 //! - A local RPM (an argument ending in `.rpm`) is read as rpm-ostree reads it: its header
 //!   gives the NEVRA (`name-[epoch:]version-release.arch`, the epoch left out when 0), never
 //!   its file name; `requested-local-packages` lists NEVRAs; local packages never appear in
@@ -91,14 +91,14 @@
 //!   target; another target is then refused (`Previously interrupted while targeting commit
 //!   A, cannot change target to B`). Both keys are absent when empty.
 //!
-//! Where NODE-FACTS left two possibilities, the stand-in takes the stricter one:
+//! Where docs/runtime-facts.md left two possibilities, the stand-in takes the stricter one:
 //! - an OS update in the target counts as one changed package, so `install -A` and a plain
 //!   `apply-live` over a staged OS update are refused (the real count is the number of base
 //!   packages the update changes: always at least one, never zero);
 //! - the depsolve failure is raised for any second NEVRA of a name layered from a local RPM,
 //!   also when the new one is older (a downgrade conflicts just the same) and under
 //!   `--idempotent` (which only skips exact duplicates);
-//! - the texts marked "about" in NODE-FACTS (the depsolve problem, an unreadable RPM:
+//! - the texts marked "about" in docs/runtime-facts.md (the depsolve problem, an unreadable RPM:
 //!   `Failed to read package PATH: ...`) are matched by tests on their stable parts only
 //!   (`conflicting requests`, `cannot install both ... from @commandline`).
 //!
@@ -106,7 +106,7 @@
 //!   not), `status --json` shows `"transaction": [method, sender, object-path]` and any
 //!   other mutating command fails with `Transaction in progress: TITLE` and ` You can cancel
 //!   the current transaction with `rpm-ostree cancel``; `install` with `-A` or a local RPM
-//!   keeps the D-Bus call's prefix (NODE-FACTS: "about"; the fake takes `Updating
+//!   keeps the D-Bus call's prefix (docs/runtime-facts.md: "about"; the fake takes `Updating
 //!   deployment: GDBus.Error:org.projectatomic.rpmostreed.Error.Failed: Transaction in
 //!   progress: TITLE`). A live apply records its target as `live-inprogress` before it
 //!   changes the running tree, so a status read while it runs shows both.
