@@ -3,6 +3,7 @@
 use super::outcome::result_word;
 use super::Operation;
 use crate::report::RunResult;
+use crate::systemd::jobs::is_transitional_state;
 
 /// What the entrypoint sees before it decides.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,21 +33,14 @@ pub enum Decision {
     LeaveFailed(String),
 }
 
-pub(super) fn transitional(state: &str) -> bool {
-    matches!(
-        state,
-        "activating" | "deactivating" | "reloading" | "refreshing"
-    )
-}
-
 /// Never a second run for one pod's request: a run under way is followed, a proven node
 /// with the same files is left alone, and a failed run is not retried by a pod restart
 /// (CRI-O restarts kill the pod: retrying would loop). New files (a new image) do run.
 pub fn decide(op: Operation, o: &Observed) -> Decision {
-    if o.other_pending_job || transitional(&o.other_active_state) {
+    if o.other_pending_job || is_transitional_state(&o.other_active_state) {
         return Decision::WaitForOther;
     }
-    if o.pending_job || transitional(&o.active_state) {
+    if o.pending_job || is_transitional_state(&o.active_state) {
         return Decision::Follow;
     }
     if o.files_changed {

@@ -1,7 +1,6 @@
 //! Starting the host unit, or not, and following it to its end.
 
 use super::copy::{differing, put_files, Artifact};
-use super::decide::transitional;
 use super::rollout::settle_slot;
 use super::{
     decide, resolve_in_root, say, Decision, Observed, Operation, Outcome, PodError,
@@ -12,10 +11,34 @@ use crate::files;
 use crate::host::Host;
 use crate::pace::Pacer;
 use crate::report::{read_status, STATUS_PATH};
-use crate::systemd::client::UnitSnapshot;
+use crate::systemd::client::{JobKind, UnitSnapshot};
 use crate::systemd::{jobs, Systemd, SystemdError};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// How often the host unit is looked at while it runs (each look also reads status.json).
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+/// How long a start we queued may show no job before it counts as refused at once.
+const NO_JOB_GRACE: Duration = Duration::from_secs(10);
+
+/// Whether the followed run is over. A start is seen to end in a new invocation (the old
+/// one's end is no answer), or after its job was seen and is gone, or when no job ever
+/// showed (a start refused at once, e.g. by the start limit): never a wait for the whole
+/// deadline on nothing. A run we did not start is over once the unit is not busy.
+/// `seen_busy`: the unit was busy at some look since the start was queued.
+fn run_ended(
+    started: bool,
+    seen_busy: bool,
+    invocation_before: &str,
+    now: &UnitSnapshot,
+    elapsed: Duration,
+) -> bool {
+    !now.is_busy()
+        && (!started
+            || now.state.invocation_id != invocation_before
+            || seen_busy
+            || elapsed > NO_JOB_GRACE)
+}
 
 /// The unit's state; a unit the host does not know yet (a paced pod puts it there only once
 /// it holds a slot) is inactive, with no job.
@@ -120,11 +143,7 @@ pub(super) async fn start_and_follow(
             say(&format!("starting {} on the host: {why}", op.unit()));
             // Queue the job and return: the run is the host unit's, not ours. Restart, so an
             // active (exited) unit runs again with new files; on an inactive unit it is a start.
-            let manager = sd.manager().await?;
-            manager
-                .restart_unit(op.unit().to_string(), "replace".to_string())
-                .await
-                .map_err(|e| jobs::map_call_error(op.unit(), "RestartUnit", e))?;
+            sd.queue_job(JobKind::Restart, op.unit()).await?;
         }
         Decision::Follow => say(&format!(
             "{} is already running (started by an earlier pod): following it",
@@ -145,30 +164,20 @@ pub(super) async fn start_and_follow(
     }
     let mut last_phase = String::new();
     let mut seen_busy = false;
+    let started = matches!(d, Decision::Start(_));
     let until = Instant::now() + follow;
-    let snap = loop {
-        let snap = sd.snapshot(op.unit()).await?;
-        if let Some(s) = read_status(&host.path(STATUS_PATH)) {
-            if s.phase != last_phase && s.operation == op.name() {
-                say(&format!("host run: phase {}", s.phase));
-                last_phase = s.phase;
+    let snap = sd
+        .poll_snapshot(op.unit(), until, FOLLOW_POLL, |snap| {
+            if let Some(s) = read_status(&host.path(STATUS_PATH)) {
+                if s.phase != last_phase && s.operation == op.name() {
+                    say(&format!("host run: phase {}", s.phase));
+                    last_phase = s.phase;
+                }
             }
-        }
-        // A start is seen to end in a new invocation (the old one's end is no answer), or
-        // after its job was seen and is gone, or when no job ever showed (a start refused at
-        // once, e.g. by the start limit): never a wait for the whole deadline on nothing.
-        let busy = snap.pending_job != 0 || transitional(&snap.state.active_state);
-        seen_busy |= busy;
-        let ended = !busy
-            && (!matches!(d, Decision::Start(_))
-                || snap.state.invocation_id != before
-                || seen_busy
-                || t.elapsed() > Duration::from_secs(10));
-        if ended || Instant::now() >= until {
-            break snap;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+            seen_busy |= snap.is_busy();
+            run_ended(started, seen_busy, &before, snap, t.elapsed())
+        })
+        .await?;
     if matches!(d, Decision::Start(_) | Decision::Follow) {
         say(&format!(
             "{} ended after {:.1} s of following",
@@ -188,4 +197,35 @@ pub(super) async fn start_and_follow(
         settle_slot(p, &outcome).await;
     }
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(active: &str, invocation: &str) -> UnitSnapshot {
+        let mut s = UnitSnapshot::default();
+        s.state.active_state = active.into();
+        s.state.invocation_id = invocation.into();
+        s
+    }
+
+    #[test]
+    fn a_queued_start_ends_only_once_seen_to_run_or_refused() {
+        let idle = snap("inactive", "old");
+        let soon = Duration::from_secs(1);
+        let late = NO_JOB_GRACE * 2;
+        // The old invocation's end, before our job showed: not our run's end yet.
+        assert!(!run_ended(true, false, "old", &idle, soon));
+        // A new invocation, or a job seen and gone: ended.
+        assert!(run_ended(true, false, "old", &snap("failed", "new"), soon));
+        assert!(run_ended(true, true, "old", &idle, soon));
+        // No job ever showed within the grace: refused at once, not waited on.
+        assert!(run_ended(true, false, "old", &idle, late));
+        // Busy is never ended; a run we only follow ends once it is not busy.
+        let running = snap("activating", "new");
+        assert!(!run_ended(true, true, "old", &running, late));
+        assert!(!run_ended(false, true, "old", &running, soon));
+        assert!(run_ended(false, false, "old", &idle, soon));
+    }
 }
