@@ -50,6 +50,13 @@ pub struct UnitSnapshot {
     pub pending_job_path: String,
 }
 
+impl UnitSnapshot {
+    /// A job queued or running on the unit, or the unit between states: not settled yet.
+    pub fn is_busy(&self) -> bool {
+        self.pending_job != 0 || jobs::is_transitional(&self.state)
+    }
+}
+
 /// The four job-producing Manager calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobKind {
@@ -381,20 +388,24 @@ impl Systemd {
         let until = Instant::now() + deadline;
         let manager = self.manager().await?;
         let mut stream = self.listen_job_removed(&manager, unit).await?;
-        let name = unit.to_string();
-        let mode = "replace".to_string();
-        let call = match kind {
-            JobKind::Start => manager.start_unit(name, mode).await,
-            JobKind::Stop => manager.stop_unit(name, mode).await,
-            JobKind::Restart => manager.restart_unit(name, mode).await,
-            JobKind::Reload => manager.reload_unit(name, mode).await,
-        };
-        let job = call.map_err(|e| jobs::map_call_error(unit, kind.call_name(), e))?;
+        let job = queue(&manager, kind, unit).await?;
         let result = self
             .wait_job(&mut stream, unit, &job, until, deadline)
             .await?;
         self.check_job(unit, job.as_str(), &result).await?;
         Ok((job.to_string(), result))
+    }
+
+    /// Queue a job with mode `replace` and return its path at once, not waiting for it: for a
+    /// run that may outlive the caller, followed by the unit's state instead
+    /// ([`Self::poll_snapshot`]).
+    pub async fn queue_job(
+        &self,
+        kind: JobKind,
+        unit: &str,
+    ) -> Result<OwnedObjectPath, SystemdError> {
+        let manager = self.manager().await?;
+        queue(&manager, kind, unit).await
     }
 
     /// [`Self::run_job`] for a job that starts the unit: a failure that is systemd refusing
@@ -722,13 +733,27 @@ impl Systemd {
         unit: &str,
         until: Instant,
     ) -> Result<UnitState, SystemdError> {
+        self.poll_snapshot(unit, until, POLL, |s| !s.is_busy())
+            .await
+            .map(|s| s.state)
+    }
+
+    /// Re-reads `unit` every `every` until `done` accepts a snapshot or `until` passes, and
+    /// returns the last one (unaccepted when the deadline passed: the caller judges it).
+    /// `done` sees every snapshot, so it may also report progress.
+    pub async fn poll_snapshot(
+        &self,
+        unit: &str,
+        until: Instant,
+        every: Duration,
+        mut done: impl FnMut(&UnitSnapshot) -> bool,
+    ) -> Result<UnitSnapshot, SystemdError> {
         loop {
             let snap = self.snapshot(unit).await?;
-            let settled = !jobs::is_transitional(&snap.state) && snap.pending_job == 0;
-            if settled || Instant::now() >= until {
-                return Ok(snap.state);
+            if done(&snap) || Instant::now() >= until {
+                return Ok(snap);
             }
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(every).await;
         }
     }
 
@@ -740,6 +765,23 @@ impl Systemd {
             .await
             .map_err(|e| jobs::map_call_error(unit, "ResetFailedUnit", e))
     }
+}
+
+/// The Manager call that queues a `kind` job on `unit`, mode `replace`.
+async fn queue(
+    manager: &ManagerProxy<'static>,
+    kind: JobKind,
+    unit: &str,
+) -> Result<OwnedObjectPath, SystemdError> {
+    let name = unit.to_string();
+    let mode = "replace".to_string();
+    let call = match kind {
+        JobKind::Start => manager.start_unit(name, mode).await,
+        JobKind::Stop => manager.stop_unit(name, mode).await,
+        JobKind::Restart => manager.restart_unit(name, mode).await,
+        JobKind::Reload => manager.reload_unit(name, mode).await,
+    };
+    call.map_err(|e| jobs::map_call_error(unit, kind.call_name(), e))
 }
 
 fn prop_string(m: &HashMap<String, OwnedVariant>, k: &str) -> String {
@@ -851,6 +893,18 @@ mod tests {
             choose_bus_address(r.path(), Some("unix:path=/o"), None).unwrap(),
             "unix:path=/o"
         );
+    }
+
+    #[test]
+    fn a_queued_job_or_a_transition_is_busy() {
+        let mut s = UnitSnapshot::default();
+        s.state.active_state = "inactive".into();
+        assert!(!s.is_busy());
+        s.pending_job = 7;
+        assert!(s.is_busy());
+        s.pending_job = 0;
+        s.state.active_state = "activating".into();
+        assert!(s.is_busy());
     }
 
     #[test]

@@ -66,8 +66,13 @@ pub fn taken_down(system_state: &str, unit: &str, job_type: Option<&str>) -> Opt
 /// A unit on its way between states (a start, stop or reload in progress, or an automatic
 /// restart pending): nothing about its health can be judged until it settles.
 pub fn is_transitional(s: &UnitState) -> bool {
+    is_transitional_state(&s.active_state)
+}
+
+/// [`is_transitional`] over an `ActiveState` value alone (for a state kept as a word).
+pub fn is_transitional_state(active_state: &str) -> bool {
     matches!(
-        s.active_state.as_str(),
+        active_state,
         "activating" | "deactivating" | "reloading" | "refreshing"
     )
 }

@@ -1,0 +1,115 @@
+//! The `pod` subcommand's arguments, and the operation a DaemonSet performs.
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct PodArgs {
+    #[command(subcommand)]
+    pub command: PodCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PodCommand {
+    /// Copy kata-live and its units onto the host, start kata-live-install.service there,
+    /// follow it to its end, print the outcome, and stay alive (the readiness probe decides).
+    Install(EntryArgs),
+    /// The same, with kata-live-uninstall.service.
+    Uninstall(EntryArgs),
+    /// Readiness: exit 0 only when this node's last run of OPERATION is proven and the
+    /// running runtime still agrees (handler listed after install, not listed after uninstall).
+    Ready(ReadyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PodPaths {
+    /// Where the host's / is mounted in the pod.
+    #[arg(long, value_name = "DIR", default_value = "/host")]
+    pub host_root: PathBuf,
+    /// The pod's own directory for the entrypoint's outcome (not on the host: a restarted
+    /// container starts without it, so the probe waits for the new entrypoint's answer).
+    #[arg(long, value_name = "DIR", default_value = "/run/kata-live-pod")]
+    pub pod_state: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct EntryArgs {
+    #[command(flatten)]
+    pub paths: PodPaths,
+    /// A directory of *.rpm files in the image to install instead of package names.
+    #[arg(long, value_name = "DIR")]
+    pub rpm_dir: Option<PathBuf>,
+    /// Exit after printing the outcome instead of staying alive (for a Job or a test).
+    #[arg(long)]
+    pub exit: bool,
+    #[command(flatten)]
+    pub pace: PaceArgs,
+}
+
+/// The rollout's slots (src/pace.rs): without `--pace-leases` the pod does not pace itself.
+#[derive(Debug, Args)]
+pub struct PaceArgs {
+    /// Take one of these Leases (comma-separated names, in --namespace) before this node's
+    /// run starts, and free it once the node is proven: at most that many nodes activate at
+    /// once. A failed node keeps its Lease, and the rollout stops there.
+    #[arg(
+        long,
+        value_name = "NAMES",
+        value_delimiter = ',',
+        env = "KATA_LIVE_PACE_LEASES"
+    )]
+    pub pace_leases: Vec<String>,
+    /// The Leases' namespace (the downward API's metadata.namespace).
+    #[arg(
+        long,
+        value_name = "NS",
+        env = "POD_NAMESPACE",
+        default_value = "kata-live"
+    )]
+    pub namespace: String,
+    /// This pod's node, the Lease holder's name (the downward API's spec.nodeName).
+    #[arg(long, value_name = "NODE", env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// This pod's name (the downward API's metadata.name): its readiness gate
+    /// (kata-live.io/proven) is set once the node is proven.
+    #[arg(long, value_name = "POD", env = "POD_NAME")]
+    pub pod_name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReadyArgs {
+    #[command(flatten)]
+    pub paths: PodPaths,
+    /// The operation the DaemonSet performs.
+    #[arg(value_enum)]
+    pub operation: Operation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Operation {
+    Install,
+    Uninstall,
+}
+
+impl Operation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::Install => "install",
+            Operation::Uninstall => "uninstall",
+        }
+    }
+    pub fn unit(self) -> &'static str {
+        match self {
+            Operation::Install => "kata-live-install.service",
+            Operation::Uninstall => "kata-live-uninstall.service",
+        }
+    }
+    pub fn other(self) -> Operation {
+        match self {
+            Operation::Install => Operation::Uninstall,
+            Operation::Uninstall => Operation::Install,
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! `kata-live pod install|uninstall`: the DaemonSet pod's entrypoint.
+
+use super::follow::start_and_follow;
+use super::rollout::mark_pod;
+use super::{copy, runtime, say, EntryArgs, Operation, PodError, OUTCOME_FILE};
+use crate::config;
+use crate::exit::ExitCode;
+use crate::files;
+use crate::host::Host;
+use crate::pace::{PaceError, Pacer};
+
+pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> {
+    let root = &a.paths.host_root;
+    let host = Host::new(root, "/proc");
+    let cfg = config::load(&host)?.config;
+    let arts = copy::artifacts(a.rpm_dir.as_deref())?;
+    let state = &a.paths.pod_state;
+    let outcome = runtime()?.block_on(async {
+        let pacer = match (&a.pace.pace_leases[..], &a.pace.node_name) {
+            ([], _) => None,
+            (_, None) => return Err(PaceError::NoNodeName.into()),
+            (names, Some(node)) => {
+                Some(Pacer::connect(&a.pace.namespace, names.to_vec(), node).await?)
+            }
+        };
+        let o = start_and_follow(op, &host, &cfg, &arts, pacer.as_ref(), state).await?;
+        if let (Some(p), Some(pod)) = (pacer.as_ref(), a.pace.pod_name.as_deref()) {
+            mark_pod(p, pod, &o).await;
+        }
+        Ok::<_, PodError>(o)
+    })?;
+    say(&outcome.render());
+    let bytes = serde_json::to_vec_pretty(&outcome).unwrap_or_default();
+    files::write_atomic(state, &state.join(OUTCOME_FILE), &bytes, 0o644)?;
+    if a.exit {
+        return Ok(if outcome.proven() {
+            ExitCode::Ok
+        } else {
+            ExitCode::NotProven
+        });
+    }
+    say("staying alive; the readiness probe (`kata-live pod ready`) tells the rollout");
+    runtime()?.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(PodError::Runtime)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(PodError::Runtime)?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        Ok::<(), PodError>(())
+    })?;
+    say("stopped by a signal; the host unit's result stays on the node");
+    Ok(ExitCode::Ok)
+}

@@ -1,0 +1,72 @@
+//! The pod's part in a paced rollout: its slot and its readiness gate.
+
+use super::{say, Outcome};
+use crate::pace::Pacer;
+use std::time::{Duration, Instant};
+
+/// Sets the pod's readiness gate from the outcome, retried for a minute (the probe keeps
+/// the pod unready meanwhile: both must agree for Ready).
+pub(super) async fn mark_pod(p: &Pacer, pod: &str, outcome: &Outcome) {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        match p.mark_pod(pod, outcome.proven(), &outcome.render()).await {
+            Ok(()) => {
+                return say(&format!(
+                    "readiness gate {}: {}",
+                    crate::pace::PROVEN_CONDITION,
+                    if outcome.proven() { "True" } else { "False" }
+                ))
+            }
+            Err(e) if Instant::now() < until => {
+                say(&format!("{e}; trying again in 3 s"));
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+            Err(e) => return say(&format!("gave up after a minute: {e}")),
+        }
+    }
+}
+
+/// A proven node frees its slot; any other outcome keeps it, marked failed with the words
+/// the pod printed. Retried for ten minutes: a slot left held stops the rollout.
+pub(super) async fn settle_slot(p: &Pacer, outcome: &Outcome) {
+    let until = Instant::now() + Duration::from_secs(600);
+    let proven = outcome.proven();
+    loop {
+        let r = if proven {
+            p.release().await
+        } else {
+            p.hold_failed(&outcome.render()).await
+        };
+        match r {
+            Ok(names) if names.is_empty() => return,
+            Ok(names) if proven => {
+                return say(&format!(
+                    "proven: freed the rollout slot {}: the next node may start",
+                    names.join(", ")
+                ))
+            }
+            Ok(names) => {
+                return say(&format!(
+                    "not proven: this node keeps the rollout slot {}, marked failed; the \
+                     rollout stops here until this node is fixed and its pod deleted",
+                    names.join(", ")
+                ))
+            }
+            Err(e) if Instant::now() < until => {
+                say(&format!("{e}; trying again in 5 s"));
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            Err(e) => {
+                return say(&format!(
+                    "gave up after 10 minutes: {e}. This node still holds its rollout slot: \
+                     {}",
+                    if proven {
+                        "it is proven, so free the slot by hand (README, \"A stopped rollout\")"
+                    } else {
+                        "it is not proven, and the slot is not marked failed"
+                    }
+                ))
+            }
+        }
+    }
+}
