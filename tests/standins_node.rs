@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use support::kubelet_node::boot;
 use support::node::Node;
-use support::referee::{Cri, Probe, SOCKET};
+use support::referee::{Probe, RefereeCri, SOCKET};
 
 /// The referee's RunPodSandbox probe on the node's running fake-crio.
 fn probe(node: &Node, handler: &str) -> Probe {
-    Cri::connect(&node.host_path(SOCKET).expect("socket path")).probe(handler)
+    RefereeCri::connect(&node.host_path(SOCKET).expect("socket path")).probe(handler)
 }
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Build (or reuse) the cached Debian sid rootfs of a sid test node, prepared like the bookworm
-# node of rootfs.sh (masked units, multi-user, volatile journald). Two flavours:
+# node of rootfs.sh (masked units, multi-user, volatile journald: lib.sh). Two flavours:
 # - containerd: the node packages (tests/node/packages) plus Debian's real containerd 2.x and
 #   runc (tests/node/packages-containerd);
 # - crio-real: the node packages plus conmon, crun, CNI plugins and skopeo
@@ -15,11 +15,11 @@
 # Not a fresh debootstrap: it starts from a copy of tests/cri-real's sid rootfs (setup.sh), which
 # CI builds anyway (the stand-ins' build needs its CRI definition) and which already holds
 # containerd, runc and the static pause image (/opt/kata-live-test/pause-image.tar); only the
-# node packages are added with apt. The cache key covers this script, the package lists, that
-# base rootfs (its recipe and its pause image) and, for crio-real, the Go build's recipe: a
-# change builds a new rootfs, older ones are pruned when no node uses them. Each flavour has its
-# own directory ($cache/FLAVOUR/) and lock, so that rootfs.sh's pruning of $cache/rootfs-* never
-# touches it.
+# node packages are added with apt. The cache key covers this script, lib.sh, the package
+# lists, that base rootfs (its recipe and its pause image) and, for crio-real, the Go build's
+# recipe: a change builds a new rootfs, older ones are pruned when no node uses them. Each
+# flavour has its own directory ($cache/FLAVOUR/) and lock, so that rootfs.sh's pruning of
+# $cache/rootfs-* never touches it.
 #
 # Environment: KATA_NODE_CACHE (default /var/cache/kata-live/node); tests/cri-real/setup.sh's
 # (KATA_LIVE_CRI_REAL_CACHE, DEBIAN_MIRROR); tests/crio-real/build.sh's.
@@ -39,6 +39,8 @@ lists=("$here/packages" "$here/packages-$flavour")
 
 log() { printf 'rootfs-sid %s: %s\n' "$flavour" "$*" >&2; }
 die() { printf 'rootfs-sid %s: ERROR: %s\n' "$flavour" "$*" >&2; exit 1; }
+# shellcheck source=tests/node/lib.sh
+. "$here/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "must run as root (chroot, apt, systemd-nspawn need it); re-run with sudo"
 
@@ -63,19 +65,11 @@ if [ "$flavour" = crio-real ]; then
 fi
 
 arch=$(dpkg --print-architecture)
-key=$( { cat "$0" "${lists[@]}"; echo "$flavour $(basename "$base") $pause ${built##*/} $arch"; } |
+key=$( { cat "$0" "$here/lib.sh" "${lists[@]}"; echo "$flavour $(basename "$base") $pause ${built##*/} $arch"; } |
     sha256sum | cut -c1-16)
 rootfs=$cache/rootfs-$key
 
-if [ "${1:-}" = --check ]; then
-    [ -e "$rootfs/.complete" ]
-    exit
-fi
-if [ -e "$rootfs/.complete" ]; then
-    log "cached $rootfs (recipe $key)"
-    echo "$rootfs"
-    exit 0
-fi
+rootfs_reuse "${1:-}"
 
 command -v systemd-nspawn >/dev/null || {
     log "installing host package systemd-container"
@@ -83,15 +77,7 @@ command -v systemd-nspawn >/dev/null || {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd-container >&2
 }
 
-mkdir -p "$cache"
-exec 9>"$cache/rootfs.lock"
-log "waiting for the build lock $cache/rootfs.lock"
-flock -w 1200 9 || die "another build holds $cache/rootfs.lock for 20 min; is it stuck?"
-if [ -e "$rootfs/.complete" ]; then
-    log "built meanwhile by another process: $rootfs"
-    echo "$rootfs"
-    exit 0
-fi
+rootfs_lock
 
 start=$EPOCHREALTIME
 tmp=$cache/.build-$key.$$
@@ -113,19 +99,7 @@ fi
 chroot "$tmp" apt-get clean
 rm -f "$tmp/usr/sbin/policy-rc.d"
 
-# As rootfs.sh: boot fast and quietly in a container, nothing waking up in the middle of a test.
-mask=(
-    systemd-networkd-wait-online.service
-    console-getty.service
-    getty.target
-    apt-daily.timer apt-daily-upgrade.timer
-    dpkg-db-backup.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer
-    systemd-tmpfiles-clean.timer
-)
-for unit in "${mask[@]}"; do
-    ln -sfn /dev/null "$tmp/etc/systemd/system/$unit"
-done
-ln -sfn /lib/systemd/system/multi-user.target "$tmp/etc/systemd/system/default.target"
+rootfs_prepare_node "$tmp"
 # containerd and kubelet are started by node.sh (or a test), not at boot.
 rm -f "$tmp/etc/systemd/system/multi-user.target.wants/containerd.service"
 if [ "$flavour" = crio-real ]; then
@@ -158,28 +132,5 @@ if [ "$flavour" = crio-real ]; then
     fi
     rm -rf "$tmp/run/containers"
 fi
-mkdir -p "$tmp/etc/systemd/journald.conf.d"
-cat >"$tmp/etc/systemd/journald.conf.d/50-test-node.conf" <<'CONF'
-[Journal]
-Storage=volatile
-RateLimitIntervalSec=0
-RateLimitBurst=0
-CONF
 [ -e "$tmp/etc/hosts" ] || printf '127.0.0.1 localhost\n::1 localhost\n' >"$tmp/etc/hosts"
-rm -rf "$tmp"/var/lib/apt/lists/* "$tmp"/var/cache/apt/*.bin
-echo "$key" >"$tmp/.complete"
-
-mv -T "$tmp" "$rootfs"
-log "built $rootfs in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s"
-
-for old in "$cache"/rootfs-*; do
-    [ "$old" = "$rootfs" ] && continue
-    [ -d "$old" ] || continue
-    if grep -q "lowerdir=$old" /proc/mounts; then
-        log "keeping $old: a node still uses it"
-    else
-        log "pruning $old"
-        rm -rf --one-file-system "$old"
-    fi
-done
-echo "$rootfs"
+rootfs_finish "$tmp" "$start"

@@ -4,7 +4,8 @@
 # Usage: tests/node/rootfs.sh            build if needed, print the rootfs path on stdout
 #        tests/node/rootfs.sh --check    exit 0 if the cached rootfs is current, 1 if not
 #
-# The cache key is a hash of this script, tests/node/packages, the suite and the architecture:
+# The cache key is a hash of this script, lib.sh (what it shares with rootfs-sid.sh),
+# tests/node/packages, the suite and the architecture:
 # any change to the recipe builds a new rootfs next to the old ones (kept while nodes may still
 # use them, pruned on the next build). Safe to run concurrently: builders serialize on a flock.
 #
@@ -20,26 +21,18 @@ packages_file=$here/packages
 
 log() { printf 'rootfs: %s\n' "$*" >&2; }
 die() { printf 'rootfs: ERROR: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=tests/node/lib.sh
+. "$here/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap and systemd-nspawn need it); re-run with sudo"
 
 packages=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$packages_file" | paste -sd, -)
 [ -n "$packages" ] || die "no packages listed in $packages_file"
 arch=$(dpkg --print-architecture)
-key=$( { cat "$0" "$packages_file"; echo "$suite $arch"; } | sha256sum | cut -c1-16)
+key=$( { cat "$0" "$here/lib.sh" "$packages_file"; echo "$suite $arch"; } | sha256sum | cut -c1-16)
 rootfs=$cache/rootfs-$key
 
-if [ "${1:-}" = --check ]; then
-    [ -e "$rootfs/.complete" ]
-    exit
-fi
-
-# Fast path: the final directory only appears (by rename) once complete.
-if [ -e "$rootfs/.complete" ]; then
-    log "cached $rootfs (recipe $key)"
-    echo "$rootfs"
-    exit 0
-fi
+rootfs_reuse "${1:-}"
 
 # Host tools; CI starts from a fresh Debian machine.
 need=()
@@ -65,14 +58,7 @@ if [ -z "$mirror" ]; then
 fi
 
 mkdir -p "$cache/debs"
-exec 9>"$cache/rootfs.lock"
-log "waiting for the build lock $cache/rootfs.lock"
-flock -w 1200 9 || die "another build holds $cache/rootfs.lock for 20 min; is it stuck?"
-if [ -e "$rootfs/.complete" ]; then
-    log "built meanwhile by another process: $rootfs"
-    echo "$rootfs"
-    exit 0
-fi
+rootfs_lock
 
 start=$EPOCHREALTIME
 tmp=$cache/.build-$key.$$
@@ -84,44 +70,6 @@ if ! debootstrap --variant=minbase --arch="$arch" --include="$packages" \
     die "debootstrap failed; full log: $cache/debootstrap.log"
 fi
 
-# Make the node boot fast and quietly in a container: mask what waits for a network or a
-# terminal, or wakes up on timers in the middle of a test.
-mask=(
-    systemd-networkd-wait-online.service
-    console-getty.service
-    getty.target
-    apt-daily.timer apt-daily-upgrade.timer
-    dpkg-db-backup.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer
-    systemd-tmpfiles-clean.timer
-)
-for unit in "${mask[@]}"; do
-    ln -sfn /dev/null "$tmp/etc/systemd/system/$unit"
-done
-ln -sfn /lib/systemd/system/multi-user.target "$tmp/etc/systemd/system/default.target"
-# Tests read the journal as ground truth: keep it in memory and never rate-limit it.
-mkdir -p "$tmp/etc/systemd/journald.conf.d"
-cat >"$tmp/etc/systemd/journald.conf.d/50-test-node.conf" <<'CONF'
-[Journal]
-Storage=volatile
-RateLimitIntervalSec=0
-RateLimitBurst=0
-CONF
+rootfs_prepare_node "$tmp"
 mkdir -p "$tmp/usr/local/bin" "$tmp/etc/crio/crio.conf.d"
-rm -rf "$tmp"/var/lib/apt/lists/* "$tmp"/var/cache/apt/*.bin
-echo "$key" >"$tmp/.complete"
-
-mv -T "$tmp" "$rootfs"
-log "built $rootfs in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s"
-
-# Prune rootfs of older recipes that no running node uses (overlay lowerdir).
-for old in "$cache"/rootfs-*; do
-    [ "$old" = "$rootfs" ] && continue
-    [ -d "$old" ] || continue
-    if grep -q "lowerdir=$old" /proc/mounts; then
-        log "keeping $old: a node still uses it"
-    else
-        log "pruning $old"
-        rm -rf --one-file-system "$old"
-    fi
-done
-echo "$rootfs"
+rootfs_finish "$tmp" "$start"

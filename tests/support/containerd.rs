@@ -1,6 +1,7 @@
 //! The containerd test node (`NodeOptions::containerd()`, see tests/node/README.md): its
-//! paths, and a small CRI client (the UPSTREAM CRI definition, `kata_live_standins::cri_api`,
-//! never kata-live's protocol code) that runs REAL sandboxes on the node's real containerd.
+//! paths, and [`CtdCri`]: the tests' CRI client (`support::cri`, the UPSTREAM CRI definition,
+//! never kata-live's protocol code) with what runs REAL sandboxes on the node's real
+//! containerd and judges what it serves.
 //!
 //! ```ignore
 //! mod support;
@@ -15,12 +16,12 @@
 #![allow(dead_code)] // each test file uses its own part of this
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::cri::Cri;
 use super::node::Node;
 use kata_live_standins::cri_api as cri;
-use tonic::transport::Channel;
 
 /// containerd's CRI socket inside the node (grpc address of the main config).
 pub const SOCKET: &str = "/run/containerd/containerd.sock";
@@ -41,8 +42,10 @@ pub const CONFIG_AS_BOOTED: &str =
 /// Namespace of the sandboxes this client starts.
 pub const NAMESPACE: &str = "kata-live-ctd-test";
 
-const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
+/// How long each CRI call on containerd may take.
 const CALL_DEADLINE: Duration = Duration::from_secs(30);
+/// How long [`CtdCri::assert_serves`] waits for its sandbox to be Ready.
+const SANDBOX_READY_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A handler table backed by runc through the wrapper, in containerd 2.x's (version 3) names,
 /// without a `version` key (see docs/runtime-facts.md: the form that merges right on a version 3 main file).
@@ -142,85 +145,28 @@ pub fn wait_kubelet_peer(node: &Node, unit: &str, sockets: &[&str], deadline: Du
     .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_units(&["kubelet.service", unit])));
 }
 
-/// A CRI connection to the node's containerd, from the host (through /proc/<leader>/root).
-pub struct CtdCri {
-    rt: tokio::runtime::Runtime,
-    client: cri::runtime_service_client::RuntimeServiceClient<Channel>,
-    socket: PathBuf,
+/// A CRI connection to the node's containerd, from the host (through /proc/<leader>/root):
+/// the shared client ([`Cri`], whose calls it offers too) with the containerd node's
+/// sandboxes and judging on top.
+pub struct CtdCri(Cri);
+
+impl std::ops::Deref for CtdCri {
+    type Target = Cri;
+    fn deref(&self) -> &Cri {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for CtdCri {
+    fn deref_mut(&mut self) -> &mut Cri {
+        &mut self.0
+    }
 }
 
 impl CtdCri {
     /// Connects to `socket` (a host path), waiting up to 30 s for a `Version` answer.
     pub fn connect(socket: &Path) -> CtdCri {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let start = Instant::now();
-        loop {
-            match rt.block_on(super::referee::connect_once(socket, CALL_DEADLINE)) {
-                Ok(client) => {
-                    return CtdCri {
-                        rt,
-                        client,
-                        socket: socket.to_path_buf(),
-                    }
-                }
-                Err(e) => assert!(
-                    start.elapsed() < CONNECT_DEADLINE,
-                    "no CRI answer on {} within {CONNECT_DEADLINE:?}: {e}",
-                    socket.display()
-                ),
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// A fresh connection to the same socket (after containerd restarted).
-    pub fn reconnect(&mut self) {
-        *self = CtdCri::connect(&self.socket.clone());
-    }
-
-    fn call<T>(
-        &mut self,
-        what: &str,
-        f: impl AsyncFnOnce(
-            &mut cri::runtime_service_client::RuntimeServiceClient<Channel>,
-        ) -> Result<tonic::Response<T>, tonic::Status>,
-    ) -> Result<T, tonic::Status> {
-        let client = &mut self.client;
-        let socket = self.socket.display().to_string();
-        self.rt.block_on(async move {
-            match tokio::time::timeout(CALL_DEADLINE, f(client)).await {
-                Ok(r) => r.map(tonic::Response::into_inner),
-                Err(_) => panic!("{what} on {socket}: no answer within {CALL_DEADLINE:?}"),
-            }
-        })
-    }
-
-    pub fn version(&mut self) -> Result<cri::VersionResponse, tonic::Status> {
-        self.call("Version", async |c| {
-            c.version(cri::VersionRequest {
-                version: "v1".into(),
-            })
-            .await
-        })
-    }
-
-    pub fn status(&mut self, verbose: bool) -> Result<cri::StatusResponse, tonic::Status> {
-        self.call("Status", async |c| {
-            c.status(cri::StatusRequest { verbose }).await
-        })
-    }
-
-    /// `Status.runtime_handlers` names ("" is the default handler).
-    pub fn handlers(&mut self) -> Result<Vec<String>, tonic::Status> {
-        Ok(self
-            .status(false)?
-            .runtime_handlers
-            .into_iter()
-            .map(|h| h.name)
-            .collect())
+        CtdCri(Cri::connect(socket, CALL_DEADLINE))
     }
 
     /// The running daemon's effective CRI configuration (verbose `Status`, `info["config"]`).
@@ -237,12 +183,7 @@ impl CtdCri {
 
     /// A real sandbox on `handler` ("" = default) named `name` in [`NAMESPACE`], host network.
     pub fn run_sandbox(&mut self, handler: &str, name: &str) -> Result<String, tonic::Status> {
-        let req = cri::RunPodSandboxRequest {
-            config: Some(sandbox_config(name)),
-            runtime_handler: handler.into(),
-        };
-        self.call("RunPodSandbox", async |c| c.run_pod_sandbox(req).await)
-            .map(|r| r.pod_sandbox_id)
+        self.run_pod_sandbox(sandbox_config(name), handler)
     }
 
     /// A running container (the pause image's `/pause`) in sandbox `sandbox_id`, created with
@@ -253,58 +194,19 @@ impl CtdCri {
         sandbox_name: &str,
         name: &str,
     ) -> Result<String, tonic::Status> {
-        let create = cri::CreateContainerRequest {
-            pod_sandbox_id: sandbox_id.into(),
-            config: Some(cri::ContainerConfig {
-                metadata: Some(cri::ContainerMetadata {
-                    name: name.into(),
-                    attempt: 0,
-                }),
-                image: Some(cri::ImageSpec {
-                    image: PAUSE_IMAGE.into(),
-                    ..Default::default()
-                }),
-                labels: HashMap::from([("io.kubernetes.container.name".into(), name.into())]),
+        let config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(cri::ImageSpec {
+                image: PAUSE_IMAGE.into(),
                 ..Default::default()
             }),
-            sandbox_config: Some(sandbox_config(sandbox_name)),
+            labels: HashMap::from([("io.kubernetes.container.name".into(), name.into())]),
+            ..Default::default()
         };
-        let id = self
-            .call("CreateContainer", async |c| {
-                c.create_container(create).await
-            })?
-            .container_id;
-        let start = cri::StartContainerRequest {
-            container_id: id.clone(),
-        };
-        self.call("StartContainer", async |c| c.start_container(start).await)?;
-        Ok(id)
-    }
-
-    /// The container's state (`cri::ContainerState`).
-    pub fn container_state(&mut self, id: &str) -> cri::ContainerState {
-        let req = cri::ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: false,
-        };
-        self.call("ContainerStatus", async |c| c.container_status(req).await)
-            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {}", e.message()))
-            .status
-            .map(|s| s.state())
-            .unwrap_or_default()
-    }
-
-    pub fn sandbox_status(
-        &mut self,
-        id: &str,
-    ) -> Result<cri::PodSandboxStatusResponse, tonic::Status> {
-        let req = cri::PodSandboxStatusRequest {
-            pod_sandbox_id: id.into(),
-            verbose: true,
-        };
-        self.call("PodSandboxStatus", async |c| {
-            c.pod_sandbox_status(req).await
-        })
+        self.create_start_container(sandbox_id, config, sandbox_config(sandbox_name))
     }
 
     /// The sandbox's state (`cri::PodSandboxState`) and its pause process's pid (verbose info).
@@ -355,7 +257,7 @@ impl CtdCri {
                 e.message()
             )
         });
-        self.wait_ready(&id, CONNECT_DEADLINE);
+        self.wait_ready(&id, SANDBOX_READY_DEADLINE);
         self.stop_remove(&id);
     }
 
@@ -374,29 +276,6 @@ impl CtdCri {
                 "not containerd's unknown-handler answer: {e:?}"
             ),
         }
-    }
-
-    pub fn sandboxes(&mut self) -> Vec<cri::PodSandbox> {
-        self.call("ListPodSandbox", async |c| {
-            c.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-                .await
-        })
-        .unwrap_or_else(|e| panic!("ListPodSandbox: {}", e.message()))
-        .items
-    }
-
-    /// Stops and removes the sandbox (and so its containers).
-    pub fn stop_remove(&mut self, id: &str) {
-        let stop = cri::StopPodSandboxRequest {
-            pod_sandbox_id: id.into(),
-        };
-        self.call("StopPodSandbox", async |c| c.stop_pod_sandbox(stop).await)
-            .unwrap_or_else(|e| panic!("StopPodSandbox {id}: {}", e.message()));
-        let rm = cri::RemovePodSandboxRequest {
-            pod_sandbox_id: id.into(),
-        };
-        self.call("RemovePodSandbox", async |c| c.remove_pod_sandbox(rm).await)
-            .unwrap_or_else(|e| panic!("RemovePodSandbox {id}: {}", e.message()));
     }
 }
 

@@ -351,19 +351,19 @@ impl KataNode {
                 .unwrap_or_else(|e| panic!("{u} is not running: {e:?}"));
         }
         self.wait_kubelet_on_runtime(Duration::from_secs(30));
-        let conditions = if self.node.runtime() == Runtime::Containerd {
+        let status = if self.node.runtime() == Runtime::Containerd {
             let socket = self
                 .node
                 .host_path(containerd::SOCKET)
                 .expect("socket path");
-            let mut cri = containerd::CtdCri::connect(&socket);
-            cri.status(false)
-                .unwrap_or_else(|e| panic!("containerd Status: {}", e.message()))
-                .status
+            containerd::CtdCri::connect(&socket).status(false)
         } else {
-            self.referee_cri().status().status
+            self.referee_cri().status(false)
         };
-        let conditions = conditions.expect("CRI Status carries the runtime's conditions");
+        let conditions = status
+            .unwrap_or_else(|e| panic!("{runtime_unit}'s CRI Status failed: {}", e.message()))
+            .status
+            .expect("CRI Status carries the runtime's conditions");
         for wanted in ["RuntimeReady", "NetworkReady"] {
             assert!(
                 conditions

@@ -1,4 +1,5 @@
 pub mod containerd;
+pub mod cri;
 pub mod crio_real;
 pub mod fleet;
 pub mod hold;

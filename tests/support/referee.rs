@@ -29,17 +29,19 @@
 //! fails the test: the referee never guesses. Side effects to keep in mind:
 //! a refused probe leaves CRI-O's "RunPodSandbox failed: failed to find runtime handler" line
 //! in crio.service's journal, and probes count in fake-crio's operation metrics.
+//!
+//! The CRI calls are `support::cri`'s ([`RefereeCri`] adds the probe and a 10 s call
+//! deadline), the client the containerd node's `CtdCri` shares.
 #![allow(dead_code)] // each test file uses its own part of this
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use kata_live_standins::cri_api as cri;
-use tonic::transport::{Channel, Endpoint, Uri};
 
+use super::cri::Cri;
 use super::kata::{KataNode, DROP_IN};
 
 /// The handler kata-live turns on with the default configuration.
@@ -50,8 +52,7 @@ pub const SOCKET: &str = "/var/run/crio/crio.sock";
 pub const PROBE_NAMESPACE: &str = "kata-live-referee";
 /// CRI-O's answer to a RunPodSandbox on a handler it does not have.
 const UNKNOWN_HANDLER: &str = "failed to find runtime handler";
-/// How long the referee waits for the socket to answer at all (CRI-O just restarted).
-const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
+/// How long each of the referee's CRI calls may take.
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
 
 static PROBES: AtomicU32 = AtomicU32::new(0);
@@ -167,84 +168,28 @@ pub struct NodeView {
     pub containers: Vec<ContainerRow>,
 }
 
-/// A CRI connection to the node's socket, from the host (through /proc/<leader>/root).
-pub struct Cri {
-    rt: tokio::runtime::Runtime,
-    client: cri::runtime_service_client::RuntimeServiceClient<Channel>,
-    socket: PathBuf,
+/// The referee's connection to the node's CRI socket, from the host (through
+/// /proc/<leader>/root): the shared client ([`Cri`], whose calls it offers too) with the
+/// referee's probe on top.
+pub struct RefereeCri(Cri);
+
+impl std::ops::Deref for RefereeCri {
+    type Target = Cri;
+    fn deref(&self) -> &Cri {
+        &self.0
+    }
 }
 
-impl Cri {
-    /// Connects to `socket` (a host path), waiting up to [`CONNECT_DEADLINE`] for a `Version`
-    /// answer.
-    pub fn connect(socket: &Path) -> Cri {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("referee: tokio runtime");
-        let start = Instant::now();
-        let mut last;
-        loop {
-            match rt.block_on(connect_once(socket, CALL_DEADLINE)) {
-                Ok(client) => {
-                    return Cri {
-                        rt,
-                        client,
-                        socket: socket.to_path_buf(),
-                    }
-                }
-                Err(e) => last = e,
-            }
-            assert!(
-                start.elapsed() < CONNECT_DEADLINE,
-                "referee: no CRI answer on {} within {CONNECT_DEADLINE:?}: {last}",
-                socket.display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+impl std::ops::DerefMut for RefereeCri {
+    fn deref_mut(&mut self) -> &mut Cri {
+        &mut self.0
     }
+}
 
-    fn call<T>(
-        &mut self,
-        what: &str,
-        f: impl AsyncFnOnce(
-            &mut cri::runtime_service_client::RuntimeServiceClient<Channel>,
-        ) -> Result<tonic::Response<T>, tonic::Status>,
-    ) -> Result<T, tonic::Status> {
-        let client = &mut self.client;
-        let socket = self.socket.display().to_string();
-        self.rt.block_on(async move {
-            match tokio::time::timeout(CALL_DEADLINE, f(client)).await {
-                Ok(r) => r.map(tonic::Response::into_inner),
-                Err(_) => panic!("referee: {what} on {socket}: no answer within {CALL_DEADLINE:?}"),
-            }
-        })
-    }
-
-    pub fn status(&mut self) -> cri::StatusResponse {
-        self.call("Status", async |c| {
-            c.status(cri::StatusRequest { verbose: false }).await
-        })
-        .unwrap_or_else(|e| panic!("referee: Status failed: {}", e.message()))
-    }
-
-    /// Sandboxes, probes included.
-    pub fn sandboxes(&mut self) -> Vec<cri::PodSandbox> {
-        self.call("ListPodSandbox", async |c| {
-            c.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-                .await
-        })
-        .unwrap_or_else(|e| panic!("referee: ListPodSandbox failed: {}", e.message()))
-        .items
-    }
-
-    pub fn containers(&mut self) -> Vec<cri::Container> {
-        self.call("ListContainers", async |c| {
-            c.list_containers(cri::ListContainersRequest { filter: None })
-                .await
-        })
-        .unwrap_or_else(|e| panic!("referee: ListContainers failed: {}", e.message()))
-        .containers
+impl RefereeCri {
+    /// Connects to `socket` (a host path), waiting up to 30 s for a `Version` answer.
+    pub fn connect(socket: &Path) -> RefereeCri {
+        RefereeCri(Cri::connect(socket, CALL_DEADLINE))
     }
 
     /// A `RunPodSandbox` on `handler` ("" = default); an accepted sandbox is stopped and
@@ -252,52 +197,28 @@ impl Cri {
     pub fn probe(&mut self, handler: &str) -> Probe {
         let n = PROBES.fetch_add(1, Ordering::Relaxed);
         let name = format!("probe-{}-{n}", std::process::id());
-        let req = cri::RunPodSandboxRequest {
-            config: Some(cri::PodSandboxConfig {
-                metadata: Some(cri::PodSandboxMetadata {
-                    name: name.clone(),
-                    uid: format!("referee-{name}"),
-                    namespace: PROBE_NAMESPACE.into(),
-                    attempt: 0,
-                }),
-                labels: HashMap::from([("kata-live.test/referee".into(), "probe".into())]),
-                ..Default::default()
+        let config = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: name.clone(),
+                uid: format!("referee-{name}"),
+                namespace: PROBE_NAMESPACE.into(),
+                attempt: 0,
             }),
-            runtime_handler: handler.into(),
+            labels: HashMap::from([("kata-live.test/referee".into(), "probe".into())]),
+            ..Default::default()
         };
-        let answer = self.call("RunPodSandbox", async |c| c.run_pod_sandbox(req).await);
-        match answer {
-            Ok(resp) => {
-                let id = resp.pod_sandbox_id;
+        match self.run_pod_sandbox(config, handler) {
+            Ok(id) => {
                 assert!(!id.is_empty(), "referee: RunPodSandbox returned no id");
                 let status = self
-                    .call("PodSandboxStatus", async |c| {
-                        c.pod_sandbox_status(cri::PodSandboxStatusRequest {
-                            pod_sandbox_id: id.clone(),
-                            verbose: true,
-                        })
-                        .await
-                    })
+                    .sandbox_status(&id)
                     .unwrap_or_else(|e| panic!("referee: PodSandboxStatus {id}: {}", e.message()));
                 let definition = status
                     .info
                     .get("fake-crio.definition")
                     .cloned()
                     .unwrap_or_else(|| panic!("referee: probe {id} carries no definition"));
-                self.call("StopPodSandbox", async |c| {
-                    c.stop_pod_sandbox(cri::StopPodSandboxRequest {
-                        pod_sandbox_id: id.clone(),
-                    })
-                    .await
-                })
-                .unwrap_or_else(|e| panic!("referee: StopPodSandbox {id}: {}", e.message()));
-                self.call("RemovePodSandbox", async |c| {
-                    c.remove_pod_sandbox(cri::RemovePodSandboxRequest {
-                        pod_sandbox_id: id.clone(),
-                    })
-                    .await
-                })
-                .unwrap_or_else(|e| panic!("referee: RemovePodSandbox {id}: {}", e.message()));
+                self.stop_remove(&id);
                 let left: Vec<_> = self
                     .sandboxes()
                     .into_iter()
@@ -327,44 +248,14 @@ impl Cri {
     }
 }
 
-/// One connection to a CRI socket with the upstream definition, checked by a `Version`
-/// call; every call on it times out after `call_deadline`. The containerd node's client
-/// (tests/support/containerd.rs) connects with it too.
-pub async fn connect_once(
-    socket: &Path,
-    call_deadline: Duration,
-) -> Result<cri::runtime_service_client::RuntimeServiceClient<Channel>, String> {
-    let path = socket.to_path_buf();
-    let channel = Endpoint::from_static("http://[::1]:50051")
-        .connect_timeout(call_deadline)
-        .timeout(call_deadline)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let mut client = cri::runtime_service_client::RuntimeServiceClient::new(channel);
-    client
-        .version(cri::VersionRequest {
-            version: "v1".into(),
-        })
-        .await
-        .map_err(|e| format!("Version: {}", e.message()))?;
-    Ok(client)
-}
-
 impl KataNode {
     /// A CRI connection to this node's CRI-O, from the host.
-    pub fn referee_cri(&self) -> Cri {
+    pub fn referee_cri(&self) -> RefereeCri {
         let socket = self
             .node
             .host_path(SOCKET)
             .expect("referee: resolve the CRI socket inside the node");
-        Cri::connect(&socket)
+        RefereeCri::connect(&socket)
     }
 
     /// The node's picture for [`HANDLER`].
@@ -379,11 +270,8 @@ impl KataNode {
         let handler_probe = c.probe(handler);
         let default_probe = c.probe("");
         let listed = c
-            .status()
-            .runtime_handlers
-            .into_iter()
-            .map(|h| h.name)
-            .collect();
+            .handlers()
+            .unwrap_or_else(|e| panic!("referee: Status failed: {}", e.message()));
         let mut pods: Vec<PodRow> = c
             .sandboxes()
             .into_iter()
