@@ -10,19 +10,38 @@ use std::time::SystemTime;
 
 pub const STATE_DIR: &str = "/var/lib/kata-live";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Operation {
     Install,
     Uninstall,
 }
 
-impl std::fmt::Display for Operation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl Operation {
+    pub fn name(self) -> &'static str {
+        match self {
             Operation::Install => "install",
             Operation::Uninstall => "uninstall",
-        })
+        }
+    }
+    /// The shipped unit that runs it.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Operation::Install => "kata-live-install.service",
+            Operation::Uninstall => "kata-live-uninstall.service",
+        }
+    }
+    pub fn other(self) -> Operation {
+        match self {
+            Operation::Install => Operation::Uninstall,
+            Operation::Uninstall => Operation::Install,
+        }
+    }
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

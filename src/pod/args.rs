@@ -1,7 +1,6 @@
 //! The `pod` subcommand's arguments, and the operation a DaemonSet performs.
 
-use clap::{Args, Subcommand, ValueEnum};
-use serde::{Deserialize, Serialize};
+use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -86,30 +85,5 @@ pub struct ReadyArgs {
     pub operation: Operation,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Operation {
-    Install,
-    Uninstall,
-}
-
-impl Operation {
-    pub fn name(self) -> &'static str {
-        match self {
-            Operation::Install => "install",
-            Operation::Uninstall => "uninstall",
-        }
-    }
-    pub fn unit(self) -> &'static str {
-        match self {
-            Operation::Install => "kata-live-install.service",
-            Operation::Uninstall => "kata-live-uninstall.service",
-        }
-    }
-    pub fn other(self) -> Operation {
-        match self {
-            Operation::Install => Operation::Uninstall,
-            Operation::Uninstall => Operation::Install,
-        }
-    }
-}
+/// install or uninstall: the same as a run's own operation.
+pub use crate::state::Operation;

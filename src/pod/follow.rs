@@ -3,7 +3,7 @@
 use super::copy::{differing, put_files, Artifact};
 use super::rollout::settle_slot;
 use super::{
-    decide, resolve_in_root, say, Decision, Observed, Operation, Outcome, PodError,
+    decide, resolve_in_root, say, Next, Operation, PodError, RunOutcome, UnitsSeen,
     HOST_BUS_SOCKET, WAITING_FILE,
 };
 use crate::config::Config;
@@ -59,10 +59,10 @@ async fn observe(
     host: &Host,
     op: Operation,
     files_changed: bool,
-) -> Result<Observed, PodError> {
+) -> Result<UnitsSeen, PodError> {
     let ours = snapshot_or_absent(sd, op.unit()).await?;
     let other = snapshot_or_absent(sd, op.other().unit()).await?;
-    Ok(Observed {
+    Ok(UnitsSeen {
         active_state: ours.state.active_state,
         result: ours.state.result,
         pending_job: ours.pending_job != 0,
@@ -80,7 +80,7 @@ pub(super) async fn start_and_follow(
     arts: &[Artifact],
     pacer: Option<&Pacer>,
     pod_state: &Path,
-) -> Result<Outcome, PodError> {
+) -> Result<RunOutcome, PodError> {
     let bus_path = resolve_in_root(&host.root, Path::new(HOST_BUS_SOCKET))?;
     let sd = Systemd::at_address(&format!("unix:path={}", bus_path.display())).await?;
     let files_changed = !differing(&host.root, arts)?.is_empty();
@@ -95,7 +95,7 @@ pub(super) async fn start_and_follow(
     let follow = cfg.deadlines.worst_case() + Duration::from_secs(300);
     let mut o = observe(&sd, host, op, files_changed).await?;
     let mut d = decide(op, &o);
-    if d == Decision::WaitForOther {
+    if d == Next::WaitForOther {
         say(&format!(
             "{} is running: waiting for it to end first",
             op.other().unit()
@@ -105,7 +105,7 @@ pub(super) async fn start_and_follow(
         o = observe(&sd, host, op, files_changed).await?;
         d = decide(op, &o);
     }
-    if let (Decision::Start(_), Some(p)) = (&d, pacer) {
+    if let (Next::Start(_), Some(p)) = (&d, pacer) {
         let waiting = pod_state.join(WAITING_FILE);
         let slot = p
             .acquire(op.name(), &|w| {
@@ -123,14 +123,14 @@ pub(super) async fn start_and_follow(
         // The wait may have been long: decide again on what the node is now.
         o = observe(&sd, host, op, files_changed).await?;
         d = decide(op, &o);
-        if d == Decision::WaitForOther {
+        if d == Next::WaitForOther {
             sd.wait_settled(op.other().unit(), Instant::now() + follow)
                 .await?;
             o = observe(&sd, host, op, files_changed).await?;
             d = decide(op, &o);
         }
     }
-    if !copied && files_changed && !matches!(d, Decision::Start(_)) {
+    if !copied && files_changed && !matches!(d, Next::Start(_)) {
         put_files(&host.root, arts, &sd).await?;
     }
     let t = Instant::now();
@@ -139,24 +139,24 @@ pub(super) async fn start_and_follow(
         .state
         .invocation_id;
     match &d {
-        Decision::Start(why) => {
+        Next::Start(why) => {
             say(&format!("starting {} on the host: {why}", op.unit()));
             // Queue the job and return: the run is the host unit's, not ours. Restart, so an
             // active (exited) unit runs again with new files; on an inactive unit it is a start.
             sd.queue_job(JobKind::Restart, op.unit()).await?;
         }
-        Decision::Follow => say(&format!(
+        Next::Follow => say(&format!(
             "{} is already running (started by an earlier pod): following it",
             op.unit()
         )),
-        Decision::AlreadyDone => say(&format!(
+        Next::AlreadyDone => say(&format!(
             "nothing to do: {} is active with result success and status.json records a \
              succeeded {}; changing nothing",
             op.unit(),
             op.name()
         )),
-        Decision::LeaveFailed(why) => say(why),
-        Decision::WaitForOther => say(&format!(
+        Next::LeaveFailed(why) => say(why),
+        Next::WaitForOther => say(&format!(
             "{} is still running after {} s: not starting",
             op.other().unit(),
             follow.as_secs()
@@ -164,7 +164,7 @@ pub(super) async fn start_and_follow(
     }
     let mut last_phase = String::new();
     let mut seen_busy = false;
-    let started = matches!(d, Decision::Start(_));
+    let started = matches!(d, Next::Start(_));
     let until = Instant::now() + follow;
     let snap = sd
         .poll_snapshot(op.unit(), until, FOLLOW_POLL, |snap| {
@@ -178,7 +178,7 @@ pub(super) async fn start_and_follow(
             run_ended(started, seen_busy, &before, snap, t.elapsed())
         })
         .await?;
-    if matches!(d, Decision::Start(_) | Decision::Follow) {
+    if matches!(d, Next::Start(_) | Next::Follow) {
         say(&format!(
             "{} ended after {:.1} s of following",
             op.unit(),
@@ -186,7 +186,7 @@ pub(super) async fn start_and_follow(
         ));
     }
     let st = read_status(&host.path(STATUS_PATH)).filter(|s| s.operation == op.name());
-    let outcome = Outcome {
+    let outcome = RunOutcome {
         operation: op,
         unit_result: snap.state.result.clone(),
         exit_code: jobs::exit_status(snap.exec_main_code, snap.exec_main_status),

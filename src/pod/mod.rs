@@ -33,8 +33,8 @@ mod selinux;
 mod units;
 
 pub use args::{EntryArgs, Operation, PaceArgs, PodArgs, PodCommand, PodPaths, ReadyArgs};
-pub use decide::{decide, Decision, Observed};
-pub use outcome::Outcome;
+pub use decide::{decide, Next, UnitsSeen};
+pub use outcome::RunOutcome;
 pub use paths::{
     resolve_in_root, HOST_BIN, HOST_BUS_SOCKET, HOST_DEFAULTS, HOST_RPM_DIR, HOST_RPM_FRAGMENT,
     HOST_UNIT_DIR, OUTCOME_FILE, WAITING_FILE,

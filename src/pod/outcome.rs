@@ -14,7 +14,7 @@ pub(super) fn result_word(r: RunResult) -> String {
 
 /// What the entrypoint saw at the end of the run (the pod-local outcome file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Outcome {
+pub struct RunOutcome {
     pub operation: Operation,
     pub unit_result: String,
     pub exit_code: Option<i32>,
@@ -22,7 +22,7 @@ pub struct Outcome {
     pub error: Option<String>,
 }
 
-impl Outcome {
+impl RunOutcome {
     pub fn proven(&self) -> bool {
         self.unit_result == "success"
             && self.exit_code == Some(0)

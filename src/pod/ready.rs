@@ -3,7 +3,8 @@
 
 use super::outcome::result_word;
 use super::{
-    resolve_in_root, runtime, Operation, Outcome, PodError, ReadyArgs, OUTCOME_FILE, WAITING_FILE,
+    resolve_in_root, runtime, Operation, PodError, ReadyArgs, RunOutcome, OUTCOME_FILE,
+    WAITING_FILE,
 };
 use crate::config;
 use crate::cri::{CriClient, HandlerPresence};
@@ -16,7 +17,7 @@ use std::time::Duration;
 /// The readiness verdict (pure): `Ok` when ready, else the reasons.
 pub fn judge_ready(
     op: Operation,
-    outcome: Option<&Outcome>,
+    outcome: Option<&RunOutcome>,
     last_run: Option<&RunStatus>,
     runtime: Result<(bool, HandlerPresence), String>,
 ) -> Result<(), Vec<String>> {
@@ -90,7 +91,7 @@ pub(super) fn ready(a: &ReadyArgs) -> Result<ExitCode, PodError> {
             return Ok(ExitCode::NotProven);
         }
     };
-    let outcome: Option<Outcome> = files::read_nofollow(&a.paths.pod_state.join(OUTCOME_FILE))
+    let outcome: Option<RunOutcome> = files::read_nofollow(&a.paths.pod_state.join(OUTCOME_FILE))
         .ok()
         .flatten()
         .and_then(|b| serde_json::from_slice(&b).ok());
@@ -149,8 +150,8 @@ mod tests {
         }
     }
 
-    fn outcome(op: Operation, code: i32, r: RunResult) -> Outcome {
-        Outcome {
+    fn outcome(op: Operation, code: i32, r: RunResult) -> RunOutcome {
+        RunOutcome {
             operation: op,
             unit_result: if code == 0 { "success" } else { "exit-code" }.into(),
             exit_code: Some(code),

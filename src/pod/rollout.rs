@@ -1,12 +1,12 @@
 //! The pod's part in a paced rollout: its slot and its readiness gate.
 
-use super::{say, Outcome};
+use super::{say, RunOutcome};
 use crate::pace::Pacer;
 use std::time::{Duration, Instant};
 
 /// Sets the pod's readiness gate from the outcome, retried for a minute (the probe keeps
 /// the pod unready meanwhile: both must agree for Ready).
-pub(super) async fn mark_pod(p: &Pacer, pod: &str, outcome: &Outcome) {
+pub(super) async fn mark_pod(p: &Pacer, pod: &str, outcome: &RunOutcome) {
     let until = Instant::now() + Duration::from_secs(60);
     loop {
         match p.mark_pod(pod, outcome.proven(), &outcome.render()).await {
@@ -28,7 +28,7 @@ pub(super) async fn mark_pod(p: &Pacer, pod: &str, outcome: &Outcome) {
 
 /// A proven node frees its slot; any other outcome keeps it, marked failed with the words
 /// the pod printed. Retried for ten minutes: a slot left held stops the rollout.
-pub(super) async fn settle_slot(p: &Pacer, outcome: &Outcome) {
+pub(super) async fn settle_slot(p: &Pacer, outcome: &RunOutcome) {
     let until = Instant::now() + Duration::from_secs(600);
     let proven = outcome.proven();
     loop {
