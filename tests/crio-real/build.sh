@@ -39,7 +39,7 @@ CRICTL_VERSION=v1.34.0
 KUBE_VERSION=v1.34.4
 # The shim behind the test node's `vm` handler. containerd 2.x's shims answer CRI-O's vm
 # runtime type with a bootstrap protocol CRI-O does not parse ("unsupported shim version (3)",
-# docs/runtime-facts.md); 1.7's prints the plain address CRI-O expects. The same version CRI-O requires.
+# NODE-FACTS); 1.7's prints the plain address CRI-O expects. The same version CRI-O requires.
 SHIM_VERSION=v1.7.27
 
 cache=${KATA_LIVE_CRIO_REAL_CACHE:-/var/cache/kata-live/crio-real}
