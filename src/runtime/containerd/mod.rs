@@ -20,7 +20,7 @@ pub mod imports;
 
 pub use config::{ConfigVersion, ContainerdHandler, ImportMerge};
 pub use declarations::{config_files, config_files_with, declarations, Declarations};
-pub use detect::{detect_generator, detect_runtime, Detected, Generator, NodeFacts};
+pub use detect::{detect_generator, Generator};
 pub use effective::{compare_dump, compare_effective, Definition, Mismatch};
 pub use imports::{ensure_import, import_covering, remove_import, Edit, ImportError};
 
@@ -30,7 +30,7 @@ pub const MAIN_FILE: &str = "/etc/containerd/config.toml";
 pub const DROP_IN_DIR: &str = "/etc/containerd/conf.d";
 pub const DROP_IN_GLOB: &str = "/etc/containerd/conf.d/*.toml";
 
-use super::{Effective, Import, Runtime, Shadowing};
+use super::interface::{Effective, Import, Runtime, Shadowing};
 use crate::config::{Config, RuntimeKind};
 use crate::host::Host;
 use crate::runtime::containerd as ctrd;

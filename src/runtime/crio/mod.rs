@@ -6,7 +6,7 @@
 pub mod conf;
 pub mod drop_in;
 
-use super::{Effective, Import, Runtime, Shadowing};
+use super::interface::{Effective, Import, Runtime, Shadowing};
 use crate::config::{Config, Handler, RuntimeKind};
 use crate::host::Host;
 use futures_util::future::LocalBoxFuture;

@@ -1,0 +1,86 @@
+//! What every runtime provides (CRI-O in [`super::crio`], containerd in
+//! [`super::containerd`]): the one trait the flows talk to.
+
+use crate::config::RuntimeKind;
+use crate::host::Host;
+use futures_util::future::LocalBoxFuture;
+use std::path::{Path, PathBuf};
+
+/// Other files that declare the handler, by where they come against kata-live's drop-in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Shadowing {
+    pub before: Vec<PathBuf>,
+    pub after: Vec<PathBuf>,
+}
+
+/// The running daemon's definition of the handler: evidence, and what is wrong (`None`:
+/// it is the one kata-live wrote).
+pub type Effective = (serde_json::Value, Option<String>);
+
+pub trait Runtime {
+    fn kind(&self) -> RuntimeKind;
+    /// How the operator calls it: "CRI-O", "containerd".
+    fn name(&self) -> &'static str;
+    /// Why a handler the drop-in declares may not be listed, and where to look.
+    fn unlisted_hint(&self) -> String;
+    /// How the verdict names this runtime.
+    fn words(&self) -> crate::proof::RuntimeWords {
+        crate::proof::RuntimeWords {
+            name: self.name(),
+            unlisted: self.unlisted_hint(),
+        }
+    }
+    fn unit(&self) -> &str;
+    /// The CRI socket (not prefixed by `--root`).
+    fn socket(&self) -> &Path;
+    /// Whether a configuration reload exists at all (containerd has none).
+    fn reloads(&self) -> bool;
+    /// The drop-in kata-live owns (not prefixed by `--root`).
+    fn drop_in_path(&self) -> &Path;
+    /// The configuration key that names it.
+    fn drop_in_key(&self) -> &'static str;
+    /// The table header as the operator finds it in the files, e.g.
+    /// `[crio.runtime.runtimes.kata-remote]`.
+    fn table_name(&self) -> String;
+    /// The drop-in's content. `daemon_version`: the running daemon's CRI version, when the
+    /// form depends on it (containerd 1.7 replaces plugin sections whole).
+    fn render(&self, host: &Host, daemon_version: Option<&str>) -> Result<String, String>;
+    /// The handler's table in a drop-in text (what the effective definition must match).
+    fn written_table(&self, host: &Host, drop_in_text: &str) -> Option<toml::Table>;
+    /// The other files that declare the handler, in the runtime's reading order.
+    fn shadowing(&self, host: &Host) -> Result<Shadowing, String>;
+    /// What a file after ours does to our table, in words (for the refusal).
+    fn later_file_effect(&self) -> &'static str;
+    /// What the runtime does to an earlier file's table (for the notice).
+    fn earlier_file_effect(&self) -> &'static str;
+    /// A node this runtime must not be changed on (e.g. a containerd whose configuration a
+    /// distribution generates), in words.
+    fn refusal(&self, host: &Host) -> Option<String>;
+    /// Files whose change the running daemon must be newer than (beyond the drop-in and its
+    /// directory).
+    fn artifacts(&self) -> Vec<PathBuf>;
+    /// The daemon checks the handler's files when it starts and drops the handler when one
+    /// is missing: its listing then proves the files were there at its start, and a new
+    /// version replacing them in place needs no restart (see [`crate::plan::runtime_has_seen`]).
+    fn checks_files_at_start(&self) -> bool {
+        false
+    }
+    /// The handler's runtime files the daemon must be able to see: the binary it executes,
+    /// then the others (configuration files, wrapped binaries).
+    fn runtime_files(&self, host: &Host) -> (PathBuf, Vec<PathBuf>);
+    /// The main file that must import the drop-in, when the runtime needs that.
+    fn import(&self) -> Option<Import<'_>>;
+    /// Reads the running daemon's effective definition of the handler and compares it with
+    /// `wrote`.
+    fn effective<'a>(
+        &'a self,
+        host: &'a Host,
+        wrote: &'a toml::Table,
+    ) -> LocalBoxFuture<'a, Effective>;
+}
+
+/// containerd's main file and the import that makes it read the drop-in.
+pub struct Import<'a> {
+    pub main: &'a Path,
+    pub glob: &'a str,
+}
