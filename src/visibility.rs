@@ -51,14 +51,6 @@ impl fmt::Display for Missing {
     }
 }
 
-fn list(missing: &[Missing]) -> String {
-    missing
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum VisibilityError {
     #[error(
@@ -71,13 +63,13 @@ pub enum VisibilityError {
     },
     #[error(
         "runtime files the runtime could not use: {}. Fix the package (or the paths in \
-         /etc/kata-live/config.d/); nothing was changed", list_bad(.bad)
+         /etc/kata-live/config.d/); nothing was changed", list(.bad)
     )]
     Unusable { bad: Vec<Unusable> },
     #[error(
         "the new runtime files did not reach the runtime within {:.1} s: {}. The live apply may \
          still be writing them: check `rpm-ostree status`, then run again", .deadline.as_secs_f64(),
-        list_stale(.stale)
+        list(.stale)
     )]
     ContentNotVisible {
         stale: Vec<Stale>,
@@ -121,13 +113,6 @@ impl fmt::Display for Unusable {
     }
 }
 
-fn list_bad(bad: &[Unusable]) -> String {
-    bad.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 /// A runtime file whose content is not yet the package's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stale {
@@ -157,14 +142,6 @@ impl fmt::Display for Stale {
             self.checked.display()
         )
     }
-}
-
-fn list_stale(stale: &[Stale]) -> String {
-    stale
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 fn sha256_of(p: &Path) -> Option<String> {
@@ -223,7 +200,7 @@ pub async fn wait_content(
             return Ok(());
         }
         if first {
-            tracing::info!(stale = %list_stale(&stale), "waiting for the new runtime files' content");
+            tracing::info!(stale = %list(&stale), "waiting for the new runtime files' content");
             first = false;
         }
         if Instant::now() + POLL > until {
@@ -357,6 +334,15 @@ pub async fn wait_visible(
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Each item in words, `; `-separated.
+fn list(items: &[impl ToString]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]

@@ -321,6 +321,22 @@ impl PodDiff {
     }
 }
 
+impl PodDiff {
+    /// Files `change` under restarted (a replacement runs: its id and attempt), stopped (still
+    /// known, not running) or lost (gone).
+    fn place(&mut self, mut change: PodChange, replacement: Option<(String, u32)>, known: bool) {
+        match (replacement, known) {
+            (Some((id, attempt)), _) => {
+                change.replaced_by = Some(id);
+                change.new_attempt = Some(attempt);
+                self.restarted.push(change);
+            }
+            (None, true) => self.stopped.push(change),
+            (None, false) => self.lost.push(change),
+        }
+    }
+}
+
 /// Compares what was ready/running in `before` with `after`. Pure.
 pub fn diff_pods(before: &PodSnapshot, after: &PodSnapshot) -> PodDiff {
     let mut diff = PodDiff::default();
@@ -339,7 +355,7 @@ pub fn diff_pods(before: &PodSnapshot, after: &PodSnapshot) -> PodDiff {
             .ready_sandboxes()
             .filter(|n| n.id != s.id && n.key() == key)
             .max_by_key(|n| n.attempt);
-        let mut change = PodChange {
+        let change = PodChange {
             kind: ItemKind::Sandbox,
             id: s.id.clone(),
             pod: key,
@@ -349,15 +365,11 @@ pub fn diff_pods(before: &PodSnapshot, after: &PodSnapshot) -> PodDiff {
             new_attempt: None,
             state_after: now.map(|_| "SANDBOX_NOTREADY".to_string()),
         };
-        match (replacement, now) {
-            (Some(r), _) => {
-                change.replaced_by = Some(r.id.clone());
-                change.new_attempt = Some(r.attempt);
-                diff.restarted.push(change);
-            }
-            (None, Some(_)) => diff.stopped.push(change),
-            (None, None) => diff.lost.push(change),
-        }
+        diff.place(
+            change,
+            replacement.map(|r| (r.id.clone(), r.attempt)),
+            now.is_some(),
+        );
     }
 
     let after_ct: HashMap<&str, &ContainerRef> = after
@@ -375,7 +387,7 @@ pub fn diff_pods(before: &PodSnapshot, after: &PodSnapshot) -> PodDiff {
             .running_containers()
             .filter(|n| n.id != c.id && n.pod == c.pod && n.name == c.name)
             .max_by_key(|n| (n.attempt, n.id.clone()));
-        let mut change = PodChange {
+        let change = PodChange {
             kind: ItemKind::Container,
             id: c.id.clone(),
             pod: c.pod.clone(),
@@ -385,15 +397,11 @@ pub fn diff_pods(before: &PodSnapshot, after: &PodSnapshot) -> PodDiff {
             new_attempt: None,
             state_after: now.map(|n| n.state.clone()),
         };
-        match (replacement, now) {
-            (Some(r), _) => {
-                change.replaced_by = Some(r.id.clone());
-                change.new_attempt = Some(r.attempt);
-                diff.restarted.push(change);
-            }
-            (None, Some(_)) => diff.stopped.push(change),
-            (None, None) => diff.lost.push(change),
-        }
+        diff.place(
+            change,
+            replacement.map(|r| (r.id.clone(), r.attempt)),
+            now.is_some(),
+        );
     }
     diff
 }
