@@ -7,6 +7,7 @@
 
 pub mod containerd;
 pub mod crio;
+pub mod definition;
 
 use crate::config::{Config, RuntimeKind};
 use crate::host::Host;

@@ -9,6 +9,7 @@
 //! what the running CRI-O took (`crio status config`) with what kata-live wrote.
 
 use crate::host::Host;
+use crate::runtime::definition::{Definition, Mismatch};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -167,51 +168,16 @@ pub fn read_shadowing(host: &Host, ours: &Path, handler: &str) -> Result<Shadowi
     })
 }
 
-/// One key kata-live wrote whose effective value differs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Mismatch {
-    pub key: String,
-    pub wrote: String,
-    /// `None`: the effective table does not have the key at all.
-    pub effective: Option<String>,
-}
-
-/// How the running CRI-O's definition of the handler compares with ours.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "result", rename_all = "kebab-case")]
-pub enum Definition {
-    /// Every key kata-live wrote has the value it wrote (defaults CRI-O fills for the keys
-    /// left out are not compared).
-    Ours,
-    /// The effective configuration has no table for the handler.
-    Absent,
-    Differs {
-        keys: Vec<Mismatch>,
-    },
-}
-
-impl Definition {
-    /// What is wrong, for the verdict; `None` when it is ours.
-    pub fn problem(&self, handler: &str) -> Option<String> {
-        match self {
-            Definition::Ours => None,
-            Definition::Absent => Some(format!(
-                "the running CRI-O's effective configuration (`crio status config`) has no [crio.runtime.runtimes.{handler}] table"
-            )),
-            Definition::Differs { keys } => Some(format!(
-                "the running CRI-O's effective definition of handler {handler} is not the one kata-live wrote: {}; another drop-in declares [crio.runtime.runtimes.{handler}] and replaces ours (see `crio status config`)",
-                keys.iter()
-                    .map(|m| format!(
-                        "{} is {} (kata-live wrote {})",
-                        m.key,
-                        m.effective.as_deref().unwrap_or("missing"),
-                        m.wrote
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-        }
-    }
+/// What is wrong with CRI-O's definition, for the verdict; `None` when it is ours.
+pub fn problem(d: &Definition, handler: &str) -> Option<String> {
+    d.problem(
+        "CRI-O",
+        handler,
+        &format!("(`crio status config`) has no [crio.runtime.runtimes.{handler}] table"),
+        &format!(
+            "another drop-in declares [crio.runtime.runtimes.{handler}] and replaces ours (see `crio status config`)"
+        ),
+    )
 }
 
 /// The handler table of the drop-in kata-live renders: what the proof compares.
@@ -252,7 +218,8 @@ pub fn compare_effective(
         })
         .collect();
     Ok(if keys.is_empty() {
-        Definition::Ours
+        // CRI-O replaces the table whole: no other file's key can be in it.
+        Definition::Ours { foreign: None }
     } else {
         Definition::Differs { keys }
     })
@@ -464,7 +431,7 @@ no_sync_log = false
     fn effective_definition_with_defaults_is_ours() {
         assert_eq!(
             compare_effective(EFFECTIVE, "kata-remote", &ours()).unwrap(),
-            Definition::Ours
+            Definition::Ours { foreign: None }
         );
     }
 
@@ -482,7 +449,7 @@ no_sync_log = false
         };
         let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
         assert_eq!(names, ["runtime_pull_image", "runtime_root"]);
-        let msg = d.problem("kata-remote").unwrap();
+        let msg = problem(&d, "kata-remote").unwrap();
         assert!(
             msg.contains("runtime_root is \"/run/shadow\" (kata-live wrote \"/run/vc\")"),
             "{msg}"
@@ -526,7 +493,7 @@ allowed_annotations = []
         .unwrap();
         assert_eq!(
             compare_effective(EFFECTIVE_OMITTED, "kata-remote", &wrote).unwrap(),
-            Definition::Ours
+            Definition::Ours { foreign: None }
         );
         // Absent is zero, never a value we wrote that is not zero.
         let mut pull = wrote.clone();
