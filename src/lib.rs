@@ -19,6 +19,7 @@ pub mod logging;
 pub mod pace;
 pub mod plan;
 pub mod pod;
+pub mod process;
 pub mod report;
 pub mod rpm_ostree;
 pub mod runtime;
