@@ -12,6 +12,7 @@ pub mod files;
 pub mod flow;
 pub mod generate;
 pub mod host;
+pub mod http;
 pub mod install;
 pub mod kubelet;
 pub mod lock;

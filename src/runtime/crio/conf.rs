@@ -10,9 +10,6 @@
 
 use crate::host::Host;
 use crate::runtime::definition::{Definition, Mismatch};
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -267,46 +264,30 @@ fn holds(table: &toml::Table, key: &str, wrote: &toml::Value) -> bool {
 /// `GET /config` over the CRI socket (CRI-O answers plain HTTP/1.1 there, as for
 /// `crio status config`), within `timeout`.
 pub async fn get_config(socket: &Path, timeout: Duration) -> Result<String, CrioConfError> {
-    match tokio::time::timeout(timeout, get_inner(socket)).await {
-        Ok(r) => r,
-        Err(_) => Err(CrioConfError::Timeout {
-            socket: socket.to_path_buf(),
-            timeout,
-        }),
-    }
-}
-
-async fn get_inner(socket: &Path) -> Result<String, CrioConfError> {
     let fail = |reason: String| CrioConfError::Get {
         socket: socket.to_path_buf(),
         reason,
     };
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|e| fail(format!("connect: {e}")))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| fail(format!("handshake: {e}")))?;
-    let driver = tokio::spawn(conn);
-    let req = hyper::Request::get("/config")
-        .header(hyper::header::HOST, "localhost")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| fail(e.to_string()))?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let status = resp.status();
-    let body = Limited::new(resp.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| fail(format!("reading body: {e}")))?
-        .to_bytes();
-    driver.abort();
-    if !status.is_success() {
-        return Err(fail(format!("HTTP {status}")));
+    let connect = async {
+        tokio::net::UnixStream::connect(socket)
+            .await
+            .map_err(|e| format!("connect: {e}"))
+    };
+    let until = tokio::time::Instant::now() + timeout;
+    let answer = match crate::http::get(connect, "/config", "localhost", MAX_BODY, until).await {
+        Ok(a) => a,
+        Err(crate::http::GetError::Timeout) => {
+            return Err(CrioConfError::Timeout {
+                socket: socket.to_path_buf(),
+                timeout,
+            })
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    if !answer.status.is_success() {
+        return Err(fail(format!("HTTP {}", answer.status)));
     }
-    String::from_utf8(body.to_vec()).map_err(|e| fail(format!("body is not UTF-8: {e}")))
+    String::from_utf8(answer.body.to_vec()).map_err(|e| fail(format!("body is not UTF-8: {e}")))
 }
 
 #[cfg(test)]
@@ -321,6 +302,53 @@ mod tests {
 
     fn p(s: &str) -> PathBuf {
         PathBuf::from(s)
+    }
+
+    /// One answer on a unix socket, as CRI-O's HTTP handler on its CRI socket gives it.
+    fn serve_once(socket: &Path, reply: &'static str) {
+        let l = tokio::net::UnixListener::bind(socket).unwrap();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(buf[..n].starts_with(b"GET /config HTTP/1.1\r\n"));
+            s.write_all(reply.as_bytes()).await.unwrap();
+        });
+    }
+
+    #[tokio::test]
+    async fn get_config_reads_the_answer_and_names_the_socket() {
+        let d = tempfile::tempdir().unwrap();
+        let sock = d.path().join("crio.sock");
+        serve_once(
+            &sock,
+            "HTTP/1.1 200 OK\r\ncontent-length: 15\r\n\r\n[crio.runtime]\n",
+        );
+        let t = Duration::from_secs(10);
+        assert_eq!(get_config(&sock, t).await.unwrap(), "[crio.runtime]\n");
+
+        let sock = d.path().join("crio2.sock");
+        serve_once(
+            &sock,
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n",
+        );
+        let e = get_config(&sock, t).await.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "GET /config on {}: HTTP 500 Internal Server Error",
+                sock.display()
+            )
+        );
+
+        let e = get_config(&d.path().join("none.sock"), t)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, CrioConfError::Get { reason, .. } if reason.starts_with("connect: ")),
+            "{e}"
+        );
     }
 
     #[test]
