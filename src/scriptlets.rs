@@ -5,7 +5,6 @@
 //! Starting post-install units is not here: the flows do it over systemd D-Bus.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -13,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::config::PostInstall;
 use crate::host::Host;
+use crate::process::{ProcessError, Program};
 
 /// The executables used, injectable for tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,46 +127,22 @@ struct Runner {
 
 impl Runner {
     async fn run(&self, exe: &Path, args: &[String]) -> Result<String, ScriptletError> {
-        let mut command = exe.display().to_string();
-        for a in args {
-            command.push(' ');
-            command.push_str(a);
-        }
+        let command = crate::process::command_line(exe, args);
         tracing::debug!(command = %command, "post-install step");
-        let child = tokio::process::Command::new(exe)
+        let out = Program::new(exe)
             .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| {
-                if source.kind() == std::io::ErrorKind::NotFound {
-                    ScriptletError::ToolMissing {
-                        path: exe.to_path_buf(),
-                    }
-                } else {
-                    ScriptletError::Spawn {
-                        path: exe.to_path_buf(),
-                        source,
+            .output(self.until)
+            .await
+            .map_err(|e| match e {
+                ProcessError::NotFound { path, .. } => ScriptletError::ToolMissing { path },
+                ProcessError::Spawn { path, source } => ScriptletError::Spawn { path, source },
+                ProcessError::Timeout { .. } | ProcessError::Stopped { .. } => {
+                    ScriptletError::Timeout {
+                        command: command.clone(),
+                        deadline: self.deadline,
                     }
                 }
             })?;
-        let out = match tokio::time::timeout_at(self.until, child.wait_with_output()).await {
-            Err(_) => {
-                return Err(ScriptletError::Timeout {
-                    command,
-                    deadline: self.deadline,
-                })
-            }
-            Ok(Err(source)) => {
-                return Err(ScriptletError::Spawn {
-                    path: exe.to_path_buf(),
-                    source,
-                })
-            }
-            Ok(Ok(out)) => out,
-        };
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {

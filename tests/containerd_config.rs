@@ -17,9 +17,9 @@
 use kata_live::cri::{retry_until, CriClient};
 use kata_live::runtime::containerd::config::{self, ConfigVersion, ContainerdHandler};
 use kata_live::runtime::containerd::{
-    compare_dump, compare_effective, ensure_import, remove_import,
+    compare_dump, compare_effective, ensure_import, remove_import, Edit,
 };
-use kata_live::runtime::containerd::{Definition, Edit};
+use kata_live::runtime::definition::Definition;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -269,7 +269,9 @@ async fn containerd_2_reads_our_dropin_through_imports_and_serves_it() {
     capture("v2.1/dump.toml", &dump, tmp);
     assert_eq!(
         compare_dump(&dump, "kata-remote", &ours(v)).unwrap(),
-        Definition::Ours { foreign: vec![] },
+        Definition::Ours {
+            foreign: Some(vec![])
+        },
         "{dump}"
     );
 
@@ -302,7 +304,7 @@ async fn containerd_2_reads_our_dropin_through_imports_and_serves_it() {
     assert_eq!(
         compare_dump(&merged, "kata-remote", &ours(v)).unwrap(),
         Definition::Ours {
-            foreign: vec!["cni_conf_dir".into()]
+            foreign: Some(vec!["cni_conf_dir".into()])
         }
     );
     // ... and one that sets a key we wrote wins over ours: a mismatch.
@@ -399,7 +401,9 @@ async fn containerd_2_reads_our_dropin_through_imports_and_serves_it() {
     capture("v2.1/status-info-config.json", &format!("{pretty}\n"), tmp);
     assert_eq!(
         compare_effective(info, "kata-remote", &ours(v)).unwrap(),
-        Definition::Ours { foreign: vec![] },
+        Definition::Ours {
+            foreign: Some(vec![])
+        },
         "{pretty}"
     );
     let mut changed = ours(v);
@@ -460,7 +464,9 @@ async fn containerd_1_7_replaces_the_cri_section_of_the_main_file() {
     capture("v1.7/replace-dump.toml", &dump, tmp);
     assert_eq!(
         compare_dump(&dump, "kata-remote", &ours(v)).unwrap(),
-        Definition::Ours { foreign: vec![] }
+        Definition::Ours {
+            foreign: Some(vec![])
+        }
     );
     // The main file's CRI settings are gone: the drop-in's section replaced them all.
     let doc: toml::Table = toml::from_str(&dump).unwrap();
@@ -524,7 +530,9 @@ async fn containerd_1_7_replaces_the_cri_section_of_the_main_file() {
     );
     assert_eq!(
         compare_dump(&dump, "kata-remote", &ours(v)).unwrap(),
-        Definition::Ours { foreign: vec![] }
+        Definition::Ours {
+            foreign: Some(vec![])
+        }
     );
 
     let daemon = Daemon::start(&bin, &main, tmp.join("containerd.log"));
@@ -549,7 +557,9 @@ async fn containerd_1_7_replaces_the_cri_section_of_the_main_file() {
     capture("v1.7/status-info-config.json", &format!("{pretty}\n"), tmp);
     assert_eq!(
         compare_effective(info, "kata-remote", &ours(v)).unwrap(),
-        Definition::Ours { foreign: vec![] },
+        Definition::Ours {
+            foreign: Some(vec![])
+        },
         "{pretty}"
     );
 }

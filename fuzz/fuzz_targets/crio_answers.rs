@@ -4,7 +4,8 @@
 //! the configuration.
 #![no_main]
 use kata_live::cri::pods::handler_from_verbose_info;
-use kata_live::runtime::crio::conf::{compare_effective, Definition};
+use kata_live::runtime::crio::conf::compare_effective;
+use kata_live::runtime::definition::Definition;
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
 
@@ -18,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     wrote.insert("runtime_type".into(), "vm".into());
     // "Ours" only when the served table holds what we wrote: these two keys CRI-O always
     // prints, so they must be there with our values.
-    if let Ok(Definition::Ours) = compare_effective(config, "kata-remote", &wrote) {
+    if let Ok(Definition::Ours { .. }) = compare_effective(config, "kata-remote", &wrote) {
         let doc: toml::Table = toml::from_str(config).expect("judged, so it parsed");
         let table = &doc["crio"]["runtime"]["runtimes"]["kata-remote"];
         for (k, v) in &wrote {

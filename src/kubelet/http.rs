@@ -4,10 +4,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Bytes;
-use hyper::{Request, Uri};
-use hyper_util::rt::TokioIo;
+use hyper::Uri;
 
 use super::netns;
 
@@ -56,66 +53,46 @@ fn target(url: &str) -> Result<(Uri, SocketAddr), HttpError> {
 /// GET `url`, connecting from the network namespace `ns` (a `/proc/<pid>/ns/net` path; see
 /// [`netns`]) or from ours when `None`. The whole exchange is bounded by `timeout`.
 pub async fn get(url: &str, ns: Option<&Path>, timeout: Duration) -> Result<Response, HttpError> {
-    match tokio::time::timeout(timeout, get_inner(url, ns, timeout)).await {
-        Ok(r) => r,
-        Err(_) => Err(HttpError::Timeout {
+    let until = tokio::time::Instant::now() + timeout;
+    let (uri, addr) = target(url)?;
+    let connect = async {
+        match ns {
+            None => tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("connect {addr}: {e}")),
+            Some(ns) => {
+                let ns = ns.to_owned();
+                let std_stream = tokio::task::spawn_blocking(move || {
+                    netns::run_in(&ns, || {
+                        let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+                        s.set_nonblocking(true)?;
+                        Ok(s)
+                    })
+                })
+                .await
+                .map_err(|e| format!("connect task failed: {e}"))?
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("connect {addr}: {e}"))?;
+                tokio::net::TcpStream::from_std(std_stream).map_err(|e| e.to_string())
+            }
+        }
+    };
+    let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    match crate::http::get(connect, path, &authority, MAX_BODY, until).await {
+        Ok(answer) => Ok(Response {
+            status: answer.status.as_u16(),
+            body: String::from_utf8_lossy(&answer.body).into_owned(),
+        }),
+        Err(crate::http::GetError::Timeout) => Err(HttpError::Timeout {
             url: url.into(),
             timeout,
         }),
+        Err(e) => Err(HttpError::Get {
+            url: url.into(),
+            reason: e.to_string(),
+        }),
     }
-}
-
-async fn get_inner(url: &str, ns: Option<&Path>, timeout: Duration) -> Result<Response, HttpError> {
-    let (uri, addr) = target(url)?;
-    let fail = |reason: String| HttpError::Get {
-        url: url.into(),
-        reason,
-    };
-    let stream = match ns {
-        None => tokio::net::TcpStream::connect(addr)
-            .await
-            .map_err(|e| fail(format!("connect {addr}: {e}")))?,
-        Some(ns) => {
-            let ns = ns.to_owned();
-            let std_stream = tokio::task::spawn_blocking(move || {
-                netns::run_in(&ns, || {
-                    let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
-                    s.set_nonblocking(true)?;
-                    Ok(s)
-                })
-            })
-            .await
-            .map_err(|e| fail(format!("connect task failed: {e}")))?
-            .map_err(|e| fail(e.to_string()))?
-            .map_err(|e| fail(format!("connect {addr}: {e}")))?;
-            tokio::net::TcpStream::from_std(std_stream).map_err(|e| fail(e.to_string()))?
-        }
-    };
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| fail(format!("handshake: {e}")))?;
-    let driver = tokio::spawn(conn);
-    let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    let req = Request::get(path)
-        .header(hyper::header::HOST, authority)
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| fail(e.to_string()))?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let status = resp.status().as_u16();
-    let body = Limited::new(resp.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| fail(format!("reading body: {e}")))?
-        .to_bytes();
-    driver.abort();
-    Ok(Response {
-        status,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
 }
 
 /// Sum of CRI-O's `ListPodSandbox` operation counters in a Prometheus text exposition.

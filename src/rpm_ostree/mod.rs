@@ -31,13 +31,13 @@ pub use versions::{decide, evr_cmp, table, Action, Decision, Nevra, Offered, OnN
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::config::{Package, PackageRemoval};
+use crate::process::{ProcessError, Program};
 
 /// How long an interrupted rpm-ostree client gets to cancel its transaction and exit.
 const CANCEL_GRACE: Duration = crate::config::Deadlines::PACKAGE_CANCEL_GRACE;
@@ -856,12 +856,7 @@ impl RpmOstree {
     }
 
     fn command_line(&self, args: &[String]) -> String {
-        let mut s = self.exe.display().to_string();
-        for a in args {
-            s.push(' ');
-            s.push_str(a);
-        }
-        s
+        crate::process::command_line(&self.exe, args)
     }
 
     /// Runs `rpm-ostree ARGS` (no shell, no tty) until `until`; output to the log and,
@@ -869,65 +864,29 @@ impl RpmOstree {
     pub async fn run(&self, args: &[String], until: Instant) -> Result<RunOutput, RpmOstreeError> {
         let command = self.command_line(args);
         tracing::info!(command = %command, "running rpm-ostree");
-        let child = tokio::process::Command::new(&self.exe)
-            .args(args)
-            .env("RPMOSTREE_CLIENT_ID", CLIENT_ID)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // On timeout the future is dropped: kill the client rather than leak it.
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| {
-                if source.kind() == std::io::ErrorKind::NotFound {
-                    RpmOstreeError::NotFound {
-                        path: self.exe.clone(),
-                    }
-                } else {
-                    RpmOstreeError::Spawn {
-                        path: self.exe.clone(),
-                        source,
-                    }
-                }
-            })?;
         let deadline = until.saturating_duration_since(Instant::now());
-        let pid = child.id();
-        let waiting = child.wait_with_output();
-        tokio::pin!(waiting);
         // What Ctrl-C does to the client: rpm-ostree asks rpm-ostreed to cancel its
         // transaction on SIGINT, where a SIGKILL of the client alone would leave the daemon
-        // running it to its end. It gets a bounded moment for that; then dropping the child
-        // kills it.
-        let interrupt = || {
-            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGINT,
-                );
-            }
-        };
-        let finished = tokio::select! {
-            out = tokio::time::timeout_at(until, &mut waiting) => out,
-            signal = crate::stop::wait() => {
-                interrupt();
-                let _ = tokio::time::timeout(CANCEL_GRACE, &mut waiting).await;
-                return Err(RpmOstreeError::Interrupted { command, signal });
-            }
-        };
-        let out = match finished {
-            Err(_) => {
-                interrupt();
-                let _ = tokio::time::timeout(CANCEL_GRACE, &mut waiting).await;
-                return Err(RpmOstreeError::Timeout { command, deadline });
-            }
-            Ok(Err(source)) => {
-                return Err(RpmOstreeError::Spawn {
-                    path: self.exe.clone(),
-                    source,
-                })
-            }
-            Ok(Ok(out)) => out,
-        };
+        // running it to its end. It gets a bounded moment for that, then is killed.
+        let out = Program::new(&self.exe)
+            .args(args)
+            .env("RPMOSTREE_CLIENT_ID", CLIENT_ID)
+            .interrupt_first(nix::sys::signal::Signal::SIGINT, CANCEL_GRACE)
+            .heed_stop()
+            .output(until)
+            .await
+            .map_err(|e| match e {
+                ProcessError::NotFound { path, .. } => RpmOstreeError::NotFound { path },
+                ProcessError::Spawn { path, source } => RpmOstreeError::Spawn { path, source },
+                ProcessError::Timeout { .. } => RpmOstreeError::Timeout {
+                    command: command.clone(),
+                    deadline,
+                },
+                ProcessError::Stopped { signal, .. } => RpmOstreeError::Interrupted {
+                    command: command.clone(),
+                    signal,
+                },
+            })?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         // `status --json` output is large and not interesting in the log.

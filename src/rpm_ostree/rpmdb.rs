@@ -4,12 +4,13 @@
 //! live packages at once (docs/runtime-facts.md, "rpm-ostree apply-live").
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use tokio::time::Instant;
 
 use super::versions::Nevra;
+use crate::process::{ProcessError, Program};
 
 /// `rpm -q` output, one package per line: name, epoch (`(none)` → 0), version, release, arch.
 const QUERY_FORMAT: &str = "%{NAME}\\t%{EPOCHNUM}\\t%{VERSION}\\t%{RELEASE}\\t%{ARCH}\\n";
@@ -52,30 +53,26 @@ impl Rpmdb {
         if names.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let mut cmd = tokio::process::Command::new(&self.exe);
+        let mut program = Program::new(&self.exe);
         if self.root != Path::new("/") {
-            cmd.arg("--root").arg(&self.root);
+            program = program.args([OsStr::new("--root"), self.root.as_os_str()]);
         }
-        cmd.arg("-q").arg("--qf").arg(QUERY_FORMAT).args(names);
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| RpmdbError::Spawn {
-                path: self.exe.clone(),
-                source,
-            })?;
         // Exit 1 only says that some names are not installed: the lines tell which are.
-        let out = tokio::time::timeout_at(until, child.wait_with_output())
+        let out = program
+            .args(["-q", "--qf", QUERY_FORMAT])
+            .args(names)
+            .discard_stderr()
+            .output(until)
             .await
-            .map_err(|_| RpmdbError::Timeout {
-                command: format!("{} -q {}", self.exe.display(), names.join(" ")),
-            })?
-            .map_err(|source| RpmdbError::Spawn {
-                path: self.exe.clone(),
-                source,
+            .map_err(|e| match e {
+                ProcessError::NotFound { path, source } | ProcessError::Spawn { path, source } => {
+                    RpmdbError::Spawn { path, source }
+                }
+                ProcessError::Timeout { .. } | ProcessError::Stopped { .. } => {
+                    RpmdbError::Timeout {
+                        command: format!("{} -q {}", self.exe.display(), names.join(" ")),
+                    }
+                }
             })?;
         Ok(parse_query(&String::from_utf8_lossy(&out.stdout)))
     }

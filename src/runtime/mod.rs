@@ -7,6 +7,7 @@
 
 pub mod containerd;
 pub mod crio;
+pub mod definition;
 mod detect;
 mod interface;
 

@@ -20,6 +20,7 @@ use zbus::{OwnedVariant, Variant};
 use super::client::{JobKind, Systemd, UnitSnapshot};
 use super::jobs::{self, ErrorClass};
 use super::{SystemdError, UnitState};
+use crate::process::Program;
 
 /// Where to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -395,27 +396,21 @@ impl JournalFollower {
             return;
         };
         let run = |extra: Vec<String>| {
-            tokio::process::Command::new(program)
+            Program::new(program)
                 .args(args)
                 .args(extra)
-                .stdin(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .output()
+                .discard_stderr()
+                .output(tokio::time::Instant::now() + Duration::from_secs(5))
         };
-        let bound = Duration::from_secs(5);
-        let _ = tokio::time::timeout(bound, run(vec!["--sync".into()])).await;
-        let all = tokio::time::timeout(
-            bound,
-            run(["--lines=all", "-q", "-o", "cat", "--no-pager"]
-                .iter()
-                .map(|s| s.to_string())
-                .chain(self.matches.iter().cloned())
-                .collect()),
-        )
+        let _ = run(vec!["--sync".into()]).await;
+        let all = run(["--lines=all", "-q", "-o", "cat", "--no-pager"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(self.matches.iter().cloned())
+            .collect())
         .await;
         match all {
-            Ok(Ok(out)) => {
+            Ok(out) => {
                 let text = String::from_utf8_lossy(&out.stdout);
                 for line in text.lines().skip(self.shown) {
                     self.shown += 1;

@@ -13,58 +13,22 @@
 //! values kata-live did not write) are reported as `foreign`, not as a mismatch.
 
 use super::config::ConfigVersion;
-use serde::Serialize;
+use crate::runtime::definition::{Definition, Mismatch};
 use serde_json::Value as Json;
 
-/// One key kata-live wrote whose effective value differs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Mismatch {
-    /// The TOML key (`options.ConfigPath` for a shim option).
-    pub key: String,
-    pub wrote: String,
-    /// `None`: the effective table does not have the key at all.
-    pub effective: Option<String>,
-}
-
-/// How the running containerd's definition of the handler compares with ours.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "result", rename_all = "kebab-case")]
-pub enum Definition {
-    /// Every key kata-live wrote has the value it wrote. `foreign`: keys kata-live did not
-    /// write that hold a non-default value (set by another file, merged into ours).
-    Ours {
-        foreign: Vec<String>,
-    },
-    /// The effective configuration has no table for the handler.
-    Absent,
-    Differs {
-        keys: Vec<Mismatch>,
-    },
-}
-
-impl Definition {
-    /// What is wrong, for the verdict; `None` when it is ours.
-    pub fn problem(&self, handler: &str, version: ConfigVersion) -> Option<String> {
-        let table = version.table_path(handler);
-        match self {
-            Definition::Ours { .. } => None,
-            Definition::Absent => Some(format!(
-                "the running containerd's effective configuration (CRI Status, verbose) has no runtime {handler}: the drop-in is not imported, or was not read ([{table}])"
-            )),
-            Definition::Differs { keys } => Some(format!(
-                "the running containerd's effective definition of handler {handler} is not the one kata-live wrote: {}; another imported file sets these keys of [{table}] after ours (see `containerd config dump`)",
-                keys.iter()
-                    .map(|m| format!(
-                        "{} is {} (kata-live wrote {})",
-                        m.key,
-                        m.effective.as_deref().unwrap_or("missing"),
-                        m.wrote
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-        }
-    }
+/// What is wrong with containerd's definition, for the verdict; `None` when it is ours.
+pub fn problem(d: &Definition, handler: &str, version: ConfigVersion) -> Option<String> {
+    let table = version.table_path(handler);
+    d.problem(
+        "containerd",
+        handler,
+        &format!(
+            "(CRI Status, verbose) has no runtime {handler}: the drop-in is not imported, or was not read ([{table}])"
+        ),
+        &format!(
+            "another imported file sets these keys of [{table}] after ours (see `containerd config dump`)"
+        ),
+    )
 }
 
 /// The JSON name containerd's CRI config gives a runtime's TOML key (Go struct tags of
@@ -169,7 +133,9 @@ fn compare_runtime(
         );
     }
     foreign.sort();
-    Definition::Ours { foreign }
+    Definition::Ours {
+        foreign: Some(foreign),
+    }
 }
 
 /// Pure: compares the running daemon's `info["config"]` (verbose CRI `Status`) with the
@@ -284,7 +250,9 @@ mod tests {
     #[test]
     fn real_dump_and_status_hold_our_runtime() {
         let v = ConfigVersion::V3;
-        let clean = Definition::Ours { foreign: vec![] };
+        let clean = Definition::Ours {
+            foreign: Some(vec![]),
+        };
         assert_eq!(
             compare_dump(V21_DUMP, "kata-remote", &ours(v)).unwrap(),
             clean
@@ -329,7 +297,7 @@ mod tests {
         };
         let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
         assert_eq!(names, ["options.ConfigPath", "runtime_type"]);
-        let msg = d.problem("kata-remote", ConfigVersion::V3).unwrap();
+        let msg = problem(&d, "kata-remote", ConfigVersion::V3).unwrap();
         assert!(
             msg.contains("runtime_type is \"io.containerd.kata.v2\" (kata-live wrote \"io.containerd.kata-remote.v2\")"),
             "{msg}"
@@ -349,12 +317,11 @@ mod tests {
             compare_effective(&status.to_string(), "kata-remote", &ours(ConfigVersion::V3))
                 .unwrap(),
             Definition::Ours {
-                foreign: vec!["cniConfDir".into(), "options.Debug".into()]
+                foreign: Some(vec!["cniConfDir".into(), "options.Debug".into()])
             }
         );
         assert_eq!(
-            Definition::Absent
-                .problem("kata-remote", ConfigVersion::V2)
+            problem(&Definition::Absent, "kata-remote", ConfigVersion::V2)
                 .map(|m| m.contains("io.containerd.grpc.v1.cri")),
             Some(true)
         );

@@ -21,7 +21,7 @@ pub mod imports;
 pub use config::{ConfigVersion, ContainerdHandler, ImportMerge};
 pub use declarations::{config_files, config_files_with, declarations, Declarations};
 pub use detect::{detect_generator, Generator};
-pub use effective::{compare_dump, compare_effective, Definition, Mismatch};
+pub use effective::{compare_dump, compare_effective};
 pub use imports::{ensure_import, import_covering, remove_import, Edit, ImportError};
 
 /// containerd's default main file (`--config`).
@@ -242,7 +242,7 @@ impl Runtime for Containerd {
             let version = self.version(host).unwrap_or(ctrd::ConfigVersion::V3);
             match got {
                 Ok(d) => {
-                    let problem = d.problem(name, version);
+                    let problem = ctrd::effective::problem(&d, name, version);
                     (serde_json::json!(d), problem)
                 }
                 Err(e) => (

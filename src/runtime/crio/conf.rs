@@ -9,9 +9,7 @@
 //! what the running CRI-O took (`crio status config`) with what kata-live wrote.
 
 use crate::host::Host;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
+use crate::runtime::definition::{Definition, Mismatch};
 use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -167,51 +165,16 @@ pub fn read_shadowing(host: &Host, ours: &Path, handler: &str) -> Result<Shadowi
     })
 }
 
-/// One key kata-live wrote whose effective value differs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Mismatch {
-    pub key: String,
-    pub wrote: String,
-    /// `None`: the effective table does not have the key at all.
-    pub effective: Option<String>,
-}
-
-/// How the running CRI-O's definition of the handler compares with ours.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "result", rename_all = "kebab-case")]
-pub enum Definition {
-    /// Every key kata-live wrote has the value it wrote (defaults CRI-O fills for the keys
-    /// left out are not compared).
-    Ours,
-    /// The effective configuration has no table for the handler.
-    Absent,
-    Differs {
-        keys: Vec<Mismatch>,
-    },
-}
-
-impl Definition {
-    /// What is wrong, for the verdict; `None` when it is ours.
-    pub fn problem(&self, handler: &str) -> Option<String> {
-        match self {
-            Definition::Ours => None,
-            Definition::Absent => Some(format!(
-                "the running CRI-O's effective configuration (`crio status config`) has no [crio.runtime.runtimes.{handler}] table"
-            )),
-            Definition::Differs { keys } => Some(format!(
-                "the running CRI-O's effective definition of handler {handler} is not the one kata-live wrote: {}; another drop-in declares [crio.runtime.runtimes.{handler}] and replaces ours (see `crio status config`)",
-                keys.iter()
-                    .map(|m| format!(
-                        "{} is {} (kata-live wrote {})",
-                        m.key,
-                        m.effective.as_deref().unwrap_or("missing"),
-                        m.wrote
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-        }
-    }
+/// What is wrong with CRI-O's definition, for the verdict; `None` when it is ours.
+pub fn problem(d: &Definition, handler: &str) -> Option<String> {
+    d.problem(
+        "CRI-O",
+        handler,
+        &format!("(`crio status config`) has no [crio.runtime.runtimes.{handler}] table"),
+        &format!(
+            "another drop-in declares [crio.runtime.runtimes.{handler}] and replaces ours (see `crio status config`)"
+        ),
+    )
 }
 
 /// The handler table of the drop-in kata-live renders: what the proof compares.
@@ -252,7 +215,8 @@ pub fn compare_effective(
         })
         .collect();
     Ok(if keys.is_empty() {
-        Definition::Ours
+        // CRI-O replaces the table whole: no other file's key can be in it.
+        Definition::Ours { foreign: None }
     } else {
         Definition::Differs { keys }
     })
@@ -300,46 +264,30 @@ fn holds(table: &toml::Table, key: &str, wrote: &toml::Value) -> bool {
 /// `GET /config` over the CRI socket (CRI-O answers plain HTTP/1.1 there, as for
 /// `crio status config`), within `timeout`.
 pub async fn get_config(socket: &Path, timeout: Duration) -> Result<String, CrioConfError> {
-    match tokio::time::timeout(timeout, get_inner(socket)).await {
-        Ok(r) => r,
-        Err(_) => Err(CrioConfError::Timeout {
-            socket: socket.to_path_buf(),
-            timeout,
-        }),
-    }
-}
-
-async fn get_inner(socket: &Path) -> Result<String, CrioConfError> {
     let fail = |reason: String| CrioConfError::Get {
         socket: socket.to_path_buf(),
         reason,
     };
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|e| fail(format!("connect: {e}")))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| fail(format!("handshake: {e}")))?;
-    let driver = tokio::spawn(conn);
-    let req = hyper::Request::get("/config")
-        .header(hyper::header::HOST, "localhost")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| fail(e.to_string()))?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let status = resp.status();
-    let body = Limited::new(resp.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| fail(format!("reading body: {e}")))?
-        .to_bytes();
-    driver.abort();
-    if !status.is_success() {
-        return Err(fail(format!("HTTP {status}")));
+    let connect = async {
+        tokio::net::UnixStream::connect(socket)
+            .await
+            .map_err(|e| format!("connect: {e}"))
+    };
+    let until = tokio::time::Instant::now() + timeout;
+    let answer = match crate::http::get(connect, "/config", "localhost", MAX_BODY, until).await {
+        Ok(a) => a,
+        Err(crate::http::GetError::Timeout) => {
+            return Err(CrioConfError::Timeout {
+                socket: socket.to_path_buf(),
+                timeout,
+            })
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    if !answer.status.is_success() {
+        return Err(fail(format!("HTTP {}", answer.status)));
     }
-    String::from_utf8(body.to_vec()).map_err(|e| fail(format!("body is not UTF-8: {e}")))
+    String::from_utf8(answer.body.to_vec()).map_err(|e| fail(format!("body is not UTF-8: {e}")))
 }
 
 #[cfg(test)]
@@ -354,6 +302,53 @@ mod tests {
 
     fn p(s: &str) -> PathBuf {
         PathBuf::from(s)
+    }
+
+    /// One answer on a unix socket, as CRI-O's HTTP handler on its CRI socket gives it.
+    fn serve_once(socket: &Path, reply: &'static str) {
+        let l = tokio::net::UnixListener::bind(socket).unwrap();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(buf[..n].starts_with(b"GET /config HTTP/1.1\r\n"));
+            s.write_all(reply.as_bytes()).await.unwrap();
+        });
+    }
+
+    #[tokio::test]
+    async fn get_config_reads_the_answer_and_names_the_socket() {
+        let d = tempfile::tempdir().unwrap();
+        let sock = d.path().join("crio.sock");
+        serve_once(
+            &sock,
+            "HTTP/1.1 200 OK\r\ncontent-length: 15\r\n\r\n[crio.runtime]\n",
+        );
+        let t = Duration::from_secs(10);
+        assert_eq!(get_config(&sock, t).await.unwrap(), "[crio.runtime]\n");
+
+        let sock = d.path().join("crio2.sock");
+        serve_once(
+            &sock,
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n",
+        );
+        let e = get_config(&sock, t).await.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "GET /config on {}: HTTP 500 Internal Server Error",
+                sock.display()
+            )
+        );
+
+        let e = get_config(&d.path().join("none.sock"), t)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, CrioConfError::Get { reason, .. } if reason.starts_with("connect: ")),
+            "{e}"
+        );
     }
 
     #[test]
@@ -464,7 +459,7 @@ no_sync_log = false
     fn effective_definition_with_defaults_is_ours() {
         assert_eq!(
             compare_effective(EFFECTIVE, "kata-remote", &ours()).unwrap(),
-            Definition::Ours
+            Definition::Ours { foreign: None }
         );
     }
 
@@ -482,7 +477,7 @@ no_sync_log = false
         };
         let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
         assert_eq!(names, ["runtime_pull_image", "runtime_root"]);
-        let msg = d.problem("kata-remote").unwrap();
+        let msg = problem(&d, "kata-remote").unwrap();
         assert!(
             msg.contains("runtime_root is \"/run/shadow\" (kata-live wrote \"/run/vc\")"),
             "{msg}"
@@ -526,7 +521,7 @@ allowed_annotations = []
         .unwrap();
         assert_eq!(
             compare_effective(EFFECTIVE_OMITTED, "kata-remote", &wrote).unwrap(),
-            Definition::Ours
+            Definition::Ours { foreign: None }
         );
         // Absent is zero, never a value we wrote that is not zero.
         let mut pull = wrote.clone();

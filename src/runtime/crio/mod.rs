@@ -124,7 +124,7 @@ impl Runtime for Crio {
                 });
             match got {
                 Ok(d) => {
-                    let problem = d.problem(handler);
+                    let problem = crate::runtime::crio::conf::problem(&d, handler);
                     (serde_json::json!(d), problem)
                 }
                 Err(e) => (
