@@ -159,11 +159,11 @@ async fn hand_off(ctx: &Ctx, sub: &str, no_detach: bool) -> Result<Option<ExitCo
     }
     let cgroup = handoff::read_self_cgroup(&ctx.host.proc).unwrap_or_default();
     match handoff::should_hand_off(&cgroup, no_detach, "kata-live") {
-        handoff::Decision::RunInPlace(why) => {
+        handoff::Placement::RunInPlace(why) => {
             tracing::debug!("running in place: {why}");
             Ok(None)
         }
-        handoff::Decision::HandOff(why) => {
+        handoff::Placement::HandOff(why) => {
             let unit = handoff::handoff_unit_name(sub);
             eprintln!("kata-live: {why}; handing the run to the host's systemd as {unit}");
             let exe = std::env::current_exe().map_err(AppError::Runtime)?;

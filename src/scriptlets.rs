@@ -64,7 +64,7 @@ pub enum ScriptletError {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "outcome")]
-pub enum StepOutcome {
+pub enum ScriptletOutcome {
     Ran,
     /// Ran a command that is idempotent by itself (changes nothing already in place).
     Ensured,
@@ -75,11 +75,11 @@ pub enum StepOutcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Step {
+pub struct Scriptlet {
     /// E.g. `selinux-module kata`, `selinux-boolean container_use_devices=on`.
     pub what: String,
     #[serde(flatten)]
-    pub outcome: StepOutcome,
+    pub outcome: ScriptletOutcome,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -87,7 +87,7 @@ pub struct ScriptletReport {
     /// What the host's selinuxfs said; `None` when no SELinux step was configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selinux: Option<Selinux>,
-    pub steps: Vec<Step>,
+    pub steps: Vec<Scriptlet>,
 }
 
 /// SELinux on the host, as its selinuxfs says (`enforce`: 1 or 0; no file: not enabled).
@@ -116,7 +116,9 @@ impl ScriptletReport {
     /// True when some step changed the host (an `Ensured` step may have, but is not
     /// counted).
     pub fn changed(&self) -> bool {
-        self.steps.iter().any(|s| s.outcome == StepOutcome::Ran)
+        self.steps
+            .iter()
+            .any(|s| s.outcome == ScriptletOutcome::Ran)
     }
 }
 
@@ -216,9 +218,9 @@ pub async fn run_scriptlets(
             cfg.selinuxfs.display()
         );
         tracing::warn!("{why}");
-        report.steps.push(Step {
+        report.steps.push(Scriptlet {
             what: "selinux".into(),
-            outcome: StepOutcome::Skipped { why },
+            outcome: ScriptletOutcome::Skipped { why },
         });
     }
     let selinux_on = selinux.is_some_and(|s| s != Selinux::NotEnabled);
@@ -228,9 +230,9 @@ pub async fn run_scriptlets(
         for m in &cfg.selinux_modules {
             let what = format!("selinux-module {}", m.name);
             if loaded.contains(&m.name) {
-                report.steps.push(Step {
+                report.steps.push(Scriptlet {
                     what,
-                    outcome: StepOutcome::Skipped {
+                    outcome: ScriptletOutcome::Skipped {
                         why: "listed by semodule -l".into(),
                     },
                 });
@@ -249,9 +251,9 @@ pub async fn run_scriptlets(
             )
             .await?;
             tracing::info!(module = %m.name, "SELinux module loaded");
-            report.steps.push(Step {
+            report.steps.push(Scriptlet {
                 what,
-                outcome: StepOutcome::Ran,
+                outcome: ScriptletOutcome::Ran,
             });
         }
     }
@@ -264,9 +266,9 @@ pub async fn run_scriptlets(
             output: out.clone(),
         })?;
         if have == *want {
-            report.steps.push(Step {
+            report.steps.push(Scriptlet {
                 what,
-                outcome: StepOutcome::Skipped {
+                outcome: ScriptletOutcome::Skipped {
                     why: format!("getsebool says {}", on_off(have)),
                 },
             });
@@ -278,9 +280,9 @@ pub async fn run_scriptlets(
         )
         .await?;
         tracing::info!(boolean = %name, value = on_off(*want), "SELinux boolean set");
-        report.steps.push(Step {
+        report.steps.push(Scriptlet {
             what,
-            outcome: StepOutcome::Ran,
+            outcome: ScriptletOutcome::Ran,
         });
     }
 
@@ -295,9 +297,9 @@ pub async fn run_scriptlets(
             args.push(host.path(f).to_string_lossy().into_owned());
         }
         r.run(&tools.systemd_tmpfiles, &args).await?;
-        report.steps.push(Step {
+        report.steps.push(Scriptlet {
             what: "systemd-tmpfiles --create".into(),
-            outcome: StepOutcome::Ensured,
+            outcome: ScriptletOutcome::Ensured,
         });
     }
     Ok(report)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kata_live::config::{PostInstall, SelinuxModule};
 use kata_live::host::Host;
-use kata_live::scriptlets::{run_scriptlets, ScriptletError, StepOutcome, Tools};
+use kata_live::scriptlets::{run_scriptlets, ScriptletError, ScriptletOutcome, Tools};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -107,33 +107,33 @@ async fn first_run_changes_second_run_makes_no_mutating_call() {
         .await
         .unwrap();
     assert!(first.changed());
-    let outcomes: Vec<(&str, &StepOutcome)> = first
+    let outcomes: Vec<(&str, &ScriptletOutcome)> = first
         .steps
         .iter()
         .map(|s| (s.what.as_str(), &s.outcome))
         .collect();
-    assert_eq!(outcomes[0], ("selinux-module kata", &StepOutcome::Ran));
+    assert_eq!(outcomes[0], ("selinux-module kata", &ScriptletOutcome::Ran));
     assert!(matches!(
         outcomes[1],
-        ("selinux-module container", StepOutcome::Skipped { .. })
+        ("selinux-module container", ScriptletOutcome::Skipped { .. })
     ));
     assert_eq!(
         outcomes[2],
         (
             "selinux-boolean container_use_devices=on",
-            &StepOutcome::Ran
+            &ScriptletOutcome::Ran
         )
     );
     assert!(matches!(
         outcomes[3],
         (
             "selinux-boolean virt_use_nfs=off",
-            StepOutcome::Skipped { .. }
+            ScriptletOutcome::Skipped { .. }
         )
     ));
     assert_eq!(
         outcomes[4],
-        ("systemd-tmpfiles --create", &StepOutcome::Ensured)
+        ("systemd-tmpfiles --create", &ScriptletOutcome::Ensured)
     );
 
     let c = calls(&state);
@@ -244,7 +244,7 @@ async fn without_selinux_the_selinux_steps_are_skipped_not_failed() {
     assert_eq!(r.steps.len(), 1, "{:?}", r.steps);
     assert_eq!(r.steps[0].what, "selinux");
     assert!(
-        matches!(&r.steps[0].outcome, StepOutcome::Skipped { why } if why.contains("SELinux is not enabled")),
+        matches!(&r.steps[0].outcome, ScriptletOutcome::Skipped { why } if why.contains("SELinux is not enabled")),
         "{:?}",
         r.steps
     );

@@ -479,7 +479,7 @@ impl Step for PostInstall {
             let changed = report
                 .steps
                 .iter()
-                .filter(|s| s.outcome == scriptlets::StepOutcome::Ran)
+                .filter(|s| s.outcome == scriptlets::ScriptletOutcome::Ran)
                 .count();
             let n = report.steps.len();
             Ok(Done::ran(format!(

@@ -24,7 +24,7 @@ use crate::process::Program;
 
 /// Where to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum Placement {
     /// Run in this process. The reason is for the log.
     RunInPlace(String),
     /// Hand the run to a transient unit: this process would not survive a CRI-O restart.
@@ -58,9 +58,9 @@ pub fn should_hand_off(
     cgroup_file_contents: &str,
     no_detach: bool,
     own_unit_prefix: &str,
-) -> Decision {
+) -> Placement {
     if no_detach {
-        return Decision::RunInPlace("--no-detach given".to_string());
+        return Placement::RunInPlace("--no-detach given".to_string());
     }
     let paths: Vec<&str> = cgroup_file_contents
         .lines()
@@ -68,29 +68,29 @@ pub fn should_hand_off(
         .filter(|p| !p.is_empty())
         .collect();
     if paths.is_empty() {
-        return Decision::HandOff("no cgroup information: assuming a container".to_string());
+        return Placement::HandOff("no cgroup information: assuming a container".to_string());
     }
     for p in &paths {
         if let Some(c) = p
             .split('/')
             .find(|c| c.starts_with(own_unit_prefix) && c.ends_with(".service"))
         {
-            return Decision::RunInPlace(format!("already inside our unit {c}"));
+            return Placement::RunInPlace(format!("already inside our unit {c}"));
         }
     }
     for p in &paths {
         if let Some(c) = p.split('/').find(|c| container_marker(c)) {
-            return Decision::HandOff(format!(
+            return Placement::HandOff(format!(
                 "running inside {c} (cgroup {p}), which a restart of the container runtime may kill"
             ));
         }
     }
     if paths.iter().all(|p| *p == "/") {
-        return Decision::HandOff(
+        return Placement::HandOff(
             "cgroup path is / (private cgroup namespace): assuming a container".to_string(),
         );
     }
-    Decision::RunInPlace(format!("cgroup {} is not a container", paths[0]))
+    Placement::RunInPlace(format!("cgroup {} is not a container", paths[0]))
 }
 
 /// Read `/proc/self/cgroup` under an injectable proc directory.
@@ -476,7 +476,7 @@ mod tests {
         let cg = "0::/kubepods.slice/kubepods-besteffort.slice/crio-abc.scope\n";
         assert!(matches!(
             should_hand_off(cg, true, P),
-            Decision::RunInPlace(_)
+            Placement::RunInPlace(_)
         ));
     }
 
@@ -488,7 +488,7 @@ mod tests {
             "0::/system.slice/crio-conmon-0123.scope\n",
             "0::/machine.slice/libpod-0123.scope/container\n",
         ] {
-            assert!(matches!(should_hand_off(cg, false, P), Decision::HandOff(_)), "{cg}");
+            assert!(matches!(should_hand_off(cg, false, P), Placement::HandOff(_)), "{cg}");
         }
     }
 
@@ -496,11 +496,11 @@ mod tests {
     fn private_cgroup_namespace_hands_off() {
         assert!(matches!(
             should_hand_off("0::/\n", false, P),
-            Decision::HandOff(_)
+            Placement::HandOff(_)
         ));
         assert!(matches!(
             should_hand_off("", false, P),
-            Decision::HandOff(_)
+            Placement::HandOff(_)
         ));
     }
 
@@ -511,7 +511,7 @@ mod tests {
             "0::/system.slice/kata-live-install.service\n",
             "1:name=systemd:/system.slice/kata-live-handoff-uninstall.service\n0::/system.slice/kata-live-handoff-uninstall.service\n",
         ] {
-            assert!(matches!(should_hand_off(cg, false, P), Decision::RunInPlace(_)), "{cg}");
+            assert!(matches!(should_hand_off(cg, false, P), Placement::RunInPlace(_)), "{cg}");
         }
     }
 
@@ -520,12 +520,12 @@ mod tests {
         let cg = "0::/user.slice/user-0.slice/session-3.scope\n";
         assert!(matches!(
             should_hand_off(cg, false, P),
-            Decision::RunInPlace(_)
+            Placement::RunInPlace(_)
         ));
         let cg = "0::/system.slice/sshd.service\n";
         assert!(matches!(
             should_hand_off(cg, false, P),
-            Decision::RunInPlace(_)
+            Placement::RunInPlace(_)
         ));
     }
 

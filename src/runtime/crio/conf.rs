@@ -10,7 +10,7 @@
 
 use crate::host::Host;
 use crate::runtime::definition::{Definition, Mismatch};
-use serde::Serialize;
+use crate::runtime::Shadowing;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -37,15 +37,6 @@ pub enum CrioConfError {
     Get { socket: PathBuf, reason: String },
     #[error("GET /config on {socket}: no answer within {:.1} s", .timeout.as_secs_f64())]
     Timeout { socket: PathBuf, timeout: Duration },
-}
-
-/// The files besides ours that declare the handler, split by where they sort against ours.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
-pub struct Shadowing {
-    /// Read before ours: their table is replaced by ours.
-    pub before: Vec<PathBuf>,
-    /// Read after ours: theirs replaces ours.
-    pub after: Vec<PathBuf>,
 }
 
 /// Where `path` comes in CRI-O's reading order: the main file first, then the drop-ins by

@@ -67,16 +67,8 @@ impl Runtime for Crio {
         crate::runtime::crio::conf::written_table(drop_in_text, &self.handler.name)
     }
     fn shadowing(&self, host: &Host) -> Result<Shadowing, String> {
-        let s = crate::runtime::crio::conf::read_shadowing(
-            host,
-            &self.handler.drop_in,
-            &self.handler.name,
-        )
-        .map_err(|e| e.to_string())?;
-        Ok(Shadowing {
-            before: s.before,
-            after: s.after,
-        })
+        crate::runtime::crio::conf::read_shadowing(host, &self.handler.drop_in, &self.handler.name)
+            .map_err(|e| e.to_string())
     }
     fn later_file_effect(&self) -> &'static str {
         "CRI-O would replace kata-live's definition with that one"
