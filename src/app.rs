@@ -105,7 +105,11 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
     // refusal is); until then the run carries CRI-O's settings, the configuration's default.
     let (kind, rt_why, rt_problem) = match crate::runtime::resolve(&loaded, host, Some(units)) {
         Ok((k, why)) => (k, why, None),
-        Err(why) => (crate::config::RuntimeKind::Crio, String::new(), Some(why)),
+        Err(why) => (
+            crate::config::RuntimeKind::Crio,
+            String::new(),
+            Some(why.to_string()),
+        ),
     };
     tracing::debug!(runtime = %kind, "runtime: {rt_why}");
     let ctx = Ctx {
@@ -210,7 +214,7 @@ fn print_config(loaded: &Loaded, host: &Host, json: bool) {
     if json {
         let (kind, source, error) = match &runtime {
             Ok((k, why)) => (Some(k.to_string()), Some(why.clone()), None),
-            Err(e) => (None, None, Some(e.clone())),
+            Err(e) => (None, None, Some(e.to_string())),
         };
         let v = serde_json::json!({
             "config": loaded.config,

@@ -195,7 +195,10 @@ impl Ctx {
         &self,
         daemon_version: Option<&str>,
     ) -> Result<crate::files::DropInState, String> {
-        let desired = self.rt.render(&self.host, daemon_version)?;
+        let desired = self
+            .rt
+            .render(&self.host, daemon_version)
+            .map_err(|e| e.to_string())?;
         let current = self.drop_in().read().map_err(|e| e.to_string())?;
         Ok(crate::files::classify(current.as_deref(), &desired))
     }

@@ -1,6 +1,7 @@
 //! Which runtime a node runs, when the configuration does not say: from its CRI sockets and
 //! its units (pure [`detect_runtime`], and [`detect`] that observes them).
 
+use super::RuntimeError;
 use crate::config::{Config, RuntimeKind};
 use crate::host::Host;
 use serde::Serialize;
@@ -104,7 +105,7 @@ pub fn detect(
     cfg: &Config,
     host: &Host,
     units: Option<(UnitFacts, UnitFacts)>,
-) -> Result<(RuntimeKind, String), String> {
+) -> Result<(RuntimeKind, String), RuntimeError> {
     let (crio, ctrd) = units.unwrap_or_default();
     let facts = NodeFacts {
         crio_socket: is_socket(host, &cfg.cri.socket),
@@ -116,16 +117,16 @@ pub fn detect(
     };
     match detect_runtime(facts) {
         Detected::Found { runtime, because } => Ok((runtime, format!("detected: {because}"))),
-        Detected::None => Err(format!(
+        Detected::None => Err(RuntimeError::Undecided(format!(
             "no container runtime found: neither {} nor {} is a socket, and neither or both of crio.service and containerd.service are installed. Start the runtime, or set `runtime = \"crio\"` or `runtime = \"containerd\"` in /etc/kata-live/config.d/",
             cfg.cri.socket.display(),
             cfg.containerd.socket.display()
-        )),
-        Detected::Both => Err(format!(
+        ))),
+        Detected::Both => Err(RuntimeError::Undecided(format!(
             "both {} and {} serve CRI: kata-live will not guess which one kubelet uses. Set `runtime = \"crio\"` or `runtime = \"containerd\"` in /etc/kata-live/config.d/",
             cfg.cri.socket.display(),
             cfg.containerd.socket.display()
-        )),
+        ))),
     }
 }
 

@@ -6,6 +6,39 @@ use crate::host::Host;
 use futures_util::future::LocalBoxFuture;
 use std::path::{Path, PathBuf};
 
+/// What a runtime could not read, render or resolve: the file or the setting involved, and
+/// the words the operator acts on.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot read {what} {}: {source}", .path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is there, but the runtime's rules (or a safe edit of it) reject it.
+    #[error("{what} {}: {reason}", .path.display())]
+    Invalid {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("{runtime}'s drop-in for {handler}: {reason}")]
+    Render {
+        runtime: &'static str,
+        handler: String,
+        reason: String,
+    },
+    #[error(transparent)]
+    CrioFiles(#[from] super::crio::conf::CrioConfError),
+    #[error(transparent)]
+    ContainerdFiles(#[from] super::containerd::declarations::FilesError),
+    /// No runtime could be decided for this node, or the configuration asks what it cannot do.
+    #[error("{0}")]
+    Undecided(String),
+}
+
 /// Other files that declare the handler, by where they come against kata-live's drop-in.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Shadowing {
@@ -44,11 +77,11 @@ pub trait Runtime {
     fn table_name(&self) -> String;
     /// The drop-in's content. `daemon_version`: the running daemon's CRI version, when the
     /// form depends on it (containerd 1.7 replaces plugin sections whole).
-    fn render(&self, host: &Host, daemon_version: Option<&str>) -> Result<String, String>;
+    fn render(&self, host: &Host, daemon_version: Option<&str>) -> Result<String, RuntimeError>;
     /// The handler's table in a drop-in text (what the effective definition must match).
     fn written_table(&self, host: &Host, drop_in_text: &str) -> Option<toml::Table>;
     /// The other files that declare the handler, in the runtime's reading order.
-    fn shadowing(&self, host: &Host) -> Result<Shadowing, String>;
+    fn shadowing(&self, host: &Host) -> Result<Shadowing, RuntimeError>;
     /// What a file after ours does to our table, in words (for the refusal).
     fn later_file_effect(&self) -> &'static str;
     /// What the runtime does to an earlier file's table (for the notice).

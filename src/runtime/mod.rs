@@ -12,7 +12,7 @@ mod detect;
 mod interface;
 
 pub use detect::{detect, detect_runtime, Detected, NodeFacts, UnitFacts};
-pub use interface::{Effective, Import, Runtime, Shadowing};
+pub use interface::{Effective, Import, Runtime, RuntimeError, Shadowing};
 
 use crate::config::{Config, RuntimeKind};
 use crate::host::Host;
@@ -31,7 +31,7 @@ pub fn resolve(
     loaded: &crate::config::Loaded,
     host: &Host,
     units: Option<(UnitFacts, UnitFacts)>,
-) -> Result<(RuntimeKind, String), String> {
+) -> Result<(RuntimeKind, String), RuntimeError> {
     let cfg = &loaded.config;
     let (kind, why) = match cfg.runtime {
         Some(k) => (k, format!("set by {}", loaded.source_of("runtime"))),
@@ -40,16 +40,16 @@ pub fn resolve(
     if kind == RuntimeKind::Containerd
         && cfg.activation.strategy == crate::config::ActivationStrategy::ReloadWithCanary
     {
-        return Err(format!(
+        return Err(RuntimeError::Undecided(format!(
             "activation.strategy = \"reload-with-canary\" ({}), but this node runs containerd ({why}), which has no configuration reload: set strategy = \"restart\"",
             loaded.source_of("activation.strategy")
-        ));
+        )));
     }
     if kind == RuntimeKind::Containerd && cfg.kubelet.check_relists {
-        return Err(format!(
+        return Err(RuntimeError::Undecided(format!(
             "kubelet.check_relists = true ({}) reads CRI-O's metrics, but this node runs containerd ({why}): set it to false",
             loaded.source_of("kubelet.check_relists")
-        ));
+        )));
     }
     Ok((kind, why))
 }
@@ -71,7 +71,7 @@ mod tests {
         assert_eq!(k, RuntimeKind::Containerd);
         assert_eq!(why, "set by /etc/kata-live/config.d/60.toml");
         // Nothing serves, nothing installed: refused with what to set.
-        let e = resolve(&loaded(""), &host, None).unwrap_err();
+        let e = resolve(&loaded(""), &host, None).unwrap_err().to_string();
         assert!(e.contains("runtime = \"containerd\""), "{e}");
         // Only containerd.service installed (stopped): a containerd node.
         let units = Some((
@@ -111,9 +111,12 @@ mod tests {
             &host,
             units,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("no configuration reload"), "{e}");
-        let e = resolve(&loaded("[kubelet]\ncheck_relists = true\n"), &host, units).unwrap_err();
+        let e = resolve(&loaded("[kubelet]\ncheck_relists = true\n"), &host, units)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("CRI-O's metrics"), "{e}");
     }
 }

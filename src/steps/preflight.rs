@@ -90,7 +90,9 @@ impl Step for RuntimeFiles {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            let s = rt.shadowing(&ctx.host).map_err(FlowError::Refused)?;
+            let s = rt
+                .shadowing(&ctx.host)
+                .map_err(|e| FlowError::Refused(e.to_string()))?;
             rep.evidence(&self.name.replace('-', "_"), &s);
             if self.removing && !(s.before.is_empty() && s.after.is_empty()) {
                 let files: Vec<_> = s.before.iter().chain(&s.after).cloned().collect();

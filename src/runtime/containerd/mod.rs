@@ -30,13 +30,16 @@ pub const MAIN_FILE: &str = "/etc/containerd/config.toml";
 pub const DROP_IN_DIR: &str = "/etc/containerd/conf.d";
 pub const DROP_IN_GLOB: &str = "/etc/containerd/conf.d/*.toml";
 
-use super::interface::{Effective, Import, Runtime, Shadowing};
+use super::interface::{Effective, Import, Runtime, RuntimeError, Shadowing};
 use crate::config::{Config, RuntimeKind};
 use crate::host::Host;
 use crate::runtime::containerd as ctrd;
 use futures_util::future::LocalBoxFuture;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// How the operator reads containerd's main file in an error.
+const MAIN_FILE_WORDS: &str = "containerd's main configuration";
 
 pub struct Containerd {
     handler: ContainerdHandler,
@@ -51,23 +54,25 @@ impl Containerd {
         }
     }
 
-    fn main_text(&self, host: &Host) -> Result<String, String> {
-        let p = host.path(&self.cfg.config);
-        std::fs::read_to_string(&p).map_err(|e| {
-            format!(
-                "cannot read containerd's main configuration {}: {e}",
-                self.cfg.config.display()
-            )
+    fn main_text(&self, host: &Host) -> Result<String, RuntimeError> {
+        std::fs::read_to_string(host.path(&self.cfg.config)).map_err(|source| RuntimeError::Read {
+            what: MAIN_FILE_WORDS,
+            path: self.cfg.config.clone(),
+            source,
         })
     }
 
-    fn version(&self, host: &Host) -> Result<ctrd::ConfigVersion, String> {
-        ctrd::config::main_version(&self.main_text(host)?).map_err(|e| {
-            format!(
-                "containerd's main configuration {}: {e}",
-                self.cfg.config.display()
-            )
-        })
+    /// The main file's content rejected, in words.
+    fn invalid(&self, reason: impl ToString) -> RuntimeError {
+        RuntimeError::Invalid {
+            what: MAIN_FILE_WORDS,
+            path: self.cfg.config.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn version(&self, host: &Host) -> Result<ctrd::ConfigVersion, RuntimeError> {
+        ctrd::config::main_version(&self.main_text(host)?).map_err(|e| self.invalid(e))
     }
 }
 
@@ -107,14 +112,18 @@ impl Runtime for Containerd {
             ctrd::ConfigVersion::V3.table_path(&self.handler.name)
         )
     }
-    fn render(&self, host: &Host, daemon_version: Option<&str>) -> Result<String, String> {
+    fn render(&self, host: &Host, daemon_version: Option<&str>) -> Result<String, RuntimeError> {
         let main = self.main_text(host)?;
         let r = match daemon_version {
             Some(v) => ctrd::config::drop_in_for(v, &main, &self.handler),
             None => ctrd::config::main_version(&main)
                 .and_then(|v| ctrd::config::render(&self.handler, v)),
         };
-        r.map_err(|e| format!("containerd's drop-in for {}: {e}", self.handler.name))
+        r.map_err(|e| RuntimeError::Render {
+            runtime: "containerd",
+            handler: self.handler.name.clone(),
+            reason: e.to_string(),
+        })
     }
     fn written_table(&self, host: &Host, drop_in_text: &str) -> Option<toml::Table> {
         let v = self.version(host).ok()?;
@@ -123,18 +132,17 @@ impl Runtime for Containerd {
     /// The files as containerd will read them once the main file imports the drop-in: a file
     /// the new import brings in that would break containerd, or override our table, is
     /// found now, before anything is written.
-    fn shadowing(&self, host: &Host) -> Result<Shadowing, String> {
+    fn shadowing(&self, host: &Host) -> Result<Shadowing, RuntimeError> {
         let main = host.path(&self.cfg.config);
         let text = self.main_text(host)?;
         let edited =
             match ctrd::ensure_import(&text, &self.cfg.config, &self.cfg.import, &self.cfg.drop_in)
-                .map_err(|e| format!("{}: {e}", self.cfg.config.display()))?
+                .map_err(|e| self.invalid(e))?
             {
                 ctrd::Edit::Changed { text } => Some(text),
                 ctrd::Edit::AlreadyCovered { .. } => None,
             };
-        let mut files =
-            ctrd::config_files_with(&main, edited.as_deref()).map_err(|e| e.to_string())?;
+        let mut files = ctrd::config_files_with(&main, edited.as_deref())?;
         let ours = host.path(&self.cfg.drop_in);
         // Not written yet: where containerd will read it, among the sorted matches of its
         // directory (the import's glob), so that "before" and "after" are right already.
@@ -147,7 +155,7 @@ impl Runtime for Containerd {
                 .unwrap_or(files.len());
             files.insert(at, (ours.clone(), String::new()));
         }
-        let d = ctrd::declarations(&files, &ours, &self.handler.name).map_err(|e| e.to_string())?;
+        let d = ctrd::declarations(&files, &ours, &self.handler.name)?;
         let unprefix = |p: PathBuf| match p.strip_prefix(&host.root) {
             Ok(rel) => Path::new("/").join(rel),
             Err(_) => p,

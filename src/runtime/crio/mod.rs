@@ -6,7 +6,7 @@
 pub mod conf;
 pub mod drop_in;
 
-use super::interface::{Effective, Import, Runtime, Shadowing};
+use super::interface::{Effective, Import, Runtime, RuntimeError, Shadowing};
 use crate::config::{Config, Handler, RuntimeKind};
 use crate::host::Host;
 use futures_util::future::LocalBoxFuture;
@@ -60,15 +60,22 @@ impl Runtime for Crio {
     fn table_name(&self) -> String {
         format!("[crio.runtime.runtimes.{}]", self.handler.name)
     }
-    fn render(&self, _host: &Host, _daemon_version: Option<&str>) -> Result<String, String> {
-        crate::runtime::crio::drop_in::render(&self.handler).map_err(|e| e.to_string())
+    fn render(&self, _host: &Host, _daemon_version: Option<&str>) -> Result<String, RuntimeError> {
+        drop_in::render(&self.handler).map_err(|e| RuntimeError::Render {
+            runtime: "CRI-O",
+            handler: self.handler.name.clone(),
+            reason: e.to_string(),
+        })
     }
     fn written_table(&self, _host: &Host, drop_in_text: &str) -> Option<toml::Table> {
         crate::runtime::crio::conf::written_table(drop_in_text, &self.handler.name)
     }
-    fn shadowing(&self, host: &Host) -> Result<Shadowing, String> {
-        crate::runtime::crio::conf::read_shadowing(host, &self.handler.drop_in, &self.handler.name)
-            .map_err(|e| e.to_string())
+    fn shadowing(&self, host: &Host) -> Result<Shadowing, RuntimeError> {
+        Ok(conf::read_shadowing(
+            host,
+            &self.handler.drop_in,
+            &self.handler.name,
+        )?)
     }
     fn later_file_effect(&self) -> &'static str {
         "CRI-O would replace kata-live's definition with that one"
