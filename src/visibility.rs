@@ -192,22 +192,13 @@ pub async fn wait_content(
     crio_main_pid: Option<u32>,
     deadline: Duration,
 ) -> Result<(), VisibilityError> {
-    let until = Instant::now() + deadline;
-    let mut first = true;
-    loop {
-        let stale = check_content(host, expect, crio_main_pid);
-        if stale.is_empty() {
-            return Ok(());
-        }
-        if first {
-            tracing::info!(stale = %list(&stale), "waiting for the new runtime files' content");
-            first = false;
-        }
-        if Instant::now() + POLL > until {
-            return Err(VisibilityError::ContentNotVisible { stale, deadline });
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    poll_until_none(
+        deadline,
+        "waiting for the new runtime files' content",
+        || Ok(check_content(host, expect, crio_main_pid)),
+        |stale| VisibilityError::ContentNotVisible { stale, deadline },
+    )
+    .await
 }
 
 /// What is wrong with one file (after symlinks), if anything. Pure over the metadata.
@@ -318,19 +309,36 @@ pub async fn wait_visible(
     crio_main_pid: Option<u32>,
     deadline: Duration,
 ) -> Result<(), VisibilityError> {
+    poll_until_none(
+        deadline,
+        "waiting for runtime files to become visible",
+        || check_visible(host, paths, crio_main_pid),
+        |missing| VisibilityError::NotVisible { missing, deadline },
+    )
+    .await
+}
+
+/// Looks every [`POLL`] until `look` finds nothing left, or the deadline passes (`timeout`
+/// with what is still left); says once, in the log, what it waits for.
+async fn poll_until_none<T: ToString>(
+    deadline: Duration,
+    waiting: &str,
+    mut look: impl FnMut() -> Result<Vec<T>, VisibilityError>,
+    timeout: impl FnOnce(Vec<T>) -> VisibilityError,
+) -> Result<(), VisibilityError> {
     let until = Instant::now() + deadline;
     let mut first = true;
     loop {
-        let missing = check_visible(host, paths, crio_main_pid)?;
-        if missing.is_empty() {
+        let left = look()?;
+        if left.is_empty() {
             return Ok(());
         }
         if first {
-            tracing::info!(missing = %list(&missing), "waiting for runtime files to become visible");
+            tracing::info!(left = %list(&left), "{waiting}");
             first = false;
         }
         if Instant::now() + POLL > until {
-            return Err(VisibilityError::NotVisible { missing, deadline });
+            return Err(timeout(left));
         }
         tokio::time::sleep(POLL).await;
     }
