@@ -186,7 +186,8 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
     let kubelet = match (&crio, ctx.unit(&c.units.kubelet).await) {
         (Ok(cs), Ok(ks)) => {
             let inputs = kubelet::ReconnectInputs::from_config(
-                c,
+                &c.kubelet,
+                &c.units.kubelet,
                 &ctx.host,
                 ctx.rt.socket(),
                 cs.main_pid,

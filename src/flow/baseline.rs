@@ -73,8 +73,14 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
             view.problems().join("; ")
         )));
     }
-    let inputs =
-        kubelet::ReconnectInputs::from_config(c, &ctx.host, ctx.rt.socket(), crio.main_pid, None);
+    let inputs = kubelet::ReconnectInputs::from_config(
+        &c.kubelet,
+        &c.units.kubelet,
+        &ctx.host,
+        ctx.rt.socket(),
+        crio.main_pid,
+        None,
+    );
     let kubelet_evidence = kubelet::observe(&inputs, &kubelet, Duration::ZERO).await;
     if let kubelet::Reconnection::Missing(_) = kubelet::verdict(&kubelet_evidence) {
         return Err(FlowError::Refused(format!(

@@ -180,8 +180,14 @@ async fn await_kubelet(
         Err(_) => true,
     };
     let before = (spec.restarted && restarts_with_crio).then_some(&spec.baseline.kubelet);
-    let kin =
-        kubelet::ReconnectInputs::from_config(c, &ctx.host, ctx.rt.socket(), crio_pid, before);
+    let kin = kubelet::ReconnectInputs::from_config(
+        &c.kubelet,
+        &c.units.kubelet,
+        &ctx.host,
+        ctx.rt.socket(),
+        crio_pid,
+        before,
+    );
     let read = || async { ctx.unit(&c.units.kubelet).await.map_err(|e| e.to_string()) };
     let proof = kubelet::prove_reconnected(kin, read, c.deadlines.kubelet).await;
     (restarts_with_crio, proof)

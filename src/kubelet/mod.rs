@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::config::Config;
 use crate::host::Host;
 use crate::systemd::{window, UnitState};
 use sockdiag::UnixSock;
@@ -483,7 +482,8 @@ impl<'a> ReconnectInputs<'a> {
     /// `cri_socket`: the runtime's (CRI-O's or containerd's), whose new process kubelet
     /// must be connected to.
     pub fn from_config(
-        cfg: &'a Config,
+        cfg: &'a crate::config::Kubelet,
+        kubelet_unit: &'a str,
         host: &'a Host,
         cri_socket: &'a std::path::Path,
         crio_main_pid: u32,
@@ -491,15 +491,12 @@ impl<'a> ReconnectInputs<'a> {
     ) -> Self {
         ReconnectInputs {
             host,
-            kubelet_unit: &cfg.units.kubelet,
+            kubelet_unit,
             crio_main_pid,
             cri_socket,
-            healthz_url: &cfg.kubelet.healthz_url,
-            stable_window: cfg.kubelet.stable_window,
-            metrics_url: cfg
-                .kubelet
-                .check_relists
-                .then_some(cfg.kubelet.crio_metrics_url.as_str()),
+            healthz_url: &cfg.healthz_url,
+            stable_window: cfg.stable_window,
+            metrics_url: cfg.check_relists.then_some(cfg.crio_metrics_url.as_str()),
             kubelet_before,
             poll_interval: POLL_INTERVAL,
             request_timeout: Duration::from_secs(2),

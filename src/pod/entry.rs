@@ -23,7 +23,7 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
                 Some(Pacer::connect(&a.pace.namespace, names.to_vec(), node).await?)
             }
         };
-        let o = start_and_follow(op, &host, &cfg, &arts, pacer.as_ref(), state).await?;
+        let o = start_and_follow(op, &host, &cfg.deadlines, &arts, pacer.as_ref(), state).await?;
         if let (Some(p), Some(pod)) = (pacer.as_ref(), a.pace.pod_name.as_deref()) {
             mark_pod(p, pod, &o).await;
         }

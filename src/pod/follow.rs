@@ -6,7 +6,7 @@ use super::{
     decide, resolve_in_root, say, Next, Operation, PodError, RunOutcome, UnitsSeen,
     HOST_BUS_SOCKET, WAITING_FILE,
 };
-use crate::config::Config;
+use crate::config::Deadlines;
 use crate::files;
 use crate::host::Host;
 use crate::pace::Pacer;
@@ -76,7 +76,7 @@ async fn observe(
 pub(super) async fn start_and_follow(
     op: Operation,
     host: &Host,
-    cfg: &Config,
+    deadlines: &Deadlines,
     arts: &[Artifact],
     pacer: Option<&Pacer>,
     pod_state: &Path,
@@ -92,7 +92,7 @@ pub(super) async fn start_and_follow(
         copied = true;
     }
     // The unit's own TimeoutStartSec= ends a run that overruns; this only bounds our wait.
-    let follow = cfg.deadlines.worst_case() + Duration::from_secs(300);
+    let follow = deadlines.worst_case() + Duration::from_secs(300);
     let mut o = observe(&sd, host, op, files_changed).await?;
     let mut d = decide(op, &o);
     if d == Next::WaitForOther {

@@ -2,7 +2,7 @@
 //! its units (pure [`detect_runtime`], and [`detect`] that observes them).
 
 use super::RuntimeError;
-use crate::config::{Config, RuntimeKind};
+use crate::config::RuntimeKind;
 use crate::host::Host;
 use serde::Serialize;
 use std::path::Path;
@@ -102,14 +102,15 @@ pub struct UnitFacts {
 /// socket exists, else the only one installed (see [`detect_runtime`]).
 /// `units`: CRI-O's and containerd's units, when systemd can be asked.
 pub fn detect(
-    cfg: &Config,
+    crio_socket: &Path,
+    containerd_socket: &Path,
     host: &Host,
     units: Option<(UnitFacts, UnitFacts)>,
 ) -> Result<(RuntimeKind, String), RuntimeError> {
     let (crio, ctrd) = units.unwrap_or_default();
     let facts = NodeFacts {
-        crio_socket: is_socket(host, &cfg.cri.socket),
-        containerd_socket: is_socket(host, &cfg.containerd.socket),
+        crio_socket: is_socket(host, crio_socket),
+        containerd_socket: is_socket(host, containerd_socket),
         crio_active: crio.active,
         containerd_active: ctrd.active,
         crio_installed: crio.installed,
@@ -119,13 +120,13 @@ pub fn detect(
         Detected::Found { runtime, because } => Ok((runtime, format!("detected: {because}"))),
         Detected::None => Err(RuntimeError::Undecided(format!(
             "no container runtime found: neither {} nor {} is a socket, and neither or both of crio.service and containerd.service are installed. Start the runtime, or set `runtime = \"crio\"` or `runtime = \"containerd\"` in /etc/kata-live/config.d/",
-            cfg.cri.socket.display(),
-            cfg.containerd.socket.display()
+            crio_socket.display(),
+            containerd_socket.display()
         ))),
         Detected::Both => Err(RuntimeError::Undecided(format!(
             "both {} and {} serve CRI: kata-live will not guess which one kubelet uses. Set `runtime = \"crio\"` or `runtime = \"containerd\"` in /etc/kata-live/config.d/",
-            cfg.cri.socket.display(),
-            cfg.containerd.socket.display()
+            crio_socket.display(),
+            containerd_socket.display()
         ))),
     }
 }

@@ -20,8 +20,14 @@ use crate::host::Host;
 /// The runtime for this configuration, decided by `runtime =` or, unset, detected.
 pub fn for_config(cfg: &Config, kind: RuntimeKind) -> Box<dyn Runtime> {
     match kind {
-        RuntimeKind::Crio => Box::new(crio::Crio::new(cfg)),
-        RuntimeKind::Containerd => Box::new(containerd::Containerd::new(cfg)),
+        RuntimeKind::Crio => Box::new(crio::Crio::new(
+            &cfg.handler,
+            &cfg.units.crio,
+            &cfg.cri.socket,
+        )),
+        RuntimeKind::Containerd => {
+            Box::new(containerd::Containerd::new(&cfg.handler, &cfg.containerd))
+        }
     }
 }
 
@@ -35,7 +41,7 @@ pub fn resolve(
     let cfg = &loaded.config;
     let (kind, why) = match cfg.runtime {
         Some(k) => (k, format!("set by {}", loaded.source_of("runtime"))),
-        None => detect(cfg, host, units)?,
+        None => detect(&cfg.cri.socket, &cfg.containerd.socket, host, units)?,
     };
     if kind == RuntimeKind::Containerd
         && cfg.activation.strategy == crate::config::ActivationStrategy::ReloadWithCanary

@@ -31,7 +31,7 @@ pub const DROP_IN_DIR: &str = "/etc/containerd/conf.d";
 pub const DROP_IN_GLOB: &str = "/etc/containerd/conf.d/*.toml";
 
 use super::interface::{Effective, Import, Runtime, RuntimeError, Shadowing};
-use crate::config::{Config, RuntimeKind};
+use crate::config::RuntimeKind;
 use crate::host::Host;
 use crate::runtime::containerd as ctrd;
 use futures_util::future::LocalBoxFuture;
@@ -47,10 +47,14 @@ pub struct Containerd {
 }
 
 impl Containerd {
-    pub fn new(cfg: &Config) -> Self {
+    /// The handler's table and the `[containerd]` section (its files, unit and socket).
+    pub fn new(
+        handler: &crate::config::Handler,
+        settings: &crate::config::ContainerdSettings,
+    ) -> Self {
         Containerd {
-            handler: ContainerdHandler::from_config(&cfg.handler),
-            cfg: cfg.containerd.clone(),
+            handler: ContainerdHandler::from_config(handler),
+            cfg: settings.clone(),
         }
     }
 

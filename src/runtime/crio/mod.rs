@@ -7,7 +7,7 @@ pub mod conf;
 pub mod drop_in;
 
 use super::interface::{Effective, Import, Runtime, RuntimeError, Shadowing};
-use crate::config::{Config, Handler, RuntimeKind};
+use crate::config::{Handler, RuntimeKind};
 use crate::host::Host;
 use futures_util::future::LocalBoxFuture;
 use std::path::{Path, PathBuf};
@@ -20,11 +20,12 @@ pub struct Crio {
 }
 
 impl Crio {
-    pub fn new(cfg: &Config) -> Self {
+    /// The handler's table, CRI-O's unit and its CRI socket.
+    pub fn new(handler: &Handler, unit: &str, socket: &Path) -> Self {
         Crio {
-            handler: cfg.handler.clone(),
-            unit: cfg.units.crio.clone(),
-            socket: cfg.cri.socket.clone(),
+            handler: handler.clone(),
+            unit: unit.to_string(),
+            socket: socket.to_path_buf(),
         }
     }
 }
