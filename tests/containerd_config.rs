@@ -17,9 +17,10 @@
 use kata_live::cri::{retry_until, CriClient};
 use kata_live::runtime::containerd::config::{self, ConfigVersion, ContainerdHandler};
 use kata_live::runtime::containerd::{
-    compare_dump, compare_effective, ensure_import, remove_import, Edit,
+    compare_dump, compare_effective, ensure_import, remove_import,
 };
 use kata_live::runtime::definition::Definition;
+use kata_live::runtime::Edit;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -6,7 +6,6 @@
 use super::{internal, Ctx, FlowError, Rollback};
 use crate::files;
 use crate::report::Reporter;
-use crate::runtime::containerd as ctrd;
 use crate::state::STATE_DIR;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -94,7 +93,7 @@ pub fn restore_main(ctx: &Ctx, rep: &mut Reporter) -> Result<(), Rollback> {
         .content
         .as_deref()
         .and_then(|b| std::str::from_utf8(b).ok())
-        .map(|t| ctrd::import_covering(t, imp.main, ctx.rt.drop_in_path()));
+        .map(|t| imp.edits.covering(t));
     if !matches!(covered, Some(Ok(Some(_)))) {
         if let Err(e) = set_record(ctx, false) {
             tracing::warn!("the import record could not be removed: {e}");

@@ -112,8 +112,30 @@ pub trait Runtime {
     ) -> LocalBoxFuture<'a, Effective>;
 }
 
-/// containerd's main file and the import that makes it read the drop-in.
+/// The runtime's hook for a main file that must be told to read the drop-in (containerd's
+/// `imports`): where the file is, the entry, and the edits, made by the runtime's own rules.
+/// The import steps ([`crate::steps`]) and the rollback drive it; they know no runtime.
 pub struct Import<'a> {
     pub main: &'a Path,
     pub glob: &'a str,
+    pub edits: &'a dyn ImportEdits,
+}
+
+/// The main file's text edited so that it reads the drop-in, or no longer does.
+pub trait ImportEdits {
+    /// The text with the import added, or what already reads the drop-in.
+    fn ensure(&self, main_text: &str) -> Result<Edit, RuntimeError>;
+    /// The text without kata-live's import (`None`: there is none).
+    fn remove(&self, main_text: &str) -> Result<Option<String>, RuntimeError>;
+    /// The import in the text that reads the drop-in, if any.
+    fn covering(&self, main_text: &str) -> Result<Option<String>, RuntimeError>;
+}
+
+/// What [`ImportEdits::ensure`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    /// An existing import already reads the drop-in: the text is unchanged.
+    AlreadyCovered { by: String },
+    /// The new text: one element added to `imports`, or one line.
+    Changed { text: String },
 }

@@ -12,7 +12,7 @@ mod detect;
 mod interface;
 
 pub use detect::{detect, detect_runtime, Detected, NodeFacts, UnitFacts};
-pub use interface::{Effective, Import, Runtime, RuntimeError, Shadowing};
+pub use interface::{Edit, Effective, Import, ImportEdits, Runtime, RuntimeError, Shadowing};
 
 use crate::config::{Config, RuntimeKind};
 use crate::host::Host;

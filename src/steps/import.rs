@@ -1,16 +1,17 @@
-//! containerd reads a drop-in only through an `imports` entry of its main file, which is
-//! someone else's: kata-live adds the one entry when no import covers the drop-in, keeps the
-//! file's previous bytes for the rollback, records that the entry is its own (so that
-//! uninstall never removes an import the operator wrote), and removes it again on uninstall
-//! unless other files now rely on it. CRI-O reads its drop-in directory itself: its flows
-//! have no such step.
+//! A runtime that reads a drop-in only through an entry of its main file (containerd's
+//! `imports`) gives a hook ([`crate::runtime::Import`]) that makes the edits by its rules;
+//! these steps drive it, knowing no runtime. The main file is someone else's: kata-live adds
+//! the one entry when none reads the drop-in, keeps the file's previous bytes for the
+//! rollback, records that the entry is its own (so that uninstall never removes an import
+//! the operator wrote), and removes it again on uninstall unless other files now rely on it.
+//! A runtime without the hook (CRI-O reads its drop-in directory itself) has no such step.
 
 use super::*;
 use crate::files;
 use crate::files::Backup;
 use crate::flow::main_file::{recorded, restore_main, set_record};
 use crate::flow::Rollback;
-use crate::runtime::containerd::{self as ctrd, Edit};
+use crate::runtime::Edit;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -87,8 +88,10 @@ impl EnsureImport {
             ));
         };
         let m = read_main(ctx, imp.main)?;
-        let edit = ctrd::ensure_import(&m.text, imp.main, imp.glob, ctx.rt.drop_in_path())
-            .map_err(|e| FlowError::Refused(format!("{}: {e}", imp.main.display())))?;
+        let edit = imp
+            .edits
+            .ensure(&m.text)
+            .map_err(|e| FlowError::Refused(e.to_string()))?;
         Ok((m, edit))
     }
 }
@@ -305,8 +308,10 @@ impl RemoveImport {
             )));
         }
         let m = read_main(ctx, imp.main)?;
-        let new = ctrd::remove_import(&m.text, imp.glob)
-            .map_err(|e| FlowError::Refused(format!("{}: {e}", imp.main.display())))?;
+        let new = imp
+            .edits
+            .remove(&m.text)
+            .map_err(|e| FlowError::Refused(e.to_string()))?;
         let Some(text) = new else {
             if apply {
                 set_record(ctx, false)?;

@@ -186,7 +186,8 @@ mod tests {
     //! On what the real containerd printed (tests/fixtures/containerd, see its README).
     use super::*;
     use crate::runtime::containerd::config::{self, ContainerdHandler};
-    use crate::runtime::containerd::imports::{ensure_import, remove_import, Edit};
+    use crate::runtime::containerd::imports::{ensure_import, remove_import};
+    use crate::runtime::Edit;
     use std::path::Path;
 
     const V21_DEFAULT: &str =

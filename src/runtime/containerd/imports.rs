@@ -28,14 +28,7 @@ pub enum ImportError {
     Unsupported(String, String),
 }
 
-/// What [`ensure_import`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Edit {
-    /// An existing import already reads the drop-in: the text is unchanged.
-    AlreadyCovered { by: String },
-    /// The new text: one element added to `imports`, or one line.
-    Changed { text: String },
-}
+use crate::runtime::Edit;
 
 /// `glob` as a TOML string literal, always spelled the same way (insert and remove agree).
 fn literal(glob: &str) -> String {

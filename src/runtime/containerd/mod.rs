@@ -22,7 +22,7 @@ pub use config::{ConfigVersion, ContainerdHandler, ImportMerge};
 pub use declarations::{config_files, config_files_with, declarations, Declarations};
 pub use detect::{detect_generator, Generator};
 pub use effective::{compare_dump, compare_effective};
-pub use imports::{ensure_import, import_covering, remove_import, Edit, ImportError};
+pub use imports::{ensure_import, import_covering, remove_import, ImportError};
 
 /// containerd's default main file (`--config`).
 pub const MAIN_FILE: &str = "/etc/containerd/config.toml";
@@ -30,7 +30,7 @@ pub const MAIN_FILE: &str = "/etc/containerd/config.toml";
 pub const DROP_IN_DIR: &str = "/etc/containerd/conf.d";
 pub const DROP_IN_GLOB: &str = "/etc/containerd/conf.d/*.toml";
 
-use super::interface::{Effective, Import, Runtime, RuntimeError, Shadowing};
+use super::interface::{Edit, Effective, Import, ImportEdits, Runtime, RuntimeError, Shadowing};
 use crate::config::RuntimeKind;
 use crate::host::Host;
 use crate::runtime::containerd as ctrd;
@@ -77,6 +77,26 @@ impl Containerd {
 
     fn version(&self, host: &Host) -> Result<ctrd::ConfigVersion, RuntimeError> {
         ctrd::config::main_version(&self.main_text(host)?).map_err(|e| self.invalid(e))
+    }
+}
+
+/// containerd reads a drop-in only through its main file's `imports` (its rules: `imports`).
+impl ImportEdits for Containerd {
+    fn ensure(&self, main_text: &str) -> Result<Edit, RuntimeError> {
+        ctrd::ensure_import(
+            main_text,
+            &self.cfg.config,
+            &self.cfg.import,
+            &self.cfg.drop_in,
+        )
+        .map_err(|e| self.invalid(e))
+    }
+    fn remove(&self, main_text: &str) -> Result<Option<String>, RuntimeError> {
+        ctrd::remove_import(main_text, &self.cfg.import).map_err(|e| self.invalid(e))
+    }
+    fn covering(&self, main_text: &str) -> Result<Option<String>, RuntimeError> {
+        ctrd::import_covering(main_text, &self.cfg.config, &self.cfg.drop_in)
+            .map_err(|e| self.invalid(e))
     }
 }
 
@@ -228,6 +248,7 @@ impl Runtime for Containerd {
         Some(Import {
             main: &self.cfg.config,
             glob: &self.cfg.import,
+            edits: self,
         })
     }
     fn effective<'a>(
