@@ -17,6 +17,7 @@ pub mod install;
 pub mod kubelet;
 pub mod lock;
 pub mod logging;
+pub mod notify;
 pub mod pace;
 pub mod pathglob;
 pub mod plan;

@@ -418,7 +418,7 @@ impl Reporter {
         }
         self.what = what.into();
         self.open = true;
-        crate::systemd::notify::status(&format!(
+        crate::notify::status(&format!(
             "{} {}: {what}",
             self.status.operation,
             self.numbering.words()
@@ -497,7 +497,7 @@ impl Reporter {
                     tracing::error!(target: crate::logging::PROGRESS_TARGET, message_id = ids::FAILED, operation = %op, handler = %handler, exit_code = code_n, "kata-live {op} failed: {err}")
                 }
             }
-            crate::systemd::notify::status(&format!("{op} {result} (exit code {code_n})"));
+            crate::notify::status(&format!("{op} {result} (exit code {code_n})"));
         }
         self.persist();
     }

@@ -64,7 +64,7 @@ fn on_signal(name: &'static str) {
             "{name} received: stopping at the next safe point; the node is brought to a proven \
              state first (a second signal exits at once)"
         );
-        crate::systemd::notify::status(&format!(
+        crate::notify::status(&format!(
             "{name} received: bringing the node to a proven state before stopping"
         ));
     } else {

@@ -4,7 +4,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use kata_live::systemd::notify;
+use kata_live::notify;
 
 #[test]
 fn status_extend_timeout_and_ready_reach_the_notify_socket() {

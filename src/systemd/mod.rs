@@ -1,10 +1,10 @@
 //! systemd over D-Bus: fresh unit state, start/stop/restart/reload with proof, hand-off of a
-//! whole run to a transient unit, and progress through sd_notify.
+//! whole run to a transient unit.
 //!
 //! - [`client`]: the [`Systemd`] connection and fresh property reads.
 //! - [`jobs`]: the pure decisions behind waiting for jobs and proving a restart.
 //! - [`handoff`]: run `kata-live` as a transient unit when it would die with CRI-O.
-//! - [`notify`]: `STATUS=` / `EXTEND_TIMEOUT_USEC=` for `systemctl status`.
+//! - progress through sd_notify is [`crate::notify`] (the notification socket, not D-Bus).
 //! - [`window`]: stability windows anchored at systemd's start timestamp of the main process.
 //!
 //! ## Ordering and stops: why kata-live's units are not ordered against CRI-O or kubelet
@@ -29,7 +29,6 @@
 pub mod client;
 pub mod handoff;
 pub mod jobs;
-pub mod notify;
 pub mod window;
 
 use std::time::Duration;
