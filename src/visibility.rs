@@ -144,6 +144,19 @@ impl fmt::Display for Stale {
     }
 }
 
+/// Where `p` is looked at: through our view of the host, and through the runtime's main
+/// process's root when its pid is given.
+fn views(host: &Host, p: &Path, runtime_pid: Option<u32>) -> Vec<(Viewpoint, PathBuf)> {
+    let mut views = vec![(Viewpoint::Host, host.path(p))];
+    if let Some(pid) = runtime_pid {
+        views.push((
+            Viewpoint::RuntimeMountNs { pid },
+            host.proc.join(pid.to_string()).join("root").join(rel(p)),
+        ));
+    }
+    views
+}
+
 fn sha256_of(p: &Path) -> Option<String> {
     use sha2::Digest;
     let mut f = std::fs::File::open(p).ok()?;
@@ -162,14 +175,7 @@ pub fn check_content(
 ) -> Vec<Stale> {
     let mut stale = Vec::new();
     for (p, want) in expect {
-        let mut views = vec![(Viewpoint::Host, host.path(p))];
-        if let Some(pid) = crio_main_pid {
-            views.push((
-                Viewpoint::RuntimeMountNs { pid },
-                host.proc.join(pid.to_string()).join("root").join(rel(p)),
-            ));
-        }
-        for (seen, checked) in views {
+        for (seen, checked) in views(host, p, crio_main_pid) {
             let found = sha256_of(&checked);
             if found.as_deref() != Some(want.as_str()) {
                 stale.push(Stale {
@@ -227,14 +233,7 @@ pub fn check_usable(
     let files =
         std::iter::once((runtime_path, true)).chain(other_files.iter().map(|p| (*p, false)));
     for (p, exec) in files {
-        let mut views = vec![(Viewpoint::Host, host.path(p))];
-        if let Some(pid) = crio_main_pid {
-            views.push((
-                Viewpoint::RuntimeMountNs { pid },
-                host.proc.join(pid.to_string()).join("root").join(rel(p)),
-            ));
-        }
-        for (seen, checked) in views {
+        for (seen, checked) in views(host, p, crio_main_pid) {
             let Ok(m) = std::fs::metadata(&checked) else {
                 continue;
             };
@@ -267,33 +266,20 @@ pub fn check_visible(
     paths: &[&Path],
     crio_main_pid: Option<u32>,
 ) -> Result<Vec<Missing>, VisibilityError> {
+    if let Some(pid) = crio_main_pid {
+        let proc_dir = host.proc.join(pid.to_string());
+        if !proc_dir.exists() {
+            return Err(VisibilityError::CrioGone { pid, proc_dir });
+        }
+    }
     let mut missing = Vec::new();
-    let ns_root = match crio_main_pid {
-        Some(pid) => {
-            let proc_dir = host.proc.join(pid.to_string());
-            if !proc_dir.exists() {
-                return Err(VisibilityError::CrioGone { pid, proc_dir });
-            }
-            Some((pid, proc_dir.join("root")))
-        }
-        None => None,
-    };
     for p in paths {
-        let ours = host.path(p);
-        if std::fs::metadata(&ours).is_err() {
-            missing.push(Missing {
-                path: p.to_path_buf(),
-                seen: Viewpoint::Host,
-                checked: ours,
-            });
-        }
-        if let Some((pid, root)) = &ns_root {
-            let theirs = root.join(rel(p));
-            if std::fs::metadata(&theirs).is_err() {
+        for (seen, checked) in views(host, p, crio_main_pid) {
+            if std::fs::metadata(&checked).is_err() {
                 missing.push(Missing {
                     path: p.to_path_buf(),
-                    seen: Viewpoint::RuntimeMountNs { pid: *pid },
-                    checked: theirs,
+                    seen,
+                    checked,
                 });
             }
         }
