@@ -6,11 +6,18 @@ use super::{Backup, FileError, FsError};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
+/// The text of [`MARK`], for a runtime whose header adds lines after it (`concat!`).
+macro_rules! mark_text {
+    () => {
+        "# Managed by kata-live. Do not edit: `kata-live install` rewrites this file and\n\
+# `kata-live uninstall` removes it. Configure /etc/kata-live/config.d/ instead.\n"
+    };
+}
+pub(crate) use mark_text;
+
 /// First lines of every drop-in kata-live writes, whatever the runtime; how `status` tells
 /// ours from foreign.
-pub const MARK: &str =
-    "# Managed by kata-live. Do not edit: `kata-live install` rewrites this file and\n\
-# `kata-live uninstall` removes it. Configure /etc/kata-live/config.d/ instead.\n";
+pub const MARK: &str = mark_text!();
 
 const MODE: u32 = 0o644;
 

@@ -302,7 +302,7 @@ pub fn save_backup_once(
 pub fn refuse_moved_backups(ctx: &Ctx) -> Result<(), FlowError> {
     let mut pending = vec![(ctx.backups(), ctx.rt.drop_in_path(), ctx.rt.drop_in_key())];
     if let Some(imp) = ctx.rt.import() {
-        pending.push((ctx.main_backups(), imp.main, "containerd.config"));
+        pending.push((ctx.main_backups(), imp.main, imp.main_key));
     }
     for (store, configured, key) in pending {
         // An unreadable backup is the rollback's to report, where it is needed.

@@ -117,6 +117,8 @@ pub trait Runtime {
 /// The import steps ([`crate::steps`]) and the rollback drive it; they know no runtime.
 pub struct Import<'a> {
     pub main: &'a Path,
+    /// The configuration key that names the main file (for the operator).
+    pub main_key: &'static str,
     pub glob: &'a str,
     pub edits: &'a dyn ImportEdits,
 }

@@ -4,10 +4,10 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// First lines of every drop-in kata-live writes; how `status` tells ours from foreign.
-pub const HEADER: &str =
-    "# Managed by kata-live. Do not edit: `kata-live install` rewrites this file and\n\
-# `kata-live uninstall` removes it. Configure /etc/kata-live/config.d/ instead.\n\
-# No `version` key on purpose: containerd takes the main file's (see kata-live's docs).\n";
+pub const HEADER: &str = concat!(
+    crate::files::drop_in::mark_text!(),
+    "# No `version` key on purpose: containerd takes the main file's (see kata-live's docs).\n"
+);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MainFileError {

@@ -247,6 +247,7 @@ impl Runtime for Containerd {
     fn import(&self) -> Option<Import<'_>> {
         Some(Import {
             main: &self.cfg.config,
+            main_key: "containerd.config",
             glob: &self.cfg.import,
             edits: self,
         })
