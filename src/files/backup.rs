@@ -20,8 +20,8 @@ pub struct Backup {
 }
 
 impl Backup {
-    /// The file this backup restores, as the node names it. Backups from before 0.9 kept the
-    /// path under the run's `--root`: that prefix is taken off.
+    /// The file this backup restores, as the node names it. A path saved under the run's
+    /// `--root` (as earlier releases stored it) has that prefix taken off.
     pub fn node_path(&self, root: &Path) -> PathBuf {
         match self.path.strip_prefix(root) {
             Ok(rel) if root != Path::new("/") => Path::new("/").join(rel),
