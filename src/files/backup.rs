@@ -118,3 +118,33 @@ impl BackupStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backup_restores_to_the_node_path_whatever_root_it_was_saved_under() {
+        let b = |p: &str| Backup {
+            path: p.into(),
+            existed: false,
+            content: None,
+        };
+        let root = Path::new("/host");
+        let node = Path::new("/etc/crio/crio.conf.d/50-kata-remote");
+        assert_eq!(
+            b("/etc/crio/crio.conf.d/50-kata-remote").node_path(root),
+            node
+        );
+        // Saved under the run's --root: the prefix comes off.
+        assert_eq!(
+            b("/host/etc/crio/crio.conf.d/50-kata-remote").node_path(root),
+            node
+        );
+        // On the real root nothing is taken off.
+        assert_eq!(
+            b("/etc/crio/crio.conf.d/50-kata-remote").node_path(Path::new("/")),
+            node
+        );
+    }
+}
