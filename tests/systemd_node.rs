@@ -229,6 +229,7 @@ async fn typed_failures_deadline_and_no_reload() {
             "kl-crashloop.service",
             Duration::from_secs(10),
             Duration::from_secs(3),
+            None,
         )
         .await
     {

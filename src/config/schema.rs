@@ -251,10 +251,15 @@ pub enum ActivationStrategy {
     ReloadWithCanary,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ActivationSettings {
     pub strategy: ActivationStrategy,
+    /// How long the runtime's stop half may wait on its main process after SIGTERM before
+    /// kata-live ends it with SIGKILL, as systemd would at TimeoutStopSec: CRI-O's graceful
+    /// stop waits for every CRI call in flight, without a bound of its own.
+    #[serde(with = "seconds")]
+    pub stop_grace: Duration,
 }
 
 /// Deadlines, one per phase, written in seconds (`lock = 60`, `cri_ready = 2.5`) and held
@@ -426,6 +431,7 @@ impl Default for ActivationSettings {
     fn default() -> Self {
         ActivationSettings {
             strategy: ActivationStrategy::Restart,
+            stop_grace: Duration::from_secs(20),
         }
     }
 }

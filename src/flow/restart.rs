@@ -126,7 +126,12 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), Sy
     // Settle: a CRI-O that starts and dies at once must not count as restarted.
     match ctx
         .systemd
-        .restart_unit_settled(ctx.rt.unit(), deadline, Duration::from_secs(2))
+        .restart_unit_settled(
+            ctx.rt.unit(),
+            deadline,
+            Duration::from_secs(2),
+            Some(c.activation.stop_grace),
+        )
         .await
     {
         Ok(proof) => {
@@ -140,10 +145,18 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), Sy
                 ctx.rt.unit()
             );
             rep.evidence("crio_restart", &proof);
+            let cut = match proof.stop_cut {
+                Some(cut) => format!(
+                    "; its stop was held {:.1} s and ended with SIGKILL (pid {})",
+                    cut.held.as_secs_f64(),
+                    cut.pid
+                ),
+                None => String::new(),
+            };
             rep.end(
                 StepOutcome::Ran,
                 format!(
-                    "{why}: MainPID {} → {}, new InvocationID {}",
+                    "{why}: MainPID {} → {}, new InvocationID {}{cut}",
                     proof.before.main_pid, proof.after.main_pid, proof.after.invocation_id
                 ),
             );

@@ -10,7 +10,8 @@ use zbus::{Connection, OwnedObjectPath, OwnedVariant};
 use zbus_systemd::systemd1::{JobRemovedStream, ManagerProxy};
 
 use super::jobs::{self, ErrorClass, RestartVerdict};
-use super::{window, RestartProof, SystemdError, UnitState};
+use super::{window, RestartProof, StopCut, SystemdError, UnitState};
+use crate::logging::ids;
 
 /// Where the system bus lives when `DBUS_SYSTEM_BUS_ADDRESS` is not set.
 pub const DEFAULT_SYSTEM_BUS_ADDRESS: &str = "unix:path=/run/dbus/system_bus_socket";
@@ -18,6 +19,8 @@ pub const DEFAULT_SYSTEM_BUS_ADDRESS: &str = "unix:path=/run/dbus/system_bus_soc
 const SYSTEMD_DEST: &str = "org.freedesktop.systemd1";
 /// How often unit state is re-read while waiting for it to change.
 const POLL: Duration = Duration::from_millis(50);
+/// How often a restart's stop half is looked at for a held stop (a fresh GetAll each time).
+const STOP_POLL: Duration = Duration::from_millis(250);
 
 /// A connection to systemd. Cheap to clone (the connection is shared).
 #[derive(Clone, Debug)]
@@ -544,27 +547,134 @@ impl Systemd {
         unit: &str,
         deadline: Duration,
     ) -> Result<RestartProof, SystemdError> {
-        self.restart_unit_settled(unit, deadline, Duration::ZERO)
+        self.restart_unit_settled(unit, deadline, Duration::ZERO, None)
             .await
+    }
+
+    /// Watches `unit`'s stop half and, once its main process has been held in `stop-sigterm`
+    /// for `grace`, sends SIGKILL through systemd (`KillUnit`) to whom systemd itself would at
+    /// TimeoutStopSec ([`jobs::stop_kill_target`]), so that the start half can run. Returns
+    /// what it ended; `None` when it did not (a unit with `SendSIGKILL=no`, or the call
+    /// failed: logged). Never returns while no stop is held: the caller races it against the
+    /// restart job.
+    async fn cut_held_stop(&self, unit: &str, grace: Duration) -> Option<StopCut> {
+        let mut since: Option<(Instant, u32)> = None;
+        loop {
+            tokio::time::sleep(STOP_POLL).await;
+            let Ok(now) = self.unit_state(unit).await else {
+                continue;
+            };
+            let at = Instant::now();
+            if jobs::stop_overdue(since, &now, at, grace) {
+                let held = since.map(|(t, _)| at.duration_since(t)).unwrap_or(grace);
+                return self.kill_held_stop(unit, now.main_pid, held).await;
+            }
+            since = match since {
+                Some((t, pid)) if jobs::stop_held(&now) && now.main_pid == pid => Some((t, pid)),
+                _ if jobs::stop_held(&now) => Some((at, now.main_pid)),
+                _ => None,
+            };
+        }
+    }
+
+    async fn kill_held_stop(&self, unit: &str, pid: u32, held: Duration) -> Option<StopCut> {
+        let service = match self.unit_path(unit).await {
+            Ok(path) => {
+                self.get_all(path.as_str(), "org.freedesktop.systemd1.Service", unit)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let (kill_mode, send_sigkill) = match service {
+            Ok(m) => (prop_string(&m, "KillMode"), prop_bool(&m, "SendSIGKILL")),
+            Err(e) => {
+                tracing::warn!(unit = %unit, "cannot read how {unit} is killed, leaving its held stop to systemd: {e}");
+                return None;
+            }
+        };
+        let Some(whom) = jobs::stop_kill_target(&kill_mode, send_sigkill) else {
+            tracing::warn!(
+                unit = %unit,
+                "{unit} has not exited {:.1} s after SIGTERM, but it has SendSIGKILL=no: \
+                 left to systemd",
+                held.as_secs_f64()
+            );
+            return None;
+        };
+        let what = if whom == "all" {
+            format!("its control group (main process {pid}; KillMode={kill_mode})")
+        } else {
+            format!("its main process {pid} (KillMode={kill_mode})")
+        };
+        tracing::warn!(
+            message_id = ids::RUNTIME_STOP_CUT,
+            unit = %unit,
+            pid,
+            held_s = format!("{:.1}", held.as_secs_f64()),
+            whom,
+            "{unit} has not exited {:.1} s after SIGTERM (its graceful stop waits for every call \
+             in flight): sending SIGKILL to {what}, as systemd would at TimeoutStopSec; running \
+             containers are kept",
+            held.as_secs_f64()
+        );
+        let manager = self.manager().await.ok()?;
+        match manager
+            .kill_unit(
+                unit.to_string(),
+                whom.to_string(),
+                nix::sys::signal::Signal::SIGKILL as i32,
+            )
+            .await
+        {
+            Ok(()) => Some(StopCut { pid, held }),
+            Err(e) => {
+                tracing::warn!(
+                    unit = %unit,
+                    "could not end the held stop of {unit}: {}",
+                    jobs::map_call_error(unit, "KillUnit", e)
+                );
+                None
+            }
+        }
     }
 
     /// [`Self::restart_unit`], then keep watching until the new main process has run for
     /// `settle` (counted from its ExecMainStartTimestampMonotonic, see [`window`]): it must
     /// stay the same (same InvocationID and MainPID) and running, or the restart is a
     /// [`SystemdError::CrashLoop`]. Guards against a service that starts and dies at once.
+    ///
+    /// With `stop_grace`, a stop half held longer than that is ended ([`Self::cut_held_stop`]).
     pub async fn restart_unit_settled(
         &self,
         unit: &str,
         deadline: Duration,
         settle: Duration,
+        stop_grace: Option<Duration>,
     ) -> Result<RestartProof, SystemdError> {
         let started = Instant::now();
         let until = started + deadline;
         let before = self.preflight(unit).await?.state;
         self.refuse_if_taken_down(unit).await?;
-        let run = self
-            .run_start_job(JobKind::Restart, unit, &before, deadline)
-            .await;
+        let job = self.run_start_job(JobKind::Restart, unit, &before, deadline);
+        let mut stop_cut = None;
+        let run = match stop_grace {
+            None => job.await,
+            Some(grace) => {
+                tokio::pin!(job);
+                let guard = self.cut_held_stop(unit, grace);
+                tokio::pin!(guard);
+                let mut guarding = true;
+                loop {
+                    tokio::select! {
+                        r = &mut job => break r,
+                        cut = &mut guard, if guarding => {
+                            guarding = false;
+                            stop_cut = cut;
+                        }
+                    }
+                }
+            }
+        };
         let (job, job_result) = self.canceled_means_taken_down(unit, run).await?;
         tracing::debug!(%unit, %job, "restart job done");
         let baseline = self.unit_state(unit).await?;
@@ -643,6 +753,7 @@ impl Systemd {
             after: proven,
             job_result,
             elapsed,
+            stop_cut,
         })
     }
 

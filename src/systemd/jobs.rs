@@ -2,6 +2,8 @@
 //! which operator-facing failures, when a restart is proven, when a unit is crash-looping and
 //! when a handed-off unit has finished. No I/O here: [`super::client`] observes, these decide.
 
+use std::time::{Duration, Instant};
+
 use super::{SystemdError, UnitState};
 
 /// What a `JobRemoved` result means; `None` for `done` (success).
@@ -75,6 +77,42 @@ pub fn is_transitional_state(active_state: &str) -> bool {
         active_state,
         "activating" | "deactivating" | "reloading" | "refreshing"
     )
+}
+
+/// A service whose stop half waits on its main process after SIGTERM (`stop-sigterm`):
+/// CRI-O's graceful stop waits there for every CRI call in flight, without a bound of its own
+/// (docs/runtime-facts.md), until systemd's TimeoutStopSec.
+pub fn stop_held(s: &UnitState) -> bool {
+    s.active_state == "deactivating" && s.sub_state == "stop-sigterm" && s.main_pid != 0
+}
+
+/// Whether the stop half seen since `since` (and still seen in `now`, same main process) has
+/// run past `grace` and should be ended with SIGKILL, as systemd would at TimeoutStopSec.
+pub fn stop_overdue(
+    since: Option<(Instant, u32)>,
+    now: &UnitState,
+    at: Instant,
+    grace: Duration,
+) -> bool {
+    match since {
+        Some((t, pid)) => stop_held(now) && now.main_pid == pid && at.duration_since(t) >= grace,
+        None => false,
+    }
+}
+
+/// Whom `KillUnit` must signal to end a held stop as systemd would at TimeoutStopSec, given the
+/// unit's `KillMode` and `SendSIGKILL`: the whole control group for `control-group` and
+/// `mixed` (a stuck helper there, such as a CNI plugin ignoring SIGTERM, holds the stop as
+/// much as the main process), the main process alone for `process` and `none` (containerd's
+/// shims live in its unit's group), and nobody when systemd itself would never send SIGKILL.
+pub fn stop_kill_target(kill_mode: &str, send_sigkill: bool) -> Option<&'static str> {
+    if !send_sigkill {
+        return None;
+    }
+    match kill_mode {
+        "process" | "none" => Some("main"),
+        _ => Some("all"),
+    }
 }
 
 /// The classes of D-Bus errors that deserve their own [`SystemdError`] variant.
@@ -342,6 +380,47 @@ mod tests {
         // A unit that never ran has no invocation to compare.
         let never = st("failed", "failed", "exit-code", "", 0, 0);
         assert!(!start_limit_refused(&never, &never.clone()));
+    }
+
+    #[test]
+    fn a_stop_held_past_the_grace_is_overdue_only_for_the_same_process() {
+        let held = st("deactivating", "stop-sigterm", "success", "a", 7, 0);
+        let t = Instant::now();
+        let g = Duration::from_secs(20);
+        assert!(stop_held(&held));
+        assert!(!stop_held(&st(
+            "deactivating",
+            "stop-sigkill",
+            "success",
+            "a",
+            7,
+            0
+        )));
+        assert!(!stop_held(&st(
+            "deactivating",
+            "stop-sigterm",
+            "success",
+            "a",
+            0,
+            0
+        )));
+        assert!(!stop_held(&st("active", "running", "success", "a", 7, 0)));
+        assert!(!stop_overdue(None, &held, t + g, g));
+        assert!(!stop_overdue(Some((t, 7)), &held, t + g / 2, g));
+        assert!(stop_overdue(Some((t, 7)), &held, t + g, g));
+        // Another process (a later stop) starts its own count; a stop that ended is not held.
+        assert!(!stop_overdue(Some((t, 6)), &held, t + g, g));
+        let running = st("activating", "start", "success", "b", 9, 0);
+        assert!(!stop_overdue(Some((t, 7)), &running, t + g, g));
+    }
+
+    #[test]
+    fn a_held_stop_is_killed_as_the_units_kill_mode_says() {
+        assert_eq!(stop_kill_target("control-group", true), Some("all"));
+        assert_eq!(stop_kill_target("mixed", true), Some("all"));
+        assert_eq!(stop_kill_target("process", true), Some("main"));
+        assert_eq!(stop_kill_target("none", true), Some("main"));
+        assert_eq!(stop_kill_target("control-group", false), None);
     }
 
     #[test]

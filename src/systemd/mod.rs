@@ -100,6 +100,18 @@ pub struct RestartProof {
     /// The JobRemoved result of our restart job (always "done" in a proof).
     pub job_result: String,
     pub elapsed: Duration,
+    /// The stop half, held past the grace, that kata-live ended (none: it ended by itself).
+    pub stop_cut: Option<StopCut>,
+}
+
+/// A stop half held in `stop-sigterm` past the grace, ended with SIGKILL to the main process
+/// (what systemd does at the unit's TimeoutStopSec, only sooner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StopCut {
+    /// The main process that would not exit.
+    pub pid: u32,
+    /// How long it had been held when it was killed.
+    pub held: Duration,
 }
 
 /// Errors of the systemd module. Every variant names the unit (or the bus) it is about.

@@ -51,6 +51,7 @@ pub mod ids {
     pub const CRIO_RESTARTED: &str = "c1b84c691025410bbd05d7564016bb29";
     pub const STOPPED: &str = "199464fbf0d743828425c5dd1a7e9712";
     pub const CRIO_START_LIMIT_RESET: &str = "c3a374c2f34b4cee96eb974eee3d313a";
+    pub const RUNTIME_STOP_CUT: &str = "b9ecc813d5354e91bde5eec852b567ed";
 }
 
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
