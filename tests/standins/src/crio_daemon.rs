@@ -3,8 +3,9 @@
 //! Start: log `Starting CRI-O ...` with the pid, apply start faults, read and validate the
 //! configuration (CRI-O's rules, see `crio_config`), log the handler table, listen on the
 //! socket, then `READY=1`. SIGHUP re-reads the configuration for `Status` only (the upstream
-//! bug, cri-o #10202). SIGTERM/SIGINT exit 0. Log lines use logrus' text format, as CRI-O's
-//! journal does: `time="..." level=info msg="..."`.
+//! bug, cri-o #10202). SIGTERM/SIGINT close the socket, wait without bound for the RPCs in
+//! flight (CRI-O's gRPC `GracefulStop`), then exit 0. Log lines use logrus' text format, as
+//! CRI-O's journal does: `time="..." level=info msg="..."`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -416,6 +417,47 @@ fn reload(args: &Args, current: &RwLock<RuntimeTable>) {
     }
 }
 
+/// RPCs being served (counted from the request to the answer's head): what the stop waits
+/// for, like grpc's `GracefulStop`.
+#[derive(Clone)]
+struct InFlight(Arc<tokio::sync::watch::Sender<usize>>);
+
+struct InFlightGuard(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+impl InFlight {
+    fn new() -> Self {
+        InFlight(Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+
+    fn enter(&self) -> InFlightGuard {
+        self.0.send_modify(|n| *n += 1);
+        InFlightGuard(self.0.clone())
+    }
+
+    /// Returns once no RPC has been in flight for `settle` (no bound on the RPCs themselves).
+    async fn quiet_for(&self, settle: Duration) {
+        let mut rx = self.0.subscribe();
+        loop {
+            // Errors only without a sender, and `self` holds it.
+            let _ = rx.wait_for(|n| *n == 0).await;
+            if tokio::time::timeout(settle, rx.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// After the last RPC in flight has answered, how long the stop lets connections close by
+/// themselves (h2's graceful close needs the client to answer a PING; a client whose runtime
+/// is not polled, like the tests' blocking CRI client between calls, never does).
+const STOP_SETTLE: Duration = Duration::from_millis(500);
+
 async fn serve(args: Args) -> Result<(), DaemonError> {
     let faults = LiveFaults {
         dir: args.fault_dir.clone(),
@@ -512,6 +554,7 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
 
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     // gRPC and CRI-O's small HTTP API share the socket, as in CRI-O.
+    let in_flight = InFlight::new();
     let config_view = current.clone();
     let metrics_view = metrics.clone();
     let router = tonic::service::Routes::new(RuntimeServiceServer::new(service))
@@ -523,12 +566,28 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
                 async move { body }
             }),
         )
-        .route("/info", axum::routing::get(|| async { info_json() }));
+        .route("/info", axum::routing::get(|| async { info_json() }))
+        .layer(axum::middleware::from_fn({
+            let in_flight = in_flight.clone();
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let guard = in_flight.enter();
+                async move {
+                    let answer = next.run(req).await;
+                    drop(guard);
+                    answer
+                }
+            }
+        }));
+    // GracefulStop: the signal below ends the accept loop (tonic drops `incoming`, closing the
+    // listener) and sends GOAWAY on every connection (no new RPC on it); the server future
+    // then waits for the connections to close, which they do once their RPCs have answered.
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .accept_http1(true)
         .add_routes(tonic::service::Routes::from(router))
-        .serve_with_incoming(incoming);
-    // Boxed, so that it can be dropped (the socket closed) before a held stop.
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stop_rx.await;
+        });
     let mut server = Box::pin(server);
 
     logrus(
@@ -575,14 +634,40 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
     }
     logrus("info", "Received signal to stop, shutting down fake-crio");
     notify(&[sd_notify::NotifyState::Stopping]);
-    drop(server);
+    // hold-stop is read at the stop (it may be removed while in-flight RPCs drain).
+    let hold = args.fault_dir.join("hold-stop");
+    let holding = hold.exists();
+    // CRI-O's catchShutdown calls grpc's GracefulStop() without a deadline: no new RPCs, but
+    // every RPC in flight runs to its end before the process exits; one stuck RPC keeps the
+    // unit `deactivating` until systemd's TimeoutStopSec SIGKILLs it.
+    let _ = stop_tx.send(());
     let _ = std::fs::remove_file(&args.listen);
+    logrus(
+        "info",
+        "fake-crio graceful stop: socket closed, waiting for the RPCs in flight (no deadline)",
+    );
+    // Done when every connection has closed, or when no RPC has been in flight for
+    // STOP_SETTLE: an idle connection does not hold the stop, an RPC does, without bound.
+    let quiet = in_flight.quiet_for(STOP_SETTLE);
+    tokio::pin!(quiet);
+    loop {
+        tokio::select! {
+            res = &mut server => {
+                res.map_err(|source| DaemonError::Serve { path: args.listen.clone(), source })?;
+                break;
+            }
+            _ = &mut quiet => break,
+            _ = watchdog_tick.tick(), if watchdog.is_some() => {
+                notify(&[sd_notify::NotifyState::Watchdog]);
+            }
+        }
+    }
+    logrus("info", "fake-crio graceful stop: no RPC in flight");
     // hold-stop: stay `deactivating` (no longer serving) for as long as the marker exists, so
     // that a test can queue jobs while CRI-O's restart is in its stop half. Real CRI-O takes
     // time to shut down too (0.26-1.5 s for a whole restart, docs/runtime-facts.md); this makes the
     // window as wide as a test needs.
-    let hold = args.fault_dir.join("hold-stop");
-    if hold.exists() {
+    if holding {
         logrus(
             "info",
             "fake-crio fault hold-stop: waiting for the marker to go before exiting",

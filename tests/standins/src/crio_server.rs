@@ -35,6 +35,11 @@ impl LiveFaults {
     pub fn no_handlers_field(&self) -> bool {
         self.dir.join("no-handlers-field").exists()
     }
+    /// `hold-exec-sync`: every `ExecSync` runs as long as its request's timeout allows (a
+    /// command that does not end by itself), forever with timeout 0.
+    pub fn hold_exec_sync(&self) -> bool {
+        self.dir.join("hold-exec-sync").exists()
+    }
 }
 
 /// Per-RPC call counters, reset at each start like CRI-O's metrics.
@@ -523,6 +528,55 @@ impl RuntimeService for FakeCrio {
             })
             .collect();
         Ok(Response::new(proto::ListContainersResponse { containers }))
+    }
+
+    /// Runs nothing: exit code 0, empty output, at once; with the `hold-exec-sync` fault, the
+    /// answer comes only when the request's `timeout` (seconds) has passed, never with 0 (the
+    /// CRI default, "run forever"): a command that runs long, an RPC in flight that CRI-O's
+    /// graceful stop waits for.
+    async fn exec_sync(
+        &self,
+        request: Request<proto::ExecSyncRequest>,
+    ) -> Result<Response<proto::ExecSyncResponse>, Status> {
+        self.count("ExecSync");
+        let req = request.into_inner();
+        let id = req.container_id;
+        let state = self.view().map_err(state_status)?;
+        let Some(c) = state
+            .containers
+            .iter()
+            .find(|c| !id.is_empty() && c.id.starts_with(&id))
+        else {
+            return Err(Status::not_found(format!(
+                "could not find container {id:?}: container with ID starting with {id} not found: ID does not exist"
+            )));
+        };
+        if c.state != ContainerState::Running {
+            return Err(Status::unknown(format!(
+                "container is not created or running: container {} is not running",
+                c.id
+            )));
+        }
+        if self.faults.hold_exec_sync() {
+            crate::crio_daemon::logrus(
+                "info",
+                &format!(
+                    "fake-crio fault hold-exec-sync: ExecSync {:?} in container {} runs for its timeout ({} s, 0 = forever)",
+                    req.cmd, c.id, req.timeout
+                ),
+            );
+            if req.timeout > 0 {
+                tokio::time::sleep(std::time::Duration::from_secs(req.timeout.unsigned_abs()))
+                    .await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        }
+        Ok(Response::new(proto::ExecSyncResponse {
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            exit_code: 0,
+        }))
     }
 }
 
