@@ -314,3 +314,65 @@ fn a_shutdown_during_the_restart_is_not_held() {
         "a state journal was left although the files were put back"
     );
 }
+
+/// fake-crio copies CRI-O's unbounded graceful stop (tests/standins/README.md): with its
+/// `hold-exec-sync` fault, an `ExecSync` in flight keeps its stop half in `stop-sigterm` for as
+/// long as the call runs (600 s here, past crio.service's TimeoutStopSec and the restart
+/// deadline). kata-live ends the held stop at `activation.stop_grace` with the SIGKILL systemd
+/// would send later and proves the install within its deadline. Judged by systemd's
+/// `status=9/KILL` line, the call's failure, the referee and kubelet's own log.
+#[test]
+fn a_stop_held_by_a_call_in_flight_is_ended_at_the_grace() {
+    let _one = serial();
+    let k = KataNode::boot("[activation]\nstop_grace = 3.0\n");
+    k.seed_pod("default", "held", "");
+    let mut cri = k.referee_cri();
+    let container = cri
+        .containers()
+        .into_iter()
+        .find(|c| c.metadata.as_ref().is_some_and(|m| !m.name.is_empty()))
+        .map(|c| c.id)
+        .expect("the seeded pod's container");
+    k.crio_fault("hold-exec-sync", "");
+    let socket = k
+        .node
+        .host_path(support::referee::SOCKET)
+        .expect("the CRI socket from the host");
+    let held = std::thread::spawn(move || {
+        let mut c = support::cri::Cri::connect(&socket, Duration::from_secs(700));
+        c.exec_sync(&container, &["true"], 600)
+    });
+    k.node
+        .wait_for("the ExecSync held", Duration::from_secs(30), |_| {
+            k.node
+                .journal_unit("crio.service")
+                .contains("fault hold-exec-sync")
+        })
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", kata_journal(&k)));
+
+    let started = Instant::now();
+    let run = k.install();
+    let took = started.elapsed();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let crio = k.node.journal_unit("crio.service");
+    assert!(
+        crio.contains("code=killed, status=9/KILL"),
+        "CRI-O was not ended with SIGKILL:\n{crio}"
+    );
+    assert_eq!(
+        k.journal_count(support::kata::ids::RUNTIME_STOP_CUT),
+        1,
+        "{}",
+        kata_journal(&k)
+    );
+    let answer = held.join().expect("the held call's thread");
+    assert!(answer.is_err(), "the held call was answered: {answer:?}");
+    eprintln!(
+        "fake-crio: stop held by an ExecSync in flight; install proven in {:.1} s (grace 3 s)",
+        took.as_secs_f64()
+    );
+    k.clear_crio_fault("hold-exec-sync");
+    assert_kubelet_on_current_crio(&k);
+    k.referee_assert_serves(support::referee::HANDLER);
+    k.assert_healthy();
+}

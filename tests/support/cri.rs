@@ -163,6 +163,21 @@ impl Cri {
         Ok(id)
     }
 
+    /// `ExecSync` of `cmd` in container `id`, the runtime given `timeout_s` seconds (0: none).
+    pub fn exec_sync(
+        &mut self,
+        id: &str,
+        cmd: &[&str],
+        timeout_s: i64,
+    ) -> Result<api::ExecSyncResponse, tonic::Status> {
+        let req = api::ExecSyncRequest {
+            container_id: id.into(),
+            cmd: cmd.iter().map(|c| c.to_string()).collect(),
+            timeout: timeout_s,
+        };
+        self.call("ExecSync", async |c| c.exec_sync(req).await)
+    }
+
     /// The container's state (`api::ContainerState`).
     pub fn container_state(&mut self, id: &str) -> api::ContainerState {
         let req = api::ContainerStatusRequest {
