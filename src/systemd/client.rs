@@ -612,9 +612,9 @@ impl Systemd {
             pid,
             held_s = format!("{:.1}", held.as_secs_f64()),
             whom,
-            "{unit} has not exited {:.1} s after SIGTERM (its graceful stop waits for every call \
-             in flight): sending SIGKILL to {what}, as systemd would at TimeoutStopSec; running \
-             containers are kept",
+            "{unit} has not exited {:.1} s after SIGTERM (its graceful stop is waiting, as \
+             CRI-O's does for every CRI call in flight): sending SIGKILL to {what}, as systemd \
+             would at TimeoutStopSec; running containers are kept",
             held.as_secs_f64()
         );
         let manager = self.manager().await.ok()?;
