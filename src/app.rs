@@ -126,6 +126,7 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         tools: Tools::default(),
         crio_restarts: Default::default(),
         json: cli.global.json,
+        cluster_by_pod: cli.global.cluster_by_pod,
     };
     match &cli.command {
         Command::Install(a) => {

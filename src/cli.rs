@@ -72,6 +72,10 @@ pub struct Global {
     /// Only warnings and errors (no progress lines).
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Set by the units the DaemonSet pod writes: the pod, not this run, tells the cluster
+    /// (the node's label and Events) with its service account.
+    #[arg(long, global = true, hide = true, env = "KATA_LIVE_CLUSTER_BY_POD")]
+    pub cluster_by_pod: bool,
 }
 
 impl Cli {

@@ -77,6 +77,43 @@ pub struct Observation {
     pub kubelet: Observed<Evidence>,
     pub canary: Option<Observed<&'static str>>,
     pub last_run: Option<RunStatus>,
+    /// The node's label as the cluster has it (filled by `status` and `verify`).
+    pub cluster: Option<ClusterView>,
+}
+
+/// The node's handler label on its Node, against the proof.
+#[derive(Debug, Serialize)]
+pub struct ClusterView {
+    pub label_key: String,
+    /// The label's value (`null`: absent), or why it could not be read.
+    pub label: Observed<Option<String>>,
+    /// Whether the label says what the proof says (`null`: the label could not be read).
+    pub agrees: Option<bool>,
+    /// `verify`: what was done to make the label agree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair: Option<String>,
+}
+
+/// Reads the node's label (bounded by deadlines.cluster) and, for `verify`, makes it agree
+/// with the proof.
+async fn look_at_cluster(ctx: &Ctx, proven: bool, repair: bool) -> ClusterView {
+    let mut s = ctx.cluster_session();
+    let label = s.read_label().await;
+    let agrees = label
+        .as_ref()
+        .ok()
+        .map(|v| crate::cluster::label_agrees(v.as_deref(), proven));
+    let repair = if repair && agrees != Some(true) && label.is_ok() {
+        Some(s.repair(proven).await)
+    } else {
+        None
+    };
+    ClusterView {
+        label_key: s.key().to_string(),
+        label: label.into(),
+        agrees,
+        repair,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -232,6 +269,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         kubelet: kubelet.into(),
         canary: canary.map(|c| c.map(|()| "ok").into()),
         last_run: read_status(&ctx.host.path(STATUS_PATH)),
+        cluster: None,
     }
 }
 
@@ -523,6 +561,24 @@ pub fn render(o: &Observation, verdict: Option<&proof::Verdict>) -> String {
         }
         None => row(rows, "result", "none recorded"),
     }
+    if let Some(c) = &o.cluster {
+        let rows = sum.section("Cluster");
+        let node_state = |agrees: bool| match (agrees, verdict.is_some()) {
+            (true, _) => "agrees with the node's state",
+            (false, true) => "DISAGREES with the proof",
+            (false, false) => "DISAGREES with the node's state: `kata-live verify` repairs it",
+        };
+        let v = match (c.label.as_result(), c.agrees) {
+            (Ok(Some(v)), Some(a)) => format!("{v}: {}", node_state(a)),
+            (Ok(None), Some(a)) => format!("absent: {}", node_state(a)),
+            (Ok(_), None) => "read, not judged".to_string(),
+            (Err(e), _) => format!("unknown: {e}"),
+        };
+        row(rows, &format!("label {}", c.label_key), v);
+        if let Some(r) = &c.repair {
+            row(rows, "repair", r);
+        }
+    }
     if let Some(v) = verdict {
         let rows = sum.section("Verdict");
         if v.proven {
@@ -544,7 +600,8 @@ pub fn render(o: &Observation, verdict: Option<&proof::Verdict>) -> String {
 }
 
 pub async fn status(ctx: &Ctx, json: bool) -> ExitCode {
-    let o = observe(ctx, false).await;
+    let mut o = observe(ctx, false).await;
+    o.cluster = Some(look_at_cluster(ctx, judge(&o).proven, false).await);
     if json {
         crate::report::print_json(crate::report::Kind::Status, &o);
     } else {
@@ -554,8 +611,9 @@ pub async fn status(ctx: &Ctx, json: bool) -> ExitCode {
 }
 
 pub async fn verify(ctx: &Ctx, json: bool) -> ExitCode {
-    let o = observe(ctx, ctx.cfg.cri.canary).await;
+    let mut o = observe(ctx, ctx.cfg.cri.canary).await;
     let v = judge(&o);
+    o.cluster = Some(look_at_cluster(ctx, v.proven, true).await);
     if json {
         let out = serde_json::json!({ "observation": o, "verdict": v });
         crate::report::print_json(crate::report::Kind::Verify, out);

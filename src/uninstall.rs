@@ -10,6 +10,8 @@ use crate::steps::*;
 pub async fn run(ctx: &Ctx, force: bool) -> ExitCode {
     let mut steps: Vec<Box<dyn step::Step>> = vec![
         Box::new(Preflight),
+        // No new pod of the handler scheduled here from now on (the node's label off).
+        Box::new(Unschedule),
         // Pods under the handler would break: refused unless --force.
         Box::new(RefuseIfInUse { force }),
         // Another file declaring the handler would keep it served.

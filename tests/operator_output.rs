@@ -377,6 +377,7 @@ fn observation() -> Observation {
         }),
         canary: None,
         last_run: Some(last_run()),
+        cluster: None,
     }
 }
 

@@ -261,14 +261,27 @@ fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
             "ServiceAccount",
             "Role",
             "RoleBinding",
-            "Lease"
+            "Lease",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "Role",
+            "RoleBinding"
         ],
         "one slot by default: one node at a time"
     );
     let leases = pacing_leases();
     assert_eq!(leases, ["kata-live-slot-0"]);
     for (kind, v) in &docs {
+        let name = v["metadata"]["name"].as_str().unwrap_or_default();
         match kind.as_str() {
+            // The node label's and the Events' grants: their own test below.
+            "ClusterRole"
+            | "ClusterRoleBinding"
+            | "ValidatingAdmissionPolicy"
+            | "ValidatingAdmissionPolicyBinding" => {}
+            "Role" | "RoleBinding" if name == "kata-live-node-events" => {}
             "Namespace" => {
                 let n: Namespace = typed(v);
                 assert_eq!(n.metadata.name.as_deref(), Some(NAMESPACE));
@@ -335,6 +348,111 @@ fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
             other => panic!("unexpected {other}"),
         }
     }
+}
+
+/// The grants for the node's label and Events: get and patch of nodes (nothing else of
+/// them), narrowed by a ValidatingAdmissionPolicy to the kata-live.io/ labels of the pod's
+/// own Node, and Event creation in `default` only.
+#[test]
+fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let docs = pacing_docs();
+    let sa = format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}");
+    let mut seen = 0;
+    for (kind, v) in &docs {
+        let name = v["metadata"]["name"].as_str().unwrap_or_default();
+        match kind.as_str() {
+            "ClusterRole" => {
+                let r: ClusterRole = typed(v);
+                let rules = r.rules.unwrap();
+                assert_eq!(rules.len(), 1);
+                assert_eq!(
+                    rules[0].resources.as_deref(),
+                    Some(&["nodes".to_string()][..])
+                );
+                assert_eq!(rules[0].verbs, ["get", "patch"], "no list, watch, update");
+                seen += 1;
+            }
+            "ClusterRoleBinding" => {
+                let b: ClusterRoleBinding = typed(v);
+                assert_eq!(b.role_ref.name, "kata-live-node-label");
+                let s = b.subjects.unwrap();
+                assert_eq!((s[0].name.as_str(), s.len()), (SERVICE_ACCOUNT, 1));
+                seen += 1;
+            }
+            "ValidatingAdmissionPolicy" => {
+                let p: ValidatingAdmissionPolicy = typed(v);
+                let spec = p.spec.unwrap();
+                assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+                let cond = spec.match_conditions.unwrap();
+                assert!(cond[0].expression.contains(&sa), "{}", cond[0].expression);
+                let all: String = spec
+                    .validations
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.expression.clone())
+                    .collect();
+                assert!(all.contains("object.metadata.name in variables.nodeNames"));
+                assert!(all.contains("startsWith('kata-live.io/')"));
+                assert!(all.contains("object.spec == oldObject.spec"));
+                seen += 1;
+            }
+            "ValidatingAdmissionPolicyBinding" => {
+                let b: ValidatingAdmissionPolicyBinding = typed(v);
+                let spec = b.spec.unwrap();
+                assert_eq!(spec.policy_name.as_deref(), Some("kata-live-node-label"));
+                assert_eq!(spec.validation_actions.unwrap(), ["Deny"]);
+                seen += 1;
+            }
+            "Role" if name == "kata-live-node-events" => {
+                let r: Role = typed(v);
+                assert_eq!(r.metadata.namespace.as_deref(), Some("default"));
+                let rules = r.rules.unwrap();
+                assert_eq!(rules.len(), 1);
+                assert_eq!(
+                    rules[0].resources.as_deref(),
+                    Some(&["events".to_string()][..])
+                );
+                assert_eq!(rules[0].verbs, ["create"]);
+                seen += 1;
+            }
+            "RoleBinding" if name == "kata-live-node-events" => {
+                let b: RoleBinding = typed(v);
+                assert_eq!(b.metadata.namespace.as_deref(), Some("default"));
+                assert_eq!(b.role_ref.name, "kata-live-node-events");
+                seen += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen, 6);
+}
+
+/// The RuntimeClass schedules the handler's pods by kata-live's label only.
+#[test]
+fn the_runtime_class_selects_the_label_kata_live_sets() {
+    use k8s_openapi::api::node::v1::RuntimeClass;
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/runtimeclass/kata-remote.yaml");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let v: serde_json::Value = serde_norway::from_str(&text).unwrap();
+    let rc: RuntimeClass = typed(&v);
+    let defaults = kata_live::config::Config::default();
+    assert_eq!(rc.handler, defaults.handler.name);
+    assert_eq!(rc.metadata.name.as_deref(), Some(rc.handler.as_str()));
+    let sel = rc.scheduling.unwrap().node_selector.unwrap();
+    assert_eq!(
+        sel.into_iter().collect::<Vec<_>>(),
+        [(
+            kata_live::cluster::label_key(&defaults.handler.name),
+            kata_live::cluster::LABEL_VALUE.to_string()
+        )],
+        "scheduled by kata-live's label alone"
+    );
+    let overhead = rc.overhead.unwrap().pod_fixed.unwrap();
+    assert!(overhead.contains_key("cpu") && overhead.contains_key("memory"));
 }
 
 /// The README's DaemonSet section names the pacing settings the manifests carry, and says

@@ -18,6 +18,38 @@ pub struct Config {
     pub activation: ActivationSettings,
     pub deadlines: Deadlines,
     pub containerd: ContainerdSettings,
+    pub cluster: ClusterSettings,
+}
+
+/// How a run started on the host tells the cluster about this node (see [`crate::cluster`]):
+/// the node label that a RuntimeClass's `scheduling.nodeSelector` names, and Events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSettings {
+    /// The credentials of a run on the host: kubelet's own kubeconfig (the NodeRestriction
+    /// admission plugin limits it to this node's Node object). "" = the host run does not
+    /// talk to the API. A missing file is said once and the run goes on.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name in the cluster. Unset (""): the name the credentials carry
+    /// (`system:node:NAME`, asked with a SelfSubjectReview), else the host name.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
+    pub node_name: Option<String>,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            kubeconfig: Some("/var/lib/kubelet/kubeconfig".into()),
+            node_name: None,
+        }
+    }
 }
 
 /// The CRI runtime of a node.
@@ -287,6 +319,10 @@ pub struct Deadlines {
     pub canary: Duration,
     #[serde(with = "seconds")]
     pub rollback: Duration,
+    /// Everything a run asks the API server (label, Node's runtimeHandlers, Event): an API
+    /// server down or slow never holds the run longer, nor fails it.
+    #[serde(with = "seconds")]
+    pub cluster: Duration,
 }
 
 impl Deadlines {
@@ -308,6 +344,7 @@ impl Deadlines {
             + self.kubelet
             + self.canary
             + 2 * self.rollback
+            + self.cluster
             + Self::PACKAGE_CANCEL_GRACE
     }
 
@@ -449,6 +486,7 @@ impl Default for Deadlines {
             kubelet: Duration::from_secs(180),
             canary: Duration::from_secs(120),
             rollback: Duration::from_secs(300),
+            cluster: Duration::from_secs(45),
         }
     }
 }

@@ -59,6 +59,37 @@ pub struct Ctx {
     /// Why the runtime could not be decided (neither or both serve, or a setting it cannot
     /// honour): the preflight refuses the run with it.
     pub rt_problem: Option<String>,
+    /// The run was started by the DaemonSet pod, which tells the cluster itself (with its
+    /// service account): this run does not.
+    pub cluster_by_pod: bool,
+}
+
+impl Ctx {
+    /// How this run tells the cluster about the node ([`crate::cluster`]).
+    pub fn cluster_session(&self) -> crate::cluster::Session {
+        let c = &self.cfg.cluster;
+        let handler = &self.cfg.handler.name;
+        if self.cluster_by_pod {
+            return crate::cluster::Session::off(
+                handler,
+                "the DaemonSet pod that started this run sets the label and posts the Event",
+            );
+        }
+        let hostname = std::fs::read_to_string(self.host.proc.join("sys/kernel/hostname"))
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty());
+        crate::cluster::Session::for_host(
+            handler,
+            c.kubeconfig
+                .as_deref()
+                .map(|p| self.host.path(p))
+                .as_deref(),
+            c.node_name.clone(),
+            hostname,
+            self.cfg.deadlines.cluster,
+        )
+    }
 }
 
 /// How a flow failed. Each variant maps to one documented exit code.

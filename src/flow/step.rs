@@ -154,6 +154,8 @@ pub struct Run {
     pub expendable: Vec<String>,
     /// Words for the final line, added by the steps that have something to say.
     pub summary: Vec<String>,
+    /// What the cluster is told of this run (the node's label, its Event).
+    pub cluster: crate::cluster::Session,
 }
 
 impl Run {
@@ -172,12 +174,74 @@ impl Run {
 
 /// Runs `steps` under the lock, in order, and ends the run (status, journal record, exit).
 pub async fn run(ctx: &Ctx, operation: Operation, mut steps: Vec<Box<dyn Step + '_>>) -> ExitCode {
+    let mut cluster = ctx.cluster_session();
     let (_lock, mut rep) = match begin(ctx, operation, steps.len() + 1).await {
         Ok(held) => held,
-        Err(code) => return code,
+        Err(code) => {
+            // Refused before anything (the lock held by another run): the cluster is told.
+            if !ctx.dry_run {
+                let summary = code.describe().to_string();
+                cluster
+                    .after_run(operation, code, &summary, &run_id())
+                    .await;
+            }
+            return code;
+        }
     };
-    let result = run_steps(ctx, operation, &mut steps, &mut rep).await;
+    let result = run_steps(ctx, operation, &mut steps, &mut rep, &mut cluster).await;
+    let result = tell_the_cluster(ctx, operation, result, &mut rep, cluster).await;
     finish(rep, result)
+}
+
+/// This run's name for the cluster: its unit's invocation (`$INVOCATION_ID`, set by systemd
+/// for every service), else the pid and the time, for a run started by hand in place.
+fn run_id() -> String {
+    std::env::var("INVOCATION_ID").unwrap_or_else(|_| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0);
+        format!("{}x{now:x}", std::process::id())
+    })
+}
+
+/// After the run: the node's label as the outcome says, and one Event (best effort,
+/// bounded by `deadlines.cluster`; the run's result and exit code stay what they were).
+async fn tell_the_cluster(
+    ctx: &Ctx,
+    operation: Operation,
+    result: Result<String, FlowError>,
+    rep: &mut Reporter,
+    mut cluster: crate::cluster::Session,
+) -> Result<String, FlowError> {
+    if ctx.dry_run {
+        return result;
+    }
+    let (code, summary) = match &result {
+        Ok(s) if s.is_empty() => (ExitCode::Ok, "proven".to_string()),
+        Ok(s) => (ExitCode::Ok, format!("proven: {s}")),
+        Err(e) => (e.exit_code(), e.to_string()),
+    };
+    rep.add_step();
+    rep.begin(
+        "cluster",
+        "telling the cluster (the node's label, an Event)",
+    );
+    let off = cluster.is_off();
+    let words = cluster
+        .after_run(operation, code, &summary, &run_id())
+        .await
+        .join("; ");
+    rep.evidence("cluster", &cluster.record);
+    rep.end(
+        if off {
+            StepOutcome::Skipped
+        } else {
+            StepOutcome::Ran
+        },
+        words,
+    );
+    result
 }
 
 async fn run_steps(
@@ -185,6 +249,7 @@ async fn run_steps(
     operation: Operation,
     steps: &mut [Box<dyn Step + '_>],
     rep: &mut Reporter,
+    cluster: &mut crate::cluster::Session,
 ) -> Result<String, FlowError> {
     let journals = ctx.journals();
     // A symlinked state journal is the node's condition, not a bug: refused in words.
@@ -220,7 +285,21 @@ async fn run_steps(
         wrote: None,
         expendable: Vec::new(),
         summary: Vec::new(),
+        cluster: std::mem::replace(cluster, crate::cluster::Session::off("", "")),
     };
+    let result = drive(ctx, operation, steps, rep, &mut run).await;
+    *cluster = std::mem::replace(&mut run.cluster, crate::cluster::Session::off("", ""));
+    result
+}
+
+/// The steps in order, then the run's end (journal cleared, staged versions said).
+async fn drive(
+    ctx: &Ctx,
+    _operation: Operation,
+    steps: &mut [Box<dyn Step + '_>],
+    rep: &mut Reporter,
+    run: &mut Run,
+) -> Result<String, FlowError> {
     let mut left: &'static str = "nothing was changed";
     let mut config_changed = false;
     for i in 0..steps.len() {
@@ -233,7 +312,7 @@ async fn run_steps(
                 return Err(stop_before(
                     ctx,
                     rep,
-                    &run,
+                    run,
                     step.as_ref(),
                     signal,
                     left,
@@ -244,7 +323,7 @@ async fn run_steps(
         }
         extend_unit_timeout(ctx);
         if !ctx.dry_run {
-            step.prepare(ctx, &mut run)?;
+            step.prepare(ctx, run)?;
             if let Some(phase) = step.phase() {
                 run.journal.phase = phase;
                 run.save_journal()?;
@@ -255,9 +334,9 @@ async fn run_steps(
             rep.begin(step.name(), &step.doing(ctx));
         }
         let done = if ctx.dry_run {
-            step.plan(ctx, &mut run, rep).await
+            step.plan(ctx, run, rep).await
         } else {
-            step.apply(ctx, &mut run, rep).await
+            step.apply(ctx, run, rep).await
         };
         match done {
             Ok(d) => {
@@ -280,7 +359,7 @@ async fn run_steps(
                             .as_ref()
                             .map(|r| r.nevras.join(", "))
                             .unwrap_or_default();
-                        let rollback = roll_back(ctx, rep, &mut run, done_steps).await;
+                        let rollback = roll_back(ctx, rep, run, done_steps).await;
                         FlowError::AfterUpgrade {
                             error: e.to_string(),
                             previous,
@@ -289,15 +368,15 @@ async fn run_steps(
                     }
                     Failure::End(e) => e,
                     Failure::Activation(error) => {
-                        let rollback = roll_back(ctx, rep, &mut run, done_steps).await;
+                        let rollback = roll_back(ctx, rep, run, done_steps).await;
                         FlowError::Activation { error, rollback }
                     }
                     Failure::NotProven(missing) => {
-                        let rollback = roll_back(ctx, rep, &mut run, done_steps).await;
+                        let rollback = roll_back(ctx, rep, run, done_steps).await;
                         FlowError::NotProven { missing, rollback }
                     }
                     Failure::Yield(error) => {
-                        let rollback = put_files_back(ctx, rep, &mut run, done_steps);
+                        let rollback = put_files_back(ctx, rep, run, done_steps);
                         FlowError::Activation { error, rollback }
                     }
                 });

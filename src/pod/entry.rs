@@ -3,6 +3,7 @@
 use super::follow::start_and_follow;
 use super::rollout::mark_pod;
 use super::{copy, runtime, say, EntryArgs, Operation, PodError, OUTCOME_FILE};
+use crate::cluster::{Credentials, Session};
 use crate::config;
 use crate::exit::ExitCode;
 use crate::files;
@@ -23,7 +24,17 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
                 Some(Pacer::connect(&a.pace.namespace, names.to_vec(), node).await?)
             }
         };
+        let mut cluster = cluster_session(a, &cfg);
+        if op == Operation::Uninstall {
+            say(&cluster.unschedule().await);
+        }
         let o = start_and_follow(op, &host, &cfg.deadlines, &arts, pacer.as_ref(), state).await?;
+        for words in cluster
+            .after_run(op, o.exit(), &o.render(), &o.invocation)
+            .await
+        {
+            say(&words);
+        }
         if let (Some(p), Some(pod)) = (pacer.as_ref(), a.pace.pod_name.as_deref()) {
             mark_pod(p, pod, &o).await;
         }
@@ -52,4 +63,24 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
     })?;
     say("stopped by a signal; the host unit's result stays on the node");
     Ok(ExitCode::Ok)
+}
+
+/// The pod tells the cluster with its service account, as the node its pod runs on (the
+/// downward API's spec.nodeName); the host run it starts does not ([`super::units`]).
+fn cluster_session(a: &EntryArgs, cfg: &config::Config) -> Session {
+    let handler = &cfg.handler.name;
+    match &a.pace.node_name {
+        None => Session::off(
+            handler,
+            "this pod's node name is unknown (--node-name or NODE_NAME from the downward API's \
+             spec.nodeName)",
+        ),
+        Some(node) => Session::new(
+            handler,
+            Credentials::ServiceAccount,
+            Some(node.clone()),
+            None,
+            cfg.deadlines.cluster,
+        ),
+    }
 }

@@ -192,6 +192,7 @@ pub(super) async fn start_and_follow(
         exit_code: jobs::exit_status(snap.exec_main_code, snap.exec_main_status),
         run_result: st.as_ref().map(|s| s.result),
         error: st.and_then(|s| s.error),
+        invocation: snap.state.invocation_id.clone(),
     };
     if let Some(p) = pacer {
         settle_slot(p, &outcome).await;

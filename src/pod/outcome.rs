@@ -20,6 +20,9 @@ pub struct RunOutcome {
     pub exit_code: Option<i32>,
     pub run_result: Option<RunResult>,
     pub error: Option<String>,
+    /// The host unit's InvocationID: names the run's Event, so that it is posted once.
+    #[serde(default)]
+    pub invocation: String,
 }
 
 impl RunOutcome {
@@ -27,6 +30,14 @@ impl RunOutcome {
         self.unit_result == "success"
             && self.exit_code == Some(0)
             && self.run_result == Some(RunResult::Succeeded)
+    }
+
+    /// The exit class of the host run (a unit that did not exit with a code of kata-live's
+    /// is an internal error: kata-live was killed or never ran).
+    pub fn exit(&self) -> ExitCode {
+        self.exit_code
+            .and_then(|c| ExitCode::ALL.into_iter().find(|e| i32::from(e.code()) == c))
+            .unwrap_or(ExitCode::Internal)
     }
 
     pub fn render(&self) -> String {

@@ -157,6 +157,7 @@ mod tests {
             exit_code: Some(code),
             run_result: Some(r),
             error: None,
+            invocation: String::new(),
         }
     }
 

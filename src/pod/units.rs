@@ -23,11 +23,18 @@ pub fn render_unit(shipped: &str, bin: &str) -> String {
             None => {
                 out.push_str(line);
                 out.push('\n');
+                if line.trim() == "[Service]" {
+                    // The pod tells the cluster (label, Events) with its service account.
+                    out.push_str(&format!("Environment={CLUSTER_BY_POD}=true\n"));
+                }
             }
         }
     }
     out
 }
+
+/// The environment variable of `--cluster-by-pod` ([`crate::cli::Global`]).
+pub const CLUSTER_BY_POD: &str = "KATA_LIVE_CLUSTER_BY_POD";
 
 /// The fragment that points the host unit at the RPMs copied from the image.
 pub fn rpm_fragment() -> String {
@@ -51,11 +58,13 @@ mod tests {
             assert!(exec[0].starts_with("ExecStart=/usr/local/bin/kata-live "));
             assert!(exec[0].ends_with("--no-detach"), "{}", exec[0]);
             assert!(!u.contains("ExecStart=/usr/bin/"));
+            assert!(u.contains("[Service]\nEnvironment=KATA_LIVE_CLUSTER_BY_POD=true\n"));
             // Everything else as shipped.
             let rest: Vec<_> = u
                 .lines()
                 .filter(|l| {
                     !l.starts_with("ExecStart=")
+                        && !l.starts_with("Environment=KATA_LIVE_CLUSTER_BY_POD=")
                         && !l.starts_with("# Written by")
                         && !l.starts_with("# /usr/local")
                 })

@@ -3,12 +3,14 @@
 //! things it touches; what it shares with later steps goes into [`Run`].
 
 mod activate;
+mod cluster;
 mod drop_in;
 mod import;
 mod package;
 mod preflight;
 
 pub use activate::{Activate, Prove};
+pub use cluster::Unschedule;
 pub use drop_in::{RemoveDropIn, WriteDropIn};
 pub use import::{EnsureImport, RemoveImport};
 pub use package::{InstallPackage, PostInstall, RemovePackage, Visibility};
