@@ -74,8 +74,15 @@ fn sh_ok(node: &Node, script: &str) -> String {
 }
 
 /// Boots a real-CRI-O node and registers its kubelet as `name` (node IP `ip`, an address on
-/// the node's loopback device: kubelet refuses a loopback-range node IP).
+/// the node's loopback device: kubelet refuses a loopback-range node IP), ready for the
+/// DaemonSet pods (the image imported, the node's own kata-live gone).
 fn join(cp: &ControlPlane, name: &str, ip: &str) -> FleetNode {
+    join_as(cp, name, ip, OCI_CONFIG, true)
+}
+
+/// [`join`]; `for_pods` false keeps the node's own kata-live (the host path) and imports no
+/// image; `config` is kata-live's fragment on the node.
+fn join_as(cp: &ControlPlane, name: &str, ip: &str, config: &str, for_pods: bool) -> FleetNode {
     let opts = NodeOptions::crio_real()
         .file("/var/lib/fake-rpm-ostree/files", OCI_PACKAGE, 0o644)
         .file(
@@ -83,7 +90,7 @@ fn join(cp: &ControlPlane, name: &str, ip: &str) -> FleetNode {
             cp.node_kubeconfig(name, &format!("https://127.0.0.1:{API_PORT}")),
             0o600,
         );
-    let k = KataNode::boot_with(opts, OCI_CONFIG);
+    let k = KataNode::boot_with(opts, config);
     let relay = Relay::into_node(
         &k.node,
         API_PORT,
@@ -104,6 +111,13 @@ fn join(cp: &ControlPlane, name: &str, ip: &str) -> FleetNode {
         |cp| node_ready(cp, name),
     );
     cp.kubectl(&["label", "node", name, "node-role.kubernetes.io/worker="]);
+    if !for_pods {
+        return FleetNode {
+            name: name.to_string(),
+            k,
+            _relay: relay,
+        };
+    }
     // The DaemonSet image, in the storage CRI-O reads, under the manifest's name.
     let layout = support::image::dir().join("oci");
     let dest = k.node.host_path("/var/lib/kl-image").expect("image place");
@@ -415,6 +429,117 @@ fn ready_and_true(cp: &ControlPlane, f: &FleetNode, component: &str) -> bool {
     true
 }
 
+/// The label the RuntimeClass's nodeSelector names, and the pause image every node has.
+const KATA_LABEL: &str = "kata-live.io/kata-remote";
+const PAUSE_IMAGE: &str = "localhost/kata-live-test/pause:1";
+
+/// packaging/runtimeclass/kata-remote.yaml, as shipped.
+fn runtime_class() -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/runtimeclass/kata-remote.yaml");
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A pod of the handler's RuntimeClass: the pause image (on every node, never pulled), on
+/// the host network (the nodes have no pod network), tolerating every taint, so that only
+/// the RuntimeClass's nodeSelector keeps it off a node.
+fn kata_pod(name: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "runtimeClassName": "kata-remote",
+            "hostNetwork": true,
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+        }
+    })
+    .to_string()
+}
+
+/// The pod's node (`None`: not scheduled) and phase.
+fn pod_place(cp: &ControlPlane, name: &str) -> (Option<String>, String) {
+    let v = cp.json(&["-n", "default", "get", "pod", name]);
+    (
+        v["spec"]["nodeName"].as_str().map(str::to_string),
+        v["status"]["phase"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+fn delete_pod(cp: &ControlPlane, name: &str) {
+    cp.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        name,
+        "--wait=true",
+        "--timeout=120s",
+        "--ignore-not-found",
+    ]);
+}
+
+/// The node's label, as the API server has it.
+fn label_of(cp: &ControlPlane, node: &str) -> Option<String> {
+    let v = cp.json(&["get", "node", node]);
+    v["metadata"]["labels"][KATA_LABEL]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// kata-live's Events on the node: (reason, type, message), oldest first.
+fn kata_events(cp: &ControlPlane, node: &str) -> Vec<(String, String, String)> {
+    let v = cp.json(&[
+        "-n",
+        "default",
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.kind=Node,involvedObject.name={node},source=kata-live"),
+        "--sort-by=.firstTimestamp",
+    ]);
+    let s = |x: &serde_json::Value| x.as_str().unwrap_or_default().to_string();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| (s(&e["reason"]), s(&e["type"]), s(&e["message"])))
+        .collect()
+}
+
+/// Whether kata-live posted an Event of `reason` on `node` whose message starts `op:`.
+fn has_event(cp: &ControlPlane, node: &str, reason: &str, op: &str) -> bool {
+    kata_events(cp, node)
+        .iter()
+        .any(|(r, _, m)| r == reason && m.starts_with(&format!("{op}:")))
+}
+
+/// The sandbox of the API pod `name` on `node`, and the handler CRI-O runs it on.
+fn sandbox_of(node: &Node, name: &str) -> (String, String) {
+    let ids = node.exec(&["crictl", "pods", "-q", "--name", name, "--state", "ready"]);
+    let ids = String::from_utf8_lossy(&ids.stdout).into_owned();
+    let id = ids
+        .split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("no ready sandbox of {name} on {}", node.name()))
+        .to_string();
+    let h = support::crio_real::sandbox_handler(node, &id);
+    (id, h)
+}
+
+/// Asserts that the kata pod `name` stays unscheduled for `hold`.
+fn stays_pending(cp: &ControlPlane, name: &str, hold: Duration, why: &str) {
+    let until = Instant::now() + hold;
+    while Instant::now() < until {
+        let (node, phase) = pod_place(cp, name);
+        assert_eq!(node, None, "{name} was scheduled ({phase}) {why}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 fn crio_invocation(f: &FleetNode) -> String {
     f.k.unit("crio.service").invocation_id
 }
@@ -445,6 +570,7 @@ fn fleet_logs(nodes: &[&FleetNode]) -> String {
 
 #[test]
 fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
+    let _one = support::kata::serial();
     let cp = ControlPlane::start(&["kl-fleet-a", "kl-fleet-b"]);
     let a = join(&cp, "kl-fleet-a", "10.99.0.10");
     let b = join(&cp, "kl-fleet-b", "10.99.0.11");
@@ -455,6 +581,9 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         &["apply", "-f", "-"],
         Some(&manifest("kata-live-pacing.yaml")),
     );
+    // The handler's RuntimeClass as shipped, and a pod of it before any node is proven.
+    cp.kubectl_in(&["apply", "-f", "-"], Some(&runtime_class()));
+    cp.kubectl_in(&["apply", "-f", "-"], Some(&kata_pod("kata-early")));
 
     // B's kubelet fails at its next start: after the CRI-O restart that kata-live does.
     b.k.unit_drop_in(
@@ -491,8 +620,23 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         gate_on(cp, "install", &b.name) == Some(false)
     });
     assert_eq!(gate_on(&cp, "install", &a.name), None, "A has not run");
-    // The rollout stays stopped: A changes nothing for a while after B's failure.
-    std::thread::sleep(Duration::from_secs(15));
+    // B's failure is told on its Node; neither node is labelled.
+    wait("B's failure as an Event", Duration::from_secs(90), &|cp| {
+        kata_events(cp, &b.name)
+            .iter()
+            .any(|(r, t, m)| r != "KataLiveProven" && t == "Warning" && m.starts_with("install:"))
+    });
+    eprintln!("fleet: B's Events: {:?}", kata_events(&cp, &b.name));
+    assert_eq!(label_of(&cp, &b.name), None, "a failed install labelled B");
+    assert_eq!(label_of(&cp, &a.name), None, "A has not run");
+    // The rollout stays stopped: A changes nothing for a while after B's failure, and the
+    // kata pod, which tolerates every taint, lands on neither.
+    stays_pending(
+        &cp,
+        "kata-early",
+        Duration::from_secs(15),
+        "while no node was proven (B failed, A waited)",
+    );
     assert!(!ready_on(&cp, "install", &a.name));
     assert!(!ready_on(&cp, "install", &b.name));
     assert!(
@@ -566,6 +710,36 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     for f in [&a, &b] {
         assert_eq!(gate_on(&cp, "install", &f.name), Some(true), "{}", f.name);
     }
+    // Once proven, labelled, told, and the kata pod runs there, on the handler.
+    for f in [&a, &b] {
+        wait(
+            &format!("{} labelled", f.name),
+            Duration::from_secs(60),
+            &|cp| label_of(cp, &f.name).as_deref() == Some("proven"),
+        );
+        wait(
+            &format!("{}'s proof as an Event", f.name),
+            Duration::from_secs(60),
+            &|cp| has_event(cp, &f.name, "KataLiveProven", "install"),
+        );
+        for line in pod_logs(f.node(), "install").lines() {
+            if line.contains(KATA_LABEL) || line.contains("Event ") {
+                eprintln!("fleet: {}: {line}", f.name);
+            }
+        }
+    }
+    wait("the kata pod Running", Duration::from_secs(180), &|cp| {
+        pod_place(cp, "kata-early").1 == "Running"
+    });
+    let (on, _) = pod_place(&cp, "kata-early");
+    let on = on.expect("a Running pod has a node");
+    let host = [&a, &b]
+        .into_iter()
+        .find(|f| f.name == on)
+        .expect("the pod's node is one of ours");
+    let (sandbox, handler) = sandbox_of(host.node(), "kata-early");
+    assert_eq!(handler, "kata-remote", "sandbox {sandbox} on {on}");
+    eprintln!("fleet: kata-early Running on {on}, sandbox {sandbox} on {handler}");
     ready_times(&cp, "install");
     slot_lines(&[&a, &b], "install");
     wait(
@@ -597,7 +771,9 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         );
     }
 
-    // Uninstall: both nodes eligible when the DaemonSet is created.
+    // Uninstall: both nodes eligible when the DaemonSet is created. The kata pod goes first
+    // (an uninstall is refused while a pod runs on the handler).
+    delete_pod(&cp, "kata-early");
     cp.kubectl(&["-n", NS, "delete", "daemonset", "kata-live-install"]);
     wait("the install pods gone", Duration::from_secs(120), &|cp| {
         live_pods(cp, "install").is_empty()
@@ -607,7 +783,17 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         &["apply", "-f", "-"],
         Some(&daemonset("kata-live-uninstall.yaml")),
     );
+    // Each uninstall pod takes its node's label off first, before it waits for the slot.
+    wait("both labels off", Duration::from_secs(120), &|cp| {
+        label_of(cp, &a.name).is_none() && label_of(cp, &b.name).is_none()
+    });
+    cp.kubectl_in(&["apply", "-f", "-"], Some(&kata_pod("kata-late")));
     wait("both uninstall pods Ready", ROLLOUT, &|cp| {
+        assert_eq!(
+            pod_place(cp, "kata-late").0,
+            None,
+            "a kata pod was scheduled once the uninstall had begun"
+        );
         let (ra, rb) = (
             ready_and_true(cp, &a, "uninstall"),
             ready_and_true(cp, &b, "uninstall"),
@@ -626,6 +812,22 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         &|cp| lease(cp).0.is_none(),
     );
     judge(&[&a, &b], "kata-live-uninstall.service", t1);
+    stays_pending(
+        &cp,
+        "kata-late",
+        Duration::from_secs(10),
+        "after the uninstall",
+    );
+    for f in [&a, &b] {
+        assert_eq!(label_of(&cp, &f.name), None, "{}", f.name);
+        wait(
+            &format!("{}'s uninstall as an Event", f.name),
+            Duration::from_secs(60),
+            &|cp| has_event(cp, &f.name, "KataLiveProven", "uninstall"),
+        );
+        eprintln!("fleet: {}'s Events: {:?}", f.name, kata_events(&cp, &f.name));
+    }
+    delete_pod(&cp, "kata-late");
     let waited = pod_logs(a.node(), "uninstall") + &pod_logs(b.node(), "uninstall");
     assert!(
         waited.contains("waiting for one of 1 rollout slot(s)"),
@@ -655,4 +857,113 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
             |cp| node_ready(cp, &f.name),
         );
     }
+}
+
+/// The host path (a MachineConfig's unit, `oc debug node`): kata-live run on the node labels
+/// its own Node with kubelet's credentials, under the NodeRestriction admission plugin:
+/// allowed on its own Node, refused on another's (without failing the proven run); an
+/// uninstall refused by a pod on the handler puts the label back; `verify` repairs a label
+/// that disagrees; with no credentials the run succeeds and says so.
+#[test]
+fn the_host_run_labels_its_own_node_with_kubelets_credentials() {
+    let _one = support::kata::serial();
+    let cp = ControlPlane::start(&["kl-host-a"]);
+    // Another node's Node object (no kubelet behind it): A's credentials may not change it.
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"kl-host-other"}}"#),
+    );
+    let config = format!(
+        "{OCI_CONFIG}\n[cluster]\nkubeconfig = \"/etc/kubernetes/fleet.kubeconfig\"\n"
+    );
+    let a = join_as(&cp, "kl-host-a", "10.99.0.20", &config, false);
+    let cluster_words = |k: &KataNode| {
+        let st = k.status_json();
+        st["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["name"] == "cluster" || s["name"] == "unschedule")
+            .map(|s| s["detail"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+
+    // Install: proven, then labelled by kubelet's own credentials, and told.
+    let r = a.k.install();
+    assert_eq!(r.code, 0, "{}", support::kata::show(&r));
+    let words = cluster_words(&a.k);
+    eprintln!("fleet: host install: {words}");
+    assert_eq!(label_of(&cp, &a.name).as_deref(), Some("proven"), "{words}");
+    assert!(words.contains("set on node kl-host-a"), "{words}");
+    assert!(has_event(&cp, &a.name, "KataLiveProven", "install"));
+
+    // An uninstall refused by a pod on the handler takes the label off first, then puts it
+    // back: the handler is still served.
+    let busy = support::crio_real::runp(a.node(), "kata-remote", "busy").expect("a sandbox");
+    let r = a.k.uninstall(&[]);
+    assert_eq!(r.code, 10, "{}", support::kata::show(&r));
+    let words = cluster_words(&a.k);
+    eprintln!("fleet: host uninstall refused: {words}");
+    assert!(words.contains("taken off node kl-host-a"), "{words}");
+    assert!(words.contains("put back on node kl-host-a"), "{words}");
+    assert_eq!(label_of(&cp, &a.name).as_deref(), Some("proven"));
+    assert!(has_event(&cp, &a.name, "KataLiveRefused", "uninstall"));
+    support::crio_real::stop_remove(a.node(), &busy);
+
+    // The uninstall proven: the label is gone.
+    let r = a.k.uninstall(&[]);
+    assert_eq!(r.code, 0, "{}", support::kata::show(&r));
+    assert_eq!(label_of(&cp, &a.name), None, "{}", cluster_words(&a.k));
+    assert!(has_event(&cp, &a.name, "KataLiveProven", "uninstall"));
+
+    // Another node's Node: NodeRestriction refuses A's kubelet; the run is still proven.
+    a.node()
+        .write_file(
+            "/etc/kata-live/config.d/70-other-node.toml",
+            b"[cluster]\nnode_name = \"kl-host-other\"\n",
+        )
+        .unwrap();
+    let r = a.k.install();
+    assert_eq!(r.code, 0, "{}", support::kata::show(&r));
+    let words = cluster_words(&a.k);
+    eprintln!("fleet: host install naming another node: {words}");
+    assert!(words.contains("was not set"), "{words}");
+    assert!(words.contains("403"), "refused by the API server: {words}");
+    assert_eq!(label_of(&cp, "kl-host-other"), None);
+    assert_eq!(label_of(&cp, &a.name), None);
+
+    // `verify` on the node's own name sees the label disagree with the proof and repairs it.
+    a.node()
+        .exec_ok(&["rm", "/etc/kata-live/config.d/70-other-node.toml"])
+        .unwrap();
+    let r = a.k.kata(&["verify"]);
+    assert_eq!(r.code, 0, "{}", support::kata::show(&r));
+    assert!(r.stdout.contains("repaired"), "{}", support::kata::show(&r));
+    assert_eq!(label_of(&cp, &a.name).as_deref(), Some("proven"));
+    let r = a.k.kata(&["status"]);
+    assert!(
+        r.stdout.contains("proven: agrees with the node's state"),
+        "{}",
+        support::kata::show(&r)
+    );
+
+    // No credentials: the run is proven and says once why the label was not touched.
+    a.node()
+        .write_file(
+            "/etc/kata-live/config.d/70-no-api.toml",
+            b"[cluster]\nkubeconfig = \"/nonexistent/kubeconfig\"\n",
+        )
+        .unwrap();
+    let r = a.k.install();
+    assert_eq!(r.code, 0, "{}", support::kata::show(&r));
+    let words = cluster_words(&a.k);
+    assert!(words.contains("no kubeconfig at /nonexistent/kubeconfig"), "{words}");
+    let said = format!("{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        said.matches("no kubeconfig at").count(),
+        1,
+        "said once: {}",
+        support::kata::show(&r)
+    );
 }
