@@ -13,7 +13,7 @@ use crate::host::Host;
 use crate::pace::Pacer;
 use crate::report::{read_status, STATUS_PATH};
 use crate::systemd::{jobs, Systemd, SystemdError};
-use crate::systemd::client::{JobKind, UnitSnapshot};
+use crate::systemd::{JobKind, UnitSnapshot};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
