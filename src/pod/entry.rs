@@ -2,7 +2,7 @@
 
 use super::follow::start_and_follow;
 use super::rollout::mark_pod;
-use super::{copy, runtime, say, EntryArgs, Operation, PodError, OUTCOME_FILE};
+use super::{artifact, runtime, say, EntryArgs, Operation, PodError, OUTCOME_FILE};
 use crate::cluster::{Credentials, Session};
 use crate::config;
 use crate::exit::ExitCode;
@@ -14,7 +14,7 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
     let root = &a.paths.host_root;
     let host = Host::new(root, "/proc");
     let cfg = config::load(&host)?.config;
-    let arts = copy::artifacts(a.rpm_dir.as_deref())?;
+    let arts = artifact::artifacts(a.rpm_dir.as_deref())?;
     let state = &a.paths.pod_state;
     let outcome = runtime()?.block_on(async {
         let pacer = match (&a.pace.pace_leases[..], &a.pace.node_name) {

@@ -1,6 +1,7 @@
 //! Starting the host unit, or not, and following it to its end.
 
-use super::copy::{differing, put_files, Artifact};
+use super::artifact::Artifact;
+use super::copy::{differing, put_files};
 use super::rollout::settle_slot;
 use super::{
     decide, resolve_in_root, say, Next, Operation, PodError, RunOutcome, UnitsSeen,
@@ -11,8 +12,8 @@ use crate::files;
 use crate::host::Host;
 use crate::pace::Pacer;
 use crate::report::{read_status, STATUS_PATH};
-use crate::systemd::client::{JobKind, UnitSnapshot};
 use crate::systemd::{jobs, Systemd, SystemdError};
+use crate::systemd::{JobKind, UnitSnapshot};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -18,9 +18,11 @@
 //! uninstall), `ready` (the probe, [`judge_ready`]), `decide` (the pure state machine),
 //! `follow` (the host unit started and followed through [`crate::systemd`]), `outcome` (what
 //! the entrypoint saw at the end), `rollout` (the slot and the readiness gate), and what goes
-//! onto the host: `copy`, `units` (the embedded units), `selinux` (their label), `paths`.
+//! onto the host: `artifact` (each file and the image's list of them), `copy`, `units` (the
+//! embedded units), `selinux` (the executables' label), `paths`.
 
 mod args;
+mod artifact;
 mod copy;
 mod decide;
 mod entry;

@@ -1,6 +1,6 @@
 //! The SELinux label that lets a host unit execute what the pod copied.
 
-use super::copy::Artifact;
+use super::artifact::Artifact;
 use super::PodError;
 use std::path::Path;
 

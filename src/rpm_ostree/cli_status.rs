@@ -221,3 +221,33 @@ impl Status {
         }
     }
 }
+
+impl std::fmt::Display for PackageState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PackageState::Live => "live",
+            PackageState::Pending => "pending (next boot or apply-live)",
+            PackageState::Absent => "absent",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nevra_names() {
+        assert_eq!(
+            nevra_name("kata-containers-3.2.0-1.el9.x86_64"),
+            Some("kata-containers")
+        );
+        assert_eq!(
+            nevra_name("kata-containers-3.2.0-1.el9.x86_64.rpm"),
+            Some("kata-containers")
+        );
+        assert_eq!(nevra_name("foo-1:2.0-3.noarch"), Some("foo"));
+        assert_eq!(nevra_name("kata"), None);
+        assert_eq!(nevra_name("-1-2"), None);
+    }
+}

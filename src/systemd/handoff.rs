@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 
 use zbus::{OwnedVariant, Variant};
 
-use super::client::{JobKind, Systemd, UnitSnapshot};
+use super::client::Systemd;
+use super::job_calls::JobKind;
 use super::jobs::{self, ErrorClass};
+use super::properties::UnitSnapshot;
 use super::{SystemdError, UnitState};
 use crate::process::Program;
 

@@ -1,7 +1,11 @@
 //! systemd over D-Bus: fresh unit state, start/stop/restart/reload with proof, hand-off of a
 //! whole run to a transient unit.
 //!
-//! - [`client`]: the [`Systemd`] connection and fresh property reads.
+//! - [`client`]: the [`Systemd`] connection: the bus chosen, the Manager proxy.
+//! - `properties`: fresh property reads, a unit's [`UnitSnapshot`], polling it.
+//! - `job_calls`: jobs queued over D-Bus and waited for ([`JobKind`]): start, stop, reload.
+//! - `restart`: a restart proven, with its settle window; `kill`: a held stop cut at the
+//!   grace.
 //! - [`jobs`]: the pure decisions behind waiting for jobs and proving a restart.
 //! - [`handoff`]: run `kata-live` as a transient unit when it would die with CRI-O.
 //! - progress through sd_notify is [`crate::notify`] (the notification socket, not D-Bus).
@@ -28,7 +32,11 @@
 
 pub mod client;
 pub mod handoff;
+mod job_calls;
 pub mod jobs;
+mod kill;
+mod properties;
+mod restart;
 pub mod window;
 
 use std::time::Duration;
@@ -36,7 +44,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use client::{choose_bus_address, Systemd, DEFAULT_SYSTEM_BUS_ADDRESS};
+pub use job_calls::JobKind;
 pub use jobs::crash_loop;
+pub use properties::UnitSnapshot;
 
 /// A unit's state, read fresh from systemd (never from a proxy's property cache).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
