@@ -465,7 +465,10 @@ fn pod_place(cp: &ControlPlane, name: &str) -> (Option<String>, String) {
     let v = cp.json(&["-n", "default", "get", "pod", name]);
     (
         v["spec"]["nodeName"].as_str().map(str::to_string),
-        v["status"]["phase"].as_str().unwrap_or_default().to_string(),
+        v["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     )
 }
 
@@ -774,6 +777,15 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     // Uninstall: both nodes eligible when the DaemonSet is created. The kata pod goes first
     // (an uninstall is refused while a pod runs on the handler).
     delete_pod(&cp, "kata-early");
+    // Its sandbox too, as a drain leaves the node: a sandbox still listed on the handler
+    // refuses the uninstall (and its label is then put back: the handler is still served).
+    let ids = host
+        .node()
+        .exec(&["crictl", "pods", "-q", "--name", "kata-early"]);
+    for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+        let _ = host.node().exec(&["crictl", "stopp", id]);
+        let _ = host.node().exec(&["crictl", "rmp", id]);
+    }
     cp.kubectl(&["-n", NS, "delete", "daemonset", "kata-live-install"]);
     wait("the install pods gone", Duration::from_secs(120), &|cp| {
         live_pods(cp, "install").is_empty()
@@ -825,7 +837,11 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
             Duration::from_secs(60),
             &|cp| has_event(cp, &f.name, "KataLiveProven", "uninstall"),
         );
-        eprintln!("fleet: {}'s Events: {:?}", f.name, kata_events(&cp, &f.name));
+        eprintln!(
+            "fleet: {}'s Events: {:?}",
+            f.name,
+            kata_events(&cp, &f.name)
+        );
     }
     delete_pod(&cp, "kata-late");
     let waited = pod_logs(a.node(), "uninstall") + &pod_logs(b.node(), "uninstall");
@@ -873,20 +889,23 @@ fn the_host_run_labels_its_own_node_with_kubelets_credentials() {
         &["apply", "-f", "-"],
         Some(r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"kl-host-other"}}"#),
     );
-    let config = format!(
-        "{OCI_CONFIG}\n[cluster]\nkubeconfig = \"/etc/kubernetes/fleet.kubeconfig\"\n"
-    );
+    let config =
+        format!("{OCI_CONFIG}\n[cluster]\nkubeconfig = \"/etc/kubernetes/fleet.kubeconfig\"\n");
     let a = join_as(&cp, "kl-host-a", "10.99.0.20", &config, false);
     let cluster_words = |k: &KataNode| {
         let st = k.status_json();
-        st["steps"]
+        let mut w: Vec<String> = st["steps"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|s| s["name"] == "cluster" || s["name"] == "unschedule")
+            .filter(|s| s["name"] == "unschedule")
             .map(|s| s["detail"].as_str().unwrap_or_default().to_string())
-            .collect::<Vec<_>>()
-            .join(" | ")
+            .collect();
+        let c = &st["evidence"]["cluster"];
+        for key in ["label", "event"] {
+            w.push(c[key].as_str().unwrap_or_default().to_string());
+        }
+        w.join(" | ")
     };
 
     // Install: proven, then labelled by kubelet's own credentials, and told.
@@ -951,14 +970,17 @@ fn the_host_run_labels_its_own_node_with_kubelets_credentials() {
     // No credentials: the run is proven and says once why the label was not touched.
     a.node()
         .write_file(
-            "/etc/kata-live/config.d/70-no-api.toml",
+            "/etc/kata-live/config.d/99-no-api.toml",
             b"[cluster]\nkubeconfig = \"/nonexistent/kubeconfig\"\n",
         )
         .unwrap();
     let r = a.k.install();
     assert_eq!(r.code, 0, "{}", support::kata::show(&r));
     let words = cluster_words(&a.k);
-    assert!(words.contains("no kubeconfig at /nonexistent/kubeconfig"), "{words}");
+    assert!(
+        words.contains("no kubeconfig at /nonexistent/kubeconfig"),
+        "{words}"
+    );
     let said = format!("{}{}", r.stdout, r.stderr);
     assert_eq!(
         said.matches("no kubeconfig at").count(),
