@@ -569,12 +569,12 @@ pub fn render(o: &Observation, verdict: Option<&proof::Verdict>) -> String {
             (false, false) => "DISAGREES with the node's state: `kata-live verify` repairs it",
         };
         let v = match (c.label.as_result(), c.agrees) {
-            (Ok(Some(v)), Some(a)) => format!("{v}: {}", node_state(a)),
-            (Ok(None), Some(a)) => format!("absent: {}", node_state(a)),
-            (Ok(_), None) => "read, not judged".to_string(),
-            (Err(e), _) => format!("unknown: {e}"),
+            (Ok(Some(v)), Some(a)) => format!("{}={v}: {}", c.label_key, node_state(a)),
+            (Ok(None), Some(a)) => format!("{} absent: {}", c.label_key, node_state(a)),
+            (Ok(_), None) => format!("{}: read, not judged", c.label_key),
+            (Err(e), _) => format!("{} unknown: {e}", c.label_key),
         };
-        row(rows, &format!("label {}", c.label_key), v);
+        row(rows, "label", v);
         if let Some(r) = &c.repair {
             row(rows, "repair", r);
         }

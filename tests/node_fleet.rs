@@ -962,7 +962,8 @@ fn the_host_run_labels_its_own_node_with_kubelets_credentials() {
     assert_eq!(label_of(&cp, &a.name).as_deref(), Some("proven"));
     let r = a.k.kata(&["status"]);
     assert!(
-        r.stdout.contains("proven: agrees with the node's state"),
+        r.stdout
+            .contains("kata-live.io/kata-remote=proven: agrees with the node's state"),
         "{}",
         support::kata::show(&r)
     );

@@ -315,6 +315,10 @@ impl Session {
         run_id: &str,
     ) -> String {
         let kind = event_for(code);
+        if let Link::Off(_) = self.link {
+            // Why was said with the label.
+            return "no Event posted either".into();
+        }
         let api = match self.api().await {
             Ok(a) => a,
             Err(why) => return format!("no Event posted: {why}"),
