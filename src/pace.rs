@@ -232,7 +232,7 @@ impl Pacer {
         Ok(out)
     }
 
-    /// Waits (without a deadline: see [`REQUEST_TIMEOUT`]) until this node holds a slot,
+    /// Waits (without a deadline: see `REQUEST_TIMEOUT`) until this node holds a slot,
     /// saying who it waits for when that changes and every minute. Transient API errors are
     /// said and retried; returns the slot's name.
     pub async fn acquire(&self, operation: &str, say: &dyn Fn(&str)) -> String {

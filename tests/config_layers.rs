@@ -120,6 +120,9 @@ fn every_validation_error_names_file_and_key() {
         ("[handler.crio]\nbogus = 1\n", "bogus"),
         ("[nonsense]\nx = 1\n", "nonsense"),
         ("[deadlines]\nrestart = 0\n", "deadlines.restart"),
+        // A grace at or past the restart's deadline could never act (issue 33).
+        ("[deadlines]\nrestart = 20\n", "past deadlines.restart (20"),
+        ("[activation]\nstop_grace = 200\n", "activation.stop_grace"),
         ("[deadlines]\nkubelet = -3\n", "deadlines.kubelet"),
         ("[deadlines]\nlock = \"soon\"\n", "deadlines.lock"),
         ("[kubelet]\nstable_window = 0\n", "kubelet.stable_window"),

@@ -322,7 +322,12 @@ fn kubelet_disconnected_before_the_run_is_refused() {
     assert_eq!(st["result"], "refused", "{st:#}");
     assert_eq!(st["exit_code"], 10);
     assert_eq!(outcomes(&st, "preflight"), ["failed"], "{st:#}");
-    assert_eq!(steps(&st).len(), 2, "only lock and preflight ran: {st:#}");
+    let names: Vec<String> = steps(&st).into_iter().map(|(n, _, _)| n).collect();
+    assert_eq!(
+        names,
+        ["lock", "preflight", "cluster"],
+        "only lock and preflight ran (then the cluster was told): {st:#}"
+    );
     let err = error_text(&st);
     assert!(err.contains("connection"), "{err}");
     assert_eq!(k.journal_count(ids::REFUSED), 1);
@@ -475,7 +480,7 @@ fn crio_slow_within_the_deadline_succeeds() {
 #[test]
 fn crio_slow_beyond_the_deadline_never_succeeds() {
     let _one = serial();
-    let k = KataNode::boot("[deadlines]\nrestart = 4.0\n");
+    let k = KataNode::boot("[deadlines]\nrestart = 4.0\n[activation]\nstop_grace = 2.0\n");
     k.crio_fault("slow-start", "60");
 
     let run = k.install();
@@ -501,7 +506,7 @@ fn crio_slow_beyond_the_deadline_never_succeeds() {
 #[test]
 fn crio_slow_beyond_the_deadline_then_rolled_back() {
     let _one = serial();
-    let k = boot_with_foreign("[deadlines]\nrestart = 4.0\n");
+    let k = boot_with_foreign("[deadlines]\nrestart = 4.0\n[activation]\nstop_grace = 2.0\n");
     let before = k.referee();
     // `once`: the first CRI-O that starts (the restart with the drop-in) removes the marker
     // and sleeps; the rollback's restart is fast, whatever the machine's speed.

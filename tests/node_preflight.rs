@@ -37,7 +37,9 @@ fn assert_refused(k: &KataNode, run: &Run, why: &str) -> Value {
     let st = k.status_json();
     assert_eq!(st["result"], "refused", "{st:#}");
     assert_eq!(st["exit_code"], 10, "{st:#}");
-    assert_eq!(step_names(&st), ["lock", "preflight"], "{st:#}");
+    // Then the cluster is told (skipped here: the node has no kubelet kubeconfig).
+    assert_eq!(step_names(&st), ["lock", "preflight", "cluster"], "{st:#}");
+    assert_eq!(outcomes(&st, "cluster"), ["skipped"], "{st:#}");
     assert_eq!(outcomes(&st, "preflight"), ["failed"], "{st:#}");
     assert!(
         st["error"].as_str().unwrap_or_default().contains(why),

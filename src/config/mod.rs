@@ -6,8 +6,8 @@
 //! away), and all fragments are applied in lexical order of file name. Tables merge key by
 //! key; any other value (arrays included) replaces the earlier one.
 //!
-//! In stages: [`schema`] (the settings and defaults), [`load`] (fragments found, merged,
-//! provenance), [`validate`] (every value checked), [`render`] (printed back with provenance).
+//! In stages: `schema` (the settings and defaults), `load` (fragments found, merged,
+//! provenance), `validate` (every value checked), `render` (printed back with provenance).
 
 mod load;
 mod render;

@@ -245,6 +245,21 @@ pub(super) fn check(l: &Loaded) -> Result<(), ConfigError> {
             ),
         );
     }
+    // The grace counts within the restart's deadline: at or past it, it could never act.
+    if c.activation.stop_grace >= c.deadlines.restart {
+        let (key, src) = l.last_set(&["activation.stop_grace", "deadlines.restart"]);
+        return Err(ConfigError::key(
+            &src,
+            key,
+            format!(
+                "activation.stop_grace {} is at or past deadlines.restart ({}): the runtime's \
+                 held stop could never be cut within the restart. Set activation.stop_grace \
+                 below deadlines.restart (or raise deadlines.restart)",
+                crate::report::secs(c.activation.stop_grace),
+                crate::report::secs(c.deadlines.restart)
+            ),
+        ));
+    }
     let mut paths: Vec<(&str, &Path)> = vec![
         ("handler.drop_in", &c.handler.drop_in),
         ("handler.crio.runtime_path", &c.handler.crio.runtime_path),

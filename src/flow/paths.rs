@@ -141,7 +141,7 @@ fn check_one(root: &Path, path: &Path, kind: Kind) -> Result<(), FsError> {
     }
 }
 
-/// [`problem`] for this run, as the preflight's refusal.
+/// `problem` for this run, as the preflight's refusal.
 pub fn refuse_unwritable(ctx: &Ctx) -> Result<(), FlowError> {
     let root = &ctx.host.root;
     match problem(root, &written(ctx)).or_else(|| dir_problem(root, &written_dirs(ctx))) {

@@ -16,7 +16,7 @@ pub struct ProofSpec<'a> {
     /// Rollback to a node whose runtime reported no handlers at preflight: an unknown
     /// handler presence is the state it was found in.
     pub unknown_as_found: bool,
-    /// See [`Goal::definition`].
+    /// See `Goal::definition`.
     pub definition: Option<&'a toml::Table>,
 }
 

@@ -276,9 +276,9 @@ pub fn judge_healthz(url: &str, got: &Result<http::Response, String>) -> Check {
 pub struct ConnectionObservation {
     pub kubelet_pid: u32,
     pub crio_pid: u32,
-    /// Socket inodes in /proc/<kubelet>/fd.
+    /// Socket inodes in `/proc/<kubelet>/fd`.
     pub kubelet_sockets: BTreeSet<u64>,
-    /// Socket inodes in /proc/<crio>/fd.
+    /// Socket inodes in `/proc/<crio>/fd`.
     pub crio_sockets: BTreeSet<u64>,
     /// Established unix sockets of the namespaces involved (merged dumps).
     pub established: Vec<UnixSock>,

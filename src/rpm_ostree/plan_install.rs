@@ -119,7 +119,7 @@ pub(super) fn check_live_state(status: &Status) -> Result<(), RpmOstreeError> {
 }
 
 /// Decides how to get `pkg` live. `offered`: the RPMs of `package.local_rpm_dir` (see
-/// [`read_offered`]), decided by version ([`plan_local`]); empty to install by name.
+/// `read_offered`), decided by version ([`plan_local`]); empty to install by name.
 pub fn plan_install(
     status: &Status,
     pkg: &Package,
@@ -197,7 +197,7 @@ pub fn plan_local(
 }
 
 /// [`plan_local`] with what is on the node given (the status's view, completed from the
-/// rpm database where the status cannot tell what is live: [`RpmOstree::on_node`]).
+/// rpm database where the status cannot tell what is live: `RpmOstree::on_node`).
 pub fn plan_local_with(
     status: &Status,
     on_node: &BTreeMap<String, OnNode>,

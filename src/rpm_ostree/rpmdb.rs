@@ -78,7 +78,7 @@ impl Rpmdb {
     }
 }
 
-/// Parses [`QUERY_FORMAT`] lines; anything else (`package X is not installed`) is skipped.
+/// Parses `QUERY_FORMAT` lines; anything else (`package X is not installed`) is skipped.
 pub fn parse_query(out: &str) -> BTreeMap<String, Nevra> {
     let mut m: BTreeMap<String, Nevra> = BTreeMap::new();
     for line in out.lines() {

@@ -124,7 +124,7 @@ fn variant<'a>(v: impl Into<Variant<'a>>, unit: &str) -> Result<OwnedVariant, Sy
     })
 }
 
-/// The properties of the transient unit running `argv` (argv[0] absolute).
+/// The properties of the transient unit running `argv` (`argv[0]` absolute).
 pub fn transient_properties(
     unit: &str,
     argv: &[String],
@@ -188,7 +188,7 @@ pub async fn run_transient(
 /// (for the operator who started it by hand). `journalctl` is the argv that runs journalctl
 /// on the host (`["journalctl"]`; a test node needs `nsenter ... journalctl`); `None` follows
 /// STATUS= only. Lines are matched by the run's InvocationID or its unit and main pid
-/// ([`run_matches`]), so old runs never show up.
+/// (`run_matches`), so old runs never show up.
 pub async fn run_transient_following(
     sd: &Systemd,
     unit_name: &str,

@@ -26,7 +26,7 @@ impl Systemd {
     /// stay the same (same InvocationID and MainPID) and running, or the restart is a
     /// [`SystemdError::CrashLoop`]. Guards against a service that starts and dies at once.
     ///
-    /// With `stop_grace`, a stop half held longer than that is ended ([`Self::cut_held_stop`]).
+    /// With `stop_grace`, a stop half held longer than that is ended (`cut_held_stop`).
     pub async fn restart_unit_settled(
         &self,
         unit: &str,
