@@ -20,6 +20,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// The API's refusal in words (one definition for the slots and the node's label).
+use crate::cluster::api::api_error;
+
 /// Annotations on a held Lease: what the holder is doing, and why it stopped.
 pub const OPERATION_ANNOTATION: &str = "kata-live.io/operation";
 pub const STATE_ANNOTATION: &str = "kata-live.io/state";
@@ -166,17 +169,6 @@ pub struct Pacer {
     namespace: String,
     names: Vec<String>,
     node: String,
-}
-
-fn api_error(e: &kube::Error) -> String {
-    // kube's own Display carries the Rust Debug form of the API's status: say it in words.
-    match e {
-        kube::Error::Api(s) => {
-            let reason = if s.reason.is_empty() { "" } else { &s.reason };
-            format!("HTTP {} {reason}: {}", s.code, s.message)
-        }
-        other => other.to_string(),
-    }
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
