@@ -7,6 +7,10 @@
 #                                 the scheduler answer /healthz and the `default` service account
 #                                 exists; prints nothing (logs go to stderr)
 #   control-plane.sh stop DIR     kill what start started (DIR/*.pid); idempotent
+#   control-plane.sh guard DIR PID START
+#                                 (started by start when KATA_LIVE_FLEET_OWNER is set) wait until
+#                                 the process PID whose start time is START has exited, then stop
+#                                 DIR's control plane and remove DIR
 #   control-plane.sh node-kubeconfig DIR NODENAME SERVER_URL
 #                                 print a kubeconfig for the kubelet NODENAME (static token, user
 #                                 system:node:NODENAME in group system:nodes) trusting DIR's CA
@@ -17,7 +21,9 @@
 # Environment: KATA_LIVE_KUBE_BIN (default: build.sh's output directory);
 # KATA_LIVE_FLEET_API_PORT (default 16443; the controller-manager and the scheduler serve on the
 # next two ports); KATA_LIVE_FLEET_ETCD_PORT (default 23790; the peer port is 10 above);
-# KATA_LIVE_FLEET_NODES (default "kl-fleet-a kl-fleet-b"): the nodes start makes tokens for.
+# KATA_LIVE_FLEET_NODES (default "kl-fleet-a kl-fleet-b"): the nodes start makes tokens for;
+# KATA_LIVE_FLEET_OWNER (a pid): a guard in its own session stops the control plane once that
+# process is gone, so a test killed before its cleanup leaves no etcd or kube-* behind.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,6 +39,10 @@ die() { printf 'control-plane: ERROR: %s\n' "$*" >&2; exit 1; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
 
 # Alive and not a zombie (a killed child of a caller that does not reap stays one).
+# Field 22 of /proc/PID/stat (clock ticks after boot): with the pid, it names one process, so a
+# reused pid is not taken for the owner.
+start_time() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
+
 alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [ "${s%% *}" != Z ]; }
 
 # The pid in DIR/NAME.pid if that process is alive and is ours: every command line names DIR,
@@ -177,13 +187,32 @@ cmd_start() {
     done
     # After a restart it exists already; the first time it proves the controllers run.
     wait_for "default service account" "${kubectl[@]}" get serviceaccount default -n default
+    if [ -n "${KATA_LIVE_FLEET_OWNER:-}" ]; then
+        local born
+        born=$(start_time "$KATA_LIVE_FLEET_OWNER") || die "the owner, pid $KATA_LIVE_FLEET_OWNER, is gone"
+        setsid "$here/control-plane.sh" guard "$dir" "$KATA_LIVE_FLEET_OWNER" "$born" \
+            </dev/null >>"$dir/guard.log" 2>&1 &
+        echo $! >"$dir/guard.pid"
+    fi
     trap - EXIT TERM INT
     log "control plane up in $(since "$t0")s: kubectl --kubeconfig $dir/admin.kubeconfig"
+}
+
+cmd_guard() { # OWNER START
+    while [ "$(start_time "$1" || true)" = "$2" ]; do sleep 1; done
+    log "$(date -Is): the owner, pid $1, is gone: stopping $dir"
+    cmd_stop
+    rm -rf -- "$dir"
 }
 
 cmd_stop() {
     local c pid i=0
     local -a pids=()
+    # A stop asked for in time needs no guard (the guard's own stop is not asked to end it).
+    pid=$(cat "$dir/guard.pid" 2>/dev/null) || pid=''
+    if [ -n "$pid" ] && [ "$pid" != "$$" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF " guard $dir "; then
+        kill -TERM "$pid" 2>/dev/null || true
+    fi
     # Clients first, etcd last.
     for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do
         pid=$(pid_of "$c") || continue
@@ -212,6 +241,11 @@ case ${1:-} in
         mkdir -p "$2"
         dir=$(cd "$2" && pwd)
         "cmd_$1"
+        ;;
+    guard)
+        [ $# -eq 4 ] || die "usage: control-plane.sh guard DIR PID START"
+        dir=$(cd "$2" 2>/dev/null && pwd) || exit 0
+        cmd_guard "$3" "$4"
         ;;
     node-kubeconfig)
         [ $# -eq 4 ] || die "usage: control-plane.sh node-kubeconfig DIR NODENAME SERVER_URL"

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::node::Node;
+use super::crio_real::{OCI_CONFIG, OCI_PACKAGE};
+use super::kata::KataNode;
+use super::node::{Node, NodeOptions};
 
 pub const API_PORT: u16 = 16443;
 
@@ -53,6 +55,12 @@ impl ControlPlane {
 
     /// On other ports (a second cluster beside the fleet's).
     pub fn start_on(nodes: &[&str], api_port: u16, etcd_port: u16) -> ControlPlane {
+        Self::start_owned(nodes, api_port, etcd_port, std::process::id())
+    }
+
+    /// [`Self::start_on`], stopped by its guard once the process `owner` has exited (the test
+    /// process itself, unless a test plays the killed one).
+    pub fn start_owned(nodes: &[&str], api_port: u16, etcd_port: u16, owner: u32) -> ControlPlane {
         let bin = kube_bin();
         let dir = tempfile::Builder::new()
             .prefix("kata-fleet-cp-")
@@ -67,6 +75,7 @@ impl ControlPlane {
             .env("KATA_LIVE_FLEET_NODES", nodes.join(" "))
             .env("KATA_LIVE_FLEET_API_PORT", api_port.to_string())
             .env("KATA_LIVE_FLEET_ETCD_PORT", etcd_port.to_string())
+            .env("KATA_LIVE_FLEET_OWNER", owner.to_string())
             .output()
             .expect("run tests/fleet/control-plane.sh");
         assert!(
@@ -86,11 +95,17 @@ impl ControlPlane {
         self.dir.path()
     }
 
-    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+    /// kubectl as the cluster's admin, no arguments yet.
+    pub fn kubectl_command(&self) -> Command {
         let mut c = Command::new(self.bin.join("kubectl"));
         c.arg("--kubeconfig")
-            .arg(self.dir.path().join("admin.kubeconfig"))
-            .arg("--request-timeout=20s")
+            .arg(self.dir.path().join("admin.kubeconfig"));
+        c
+    }
+
+    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut c = self.kubectl_command();
+        c.arg("--request-timeout=20s")
             .args(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
@@ -289,4 +304,547 @@ fn pipe(inbound: TcpStream, to: SocketAddr) {
     let _ = std::io::copy(&mut b, &mut inbound);
     let _ = inbound.shutdown(std::net::Shutdown::Write);
     let _ = up.join();
+}
+
+// The scenario's helpers: nodes that join, the shipped manifests as the harness runs them,
+// and what the API and the nodes' journals say.
+
+pub const NS: &str = "kata-live";
+pub const LEASE: &str = "kata-live-slot-0";
+pub const PICK: &str = "kata-live.test/fleet";
+pub const ROLLOUT: Duration = Duration::from_secs(420);
+
+/// The node loses kata-live (the harness bind-mounts it read-only) and its units: the pod's
+/// copy is what its unit runs.
+pub const FORGET_KATA_LIVE: &str = r#"set -eu
+umount /usr/local/bin/kata-live
+rm -f /usr/local/bin/kata-live /usr/bin/kata-live /etc/systemd/system/kata-live-install.service /etc/systemd/system/kata-live-uninstall.service
+systemctl daemon-reload
+"#;
+
+/// kubelet registered to the API server (the standalone node's flags plus these).
+pub fn kubelet_drop_in(name: &str, ip: &str) -> String {
+    format!(
+        "[Service]\nExecStart=\nExecStart=/usr/local/bin/kubelet \
+         --config=/etc/kubernetes/kubelet.conf --kubeconfig=/etc/kubernetes/fleet.kubeconfig \
+         --hostname-override={name} --node-ip={ip} --v=2\n"
+    )
+}
+
+pub struct FleetNode {
+    pub name: String,
+    pub k: KataNode,
+    pub _relay: Relay,
+}
+
+impl FleetNode {
+    pub fn node(&self) -> &Node {
+        &self.k.node
+    }
+}
+
+pub fn sh_ok(node: &Node, script: &str) -> String {
+    let o = node.sh(script);
+    assert!(
+        o.status.success(),
+        "{}: {script}\n{}{}",
+        node.name(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Boots a real-CRI-O node and registers its kubelet as `name` (node IP `ip`, an address on
+/// the node's loopback device: kubelet refuses a loopback-range node IP), ready for the
+/// DaemonSet pods (the image imported, the node's own kata-live gone).
+pub fn join(cp: &ControlPlane, name: &str, ip: &str) -> FleetNode {
+    join_as(cp, name, ip, OCI_CONFIG, true)
+}
+
+/// [`join`]; `for_pods` false keeps the node's own kata-live (the host path) and imports no
+/// image; `config` is kata-live's fragment on the node.
+pub fn join_as(cp: &ControlPlane, name: &str, ip: &str, config: &str, for_pods: bool) -> FleetNode {
+    let opts = NodeOptions::crio_real()
+        .file("/var/lib/fake-rpm-ostree/files", OCI_PACKAGE, 0o644)
+        .file(
+            "/etc/kubernetes/fleet.kubeconfig",
+            cp.node_kubeconfig(name, &format!("https://127.0.0.1:{API_PORT}")),
+            0o600,
+        );
+    let k = KataNode::boot_with(opts, config);
+    let relay = Relay::into_node(
+        &k.node,
+        API_PORT,
+        SocketAddr::from(([127, 0, 0, 1], API_PORT)),
+    );
+    let o = std::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{}/ns/net", k.node.leader_pid()))
+        .args(["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"])
+        .output()
+        .expect("nsenter ip addr add");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    k.unit_drop_in("kubelet.service", "50-fleet", &kubelet_drop_in(name, ip));
+    sh_ok(&k.node, "systemctl restart kubelet.service");
+    k.wait_kubelet_on_runtime(Duration::from_secs(60));
+    cp.wait(
+        &format!("node {name} Ready"),
+        Duration::from_secs(120),
+        |cp| node_ready(cp, name),
+    );
+    cp.kubectl(&["label", "node", name, "node-role.kubernetes.io/worker="]);
+    if !for_pods {
+        return FleetNode {
+            name: name.to_string(),
+            k,
+            _relay: relay,
+        };
+    }
+    // The DaemonSet image, in the storage CRI-O reads, under the manifest's name.
+    let layout = super::image::dir().join("oci");
+    let dest = k.node.host_path("/var/lib/kl-image").expect("image place");
+    let o = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&layout)
+        .arg(&dest)
+        .output()
+        .expect("cp the image");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    sh_ok(
+        &k.node,
+        &format!(
+            "skopeo --insecure-policy copy --quiet oci:/var/lib/kl-image:kata-live:{v} \
+             containers-storage:localhost/kata-live:{v}",
+            v = env!("CARGO_PKG_VERSION")
+        ),
+    );
+    sh_ok(&k.node, FORGET_KATA_LIVE);
+    FleetNode {
+        name: name.to_string(),
+        k,
+        _relay: relay,
+    }
+}
+
+pub fn node_ready(cp: &ControlPlane, name: &str) -> bool {
+    let o = cp.kubectl_output(&["get", "node", name, "-o", "json"], None);
+    if !o.status.success() {
+        return false;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    condition(&v, "Ready") == Some(true)
+}
+
+pub fn condition(obj: &serde_json::Value, kind: &str) -> Option<bool> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .map(|c| c["status"] == "True")
+}
+
+/// A packaged DaemonSet as this harness must run it (see the file's header), as JSON.
+pub fn daemonset(file: &str) -> String {
+    let mut v: serde_json::Value = serde_norway::from_str(&manifest(file)).expect("YAML");
+    let pod = &mut v["spec"]["template"]["spec"];
+    pod["hostNetwork"] = true.into();
+    pod["nodeSelector"][PICK] = "yes".into();
+    let env = pod["containers"][0]["env"]
+        .as_array_mut()
+        .expect("the container's env");
+    env.push(serde_json::json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}));
+    env.push(serde_json::json!({"name": "KUBERNETES_SERVICE_PORT", "value": API_PORT.to_string()}));
+    v.to_string()
+}
+
+/// A file of packaging/daemonset/, as shipped.
+pub fn manifest(file: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/daemonset")
+        .join(file);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `component`'s pods that are not being deleted, as the API gives them.
+pub fn live_pods(cp: &ControlPlane, component: &str) -> Vec<serde_json::Value> {
+    let v = cp.json(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        &format!("app.kubernetes.io/component={component}"),
+    ]);
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .cloned()
+        .collect()
+}
+
+/// `component`'s pod on `node`, if there is one.
+pub fn pod_on(cp: &ControlPlane, component: &str, node: &str) -> Option<serde_json::Value> {
+    live_pods(cp, component)
+        .into_iter()
+        .find(|p| p["spec"]["nodeName"] == node)
+}
+
+/// The `kata-live.io/proven` condition (the readiness gate) of `component`'s pod on `node`.
+pub fn gate_on(cp: &ControlPlane, component: &str, node: &str) -> Option<bool> {
+    pod_on(cp, component, node).and_then(|p| condition(&p, "kata-live.io/proven"))
+}
+
+pub fn ready_on(cp: &ControlPlane, component: &str, node: &str) -> bool {
+    pod_on(cp, component, node).is_some_and(|p| condition(&p, "Ready") == Some(true))
+}
+
+/// The Lease's holder and its kata-live.io/state.
+pub fn lease(cp: &ControlPlane) -> (Option<String>, Option<String>, Option<String>) {
+    let v = cp.json(&["-n", NS, "get", "lease", LEASE]);
+    let s = |x: &serde_json::Value| x.as_str().map(str::to_string);
+    (
+        s(&v["spec"]["holderIdentity"]),
+        s(&v["metadata"]["annotations"]["kata-live.io/state"]),
+        s(&v["metadata"]["annotations"]["kata-live.io/detail"]),
+    )
+}
+
+/// Everything the containers of `component`'s pods on `node` printed (all their restarts),
+/// read with crictl on the node (the API server cannot reach the node's kubelet here).
+pub fn pod_logs(node: &Node, component: &str) -> String {
+    let label = format!("app.kubernetes.io/component={component}");
+    let pods = node.exec(&["crictl", "pods", "-q", "--label", &label]);
+    let mut out = String::new();
+    for pod in String::from_utf8_lossy(&pods.stdout).split_whitespace() {
+        let ids = node.exec(&["crictl", "ps", "-a", "-q", "--pod", pod]);
+        for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+            let o = node.exec(&["crictl", "logs", "--timestamps", id]);
+            out.push_str(&String::from_utf8_lossy(&o.stdout));
+            out.push_str(&String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    out
+}
+
+/// Realtime µs of systemd's messages about `unit` after `since_us`: (start job begun, job
+/// ended) pairs; an unfinished one ends at u64::MAX.
+pub fn runs(node: &Node, unit: &str, since_us: u64) -> Vec<(u64, u64)> {
+    let o = node.exec(&[
+        "journalctl",
+        "-b",
+        "--no-pager",
+        "-o",
+        "json",
+        "_PID=1",
+        &format!("UNIT={unit}"),
+    ]);
+    let mut out = Vec::new();
+    let mut open: Option<u64> = None;
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let t: u64 = v["__REALTIME_TIMESTAMP"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if t < since_us {
+            continue;
+        }
+        let msg = v["MESSAGE"].as_str().unwrap_or_default();
+        if msg.starts_with("Starting ") {
+            open = Some(t);
+        } else if v["JOB_RESULT"].is_string() && v["JOB_TYPE"] != "stop" {
+            if let Some(s) = open.take() {
+                out.push((s, t));
+            }
+        }
+    }
+    if let Some(s) = open {
+        out.push((s, u64::MAX));
+    }
+    out
+}
+
+/// CRI-O's starts (realtime µs) after `since_us`.
+pub fn crio_starts(node: &Node, since_us: u64) -> Vec<u64> {
+    runs(node, "crio.service", since_us)
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect()
+}
+
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// The pacing verdict from the nodes' journals: no two runs overlap, and each CRI-O start
+/// lies inside a run of its own node. Prints the timeline.
+pub fn judge(nodes: &[&FleetNode], unit: &str, since_us: u64) {
+    let mut all = Vec::new();
+    for f in nodes {
+        let rs = runs(f.node(), unit, since_us);
+        for (s, e) in &rs {
+            eprintln!(
+                "fleet: {unit} on {}: {:.2} s → {}",
+                f.name,
+                (*s - since_us) as f64 / 1e6,
+                if *e == u64::MAX {
+                    "still running".to_string()
+                } else {
+                    format!("{:.2} s", (*e - since_us) as f64 / 1e6)
+                }
+            );
+            all.push((*s, *e, f.name.clone()));
+        }
+        for c in crio_starts(f.node(), since_us) {
+            eprintln!(
+                "fleet: crio.service started on {} at {:.2} s",
+                f.name,
+                (c - since_us) as f64 / 1e6
+            );
+            assert!(
+                rs.iter().any(|(s, e)| *s <= c && c <= *e),
+                "{}'s CRI-O started at {c} outside any {unit} run of that node: {rs:?}",
+                f.name
+            );
+        }
+    }
+    all.sort();
+    for w in all.windows(2) {
+        assert!(
+            w[0].1 < w[1].0,
+            "{unit} runs overlap: {} ran {}..{} and {} started at {}",
+            w[0].2,
+            w[0].0,
+            w[0].1,
+            w[1].2,
+            w[1].0
+        );
+    }
+}
+
+/// Prints when each pod became Ready and when the slot was last written (figures only).
+pub fn ready_times(cp: &ControlPlane, component: &str) {
+    for p in live_pods(cp, component) {
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| c["lastTransitionTime"].to_string())
+            .unwrap_or_default();
+        eprintln!(
+            "fleet: {component} pod on {} Ready since {ready}",
+            p["spec"]["nodeName"]
+        );
+    }
+    let l = cp.json(&["-n", NS, "get", "lease", LEASE]);
+    eprintln!(
+        "fleet: {LEASE}: holder {}, renewed {}",
+        l["spec"]["holderIdentity"], l["spec"]["renewTime"]
+    );
+}
+
+/// Prints the pod log lines that took and freed the slot (with their times).
+pub fn slot_lines(nodes: &[&FleetNode], component: &str) {
+    for f in nodes {
+        for line in pod_logs(f.node(), component).lines() {
+            if line.contains("rollout slot") && !line.contains("waiting for") {
+                eprintln!("fleet: {}: {line}", f.name);
+            }
+        }
+    }
+}
+
+/// Whether `component`'s pod on `f` is Ready, checked against the node: a Ready pod on a
+/// node whose kata-live unit is still running (activating) is a readiness that lies.
+pub fn ready_and_true(cp: &ControlPlane, f: &FleetNode, component: &str) -> bool {
+    if !ready_on(cp, component, &f.name) {
+        return false;
+    }
+    let state = f.k.unit(&format!("kata-live-{component}.service")).active;
+    if state == "activating" {
+        // Who says Ready: the probe itself, asked now in the container, and kubelet's log.
+        let ids = f
+            .node()
+            .exec(&["crictl", "ps", "-q", "--name", "kata-live"]);
+        let mut probe = String::new();
+        for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+            let o = f.node().exec(&[
+                "crictl",
+                "exec",
+                id,
+                "/kata-live",
+                "pod",
+                "ready",
+                component,
+                "--host-root",
+                "/host",
+            ]);
+            probe.push_str(&format!(
+                "{id}: {} {}{}\n",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        let kubelet: Vec<String> = f
+            .node()
+            .journal_unit("kubelet.service")
+            .lines()
+            .filter(|l| l.contains("kata-live-") && !l.contains("VerifyControllerAttachedVolume"))
+            .map(str::to_string)
+            .collect();
+        let n = kubelet.len().saturating_sub(40);
+        panic!(
+            "{}'s {component} pod is Ready while its run is still under way\nthe probe now: \
+             {probe}\nkubelet:\n{}\npod logs:\n{}",
+            f.name,
+            kubelet[n..].join("\n"),
+            pod_logs(f.node(), component)
+        );
+    }
+    true
+}
+
+/// The label the RuntimeClass's nodeSelector names, and the pause image every node has.
+pub const KATA_LABEL: &str = "kata-live.io/kata-remote";
+pub const PAUSE_IMAGE: &str = "localhost/kata-live-test/pause:1";
+
+/// packaging/runtimeclass/kata-remote.yaml, as shipped.
+pub fn runtime_class() -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/runtimeclass/kata-remote.yaml");
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A pod of the handler's RuntimeClass: the pause image (on every node, never pulled), on
+/// the host network (the nodes have no pod network), tolerating every taint, so that only
+/// the RuntimeClass's nodeSelector keeps it off a node.
+pub fn kata_pod(name: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "runtimeClassName": "kata-remote",
+            "hostNetwork": true,
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+        }
+    })
+    .to_string()
+}
+
+/// The pod's node (`None`: not scheduled) and phase.
+pub fn pod_place(cp: &ControlPlane, name: &str) -> (Option<String>, String) {
+    let v = cp.json(&["-n", "default", "get", "pod", name]);
+    (
+        v["spec"]["nodeName"].as_str().map(str::to_string),
+        v["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+pub fn delete_pod(cp: &ControlPlane, name: &str) {
+    cp.kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        name,
+        "--wait=true",
+        "--timeout=120s",
+        "--ignore-not-found",
+    ]);
+}
+
+/// The node's label, as the API server has it.
+pub fn label_of(cp: &ControlPlane, node: &str) -> Option<String> {
+    let v = cp.json(&["get", "node", node]);
+    v["metadata"]["labels"][KATA_LABEL]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// kata-live's Events on the node: (reason, type, message), oldest first.
+pub fn kata_events(cp: &ControlPlane, node: &str) -> Vec<(String, String, String)> {
+    let v = cp.json(&[
+        "-n",
+        "default",
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.kind=Node,involvedObject.name={node},source=kata-live"),
+        "--sort-by=.firstTimestamp",
+    ]);
+    let s = |x: &serde_json::Value| x.as_str().unwrap_or_default().to_string();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| (s(&e["reason"]), s(&e["type"]), s(&e["message"])))
+        .collect()
+}
+
+/// Whether kata-live posted an Event of `reason` on `node` whose message starts `op:`.
+pub fn has_event(cp: &ControlPlane, node: &str, reason: &str, op: &str) -> bool {
+    kata_events(cp, node)
+        .iter()
+        .any(|(r, _, m)| r == reason && m.starts_with(&format!("{op}:")))
+}
+
+/// The sandbox of the API pod `name` on `node`, and the handler CRI-O runs it on.
+pub fn sandbox_of(node: &Node, name: &str) -> (String, String) {
+    let ids = node.exec(&["crictl", "pods", "-q", "--name", name, "--state", "ready"]);
+    let ids = String::from_utf8_lossy(&ids.stdout).into_owned();
+    let id = ids
+        .split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("no ready sandbox of {name} on {}", node.name()))
+        .to_string();
+    let h = super::crio_real::sandbox_handler(node, &id);
+    (id, h)
+}
+
+/// Asserts that the kata pod `name` stays unscheduled for `hold`.
+pub fn stays_pending(cp: &ControlPlane, name: &str, hold: Duration, why: &str) {
+    let until = Instant::now() + hold;
+    while Instant::now() < until {
+        let (node, phase) = pod_place(cp, name);
+        assert_eq!(node, None, "{name} was scheduled ({phase}) {why}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+pub fn crio_invocation(f: &FleetNode) -> String {
+    f.k.unit("crio.service").invocation_id
+}
+
+/// Both nodes' pod logs (install and uninstall) and their kata-live unit journals.
+pub fn fleet_logs(nodes: &[&FleetNode]) -> String {
+    let mut out = String::new();
+    for f in nodes {
+        for c in ["install", "uninstall"] {
+            out.push_str(&format!(
+                "--- {} pod logs ({c})\n{}",
+                f.name,
+                pod_logs(f.node(), c)
+            ));
+            out.push_str(&format!(
+                "--- {} journal of kata-live-{c}.service\n{}",
+                f.name,
+                f.node().journal_unit(&format!("kata-live-{c}.service"))
+            ));
+        }
+    }
+    out
 }
