@@ -501,3 +501,150 @@ fn a_killed_owner_leaves_no_control_plane_behind() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The DaemonSet pod's grant on Nodes, as the API server enforces it: RBAC gives get and
+/// patch on every Node, and the ValidatingAdmissionPolicy of kata-live-pacing.yaml narrows it
+/// to the kata-live.io/ labels of the Node the pod's token is bound to. A token bound to a pod
+/// on node A (what kubelet mounts in the pod) may set and remove A's label; it may not label
+/// node B, change another label, an annotation or the spec of A; a token bound to no pod may
+/// change no Node. No kubelet is needed: a bound pod and Node objects are enough.
+#[test]
+fn the_label_policy_keeps_a_pods_token_to_its_own_nodes_kata_live_labels() {
+    let cp = ControlPlane::start_on(&["kl-vap-a"], 16643, 23990);
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&manifest("kata-live-pacing.yaml")),
+    );
+    for n in ["kl-vap-a", "kl-vap-b"] {
+        cp.kubectl_in(
+            &["apply", "-f", "-"],
+            Some(
+                &serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {
+                    "name": n, "labels": {"kata-live.test/kept": "yes"}}})
+                .to_string(),
+            ),
+        );
+    }
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(
+            &serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": "kl-vap-pod", "namespace": NS}, "spec": {
+                "nodeName": "kl-vap-a", "serviceAccountName": "kata-live",
+                "containers": [{"name": "c", "image": PAUSE_IMAGE}]}})
+            .to_string(),
+        ),
+    );
+    let token = |bound: bool| {
+        let mut args = vec!["-n", NS, "create", "token", "kata-live"];
+        if bound {
+            args.extend([
+                "--bound-object-kind",
+                "Pod",
+                "--bound-object-name",
+                "kl-vap-pod",
+            ]);
+        }
+        cp.kubectl(&args).trim().to_string()
+    };
+    let (pod_token, loose_token) = (token(true), token(false));
+    let as_sa = |token: &str, args: &[&str]| {
+        let mut a = vec!["--token", token];
+        a.extend_from_slice(args);
+        let o = cp.kubectl_output(&a, None);
+        let words = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.success(), words)
+    };
+    let denied = |token: &str, args: &[&str], why: &str| {
+        let (ok, words) = as_sa(token, args);
+        assert!(!ok, "allowed: kubectl {}: {words}", args.join(" "));
+        assert!(
+            words.contains(why),
+            "kubectl {}: refused, but not for {why:?}: {words}",
+            args.join(" ")
+        );
+    };
+    let labels = |n: &str| cp.json(&["get", "node", n])["metadata"]["labels"].clone();
+    // The policy is in force once the API server has loaded it (a second or so).
+    cp.wait("the policy in force", Duration::from_secs(30), |cp| {
+        let (ok, _) = as_sa(
+            &pod_token,
+            &["label", "node", "kl-vap-b", "kata-live.io/probe=1"],
+        );
+        if ok {
+            cp.kubectl(&["label", "node", "kl-vap-b", "kata-live.io/probe-"]);
+        }
+        !ok
+    });
+
+    // Its own Node's kata-live.io/ labels: allowed, both ways.
+    let (ok, words) = as_sa(
+        &pod_token,
+        &["label", "node", "kl-vap-a", &format!("{KATA_LABEL}=proven")],
+    );
+    assert!(ok, "{words}");
+    assert_eq!(labels("kl-vap-a")[KATA_LABEL], "proven");
+    let (ok, words) = as_sa(
+        &pod_token,
+        &["label", "node", "kl-vap-a", &format!("{KATA_LABEL}-")],
+    );
+    assert!(ok, "{words}");
+    assert!(labels("kl-vap-a")[KATA_LABEL].is_null());
+
+    // Anything else: refused, each for its own reason.
+    let own = "only the Node its own pod runs on";
+    denied(
+        &pod_token,
+        &["label", "node", "kl-vap-b", &format!("{KATA_LABEL}=proven")],
+        own,
+    );
+    denied(
+        &pod_token,
+        &["label", "node", "kl-vap-a", "example.com/other=1"],
+        "only labels under kata-live.io/",
+    );
+    denied(
+        &pod_token,
+        &["label", "node", "kl-vap-a", "kata-live.test/kept-"],
+        "only labels under kata-live.io/",
+    );
+    denied(
+        &pod_token,
+        &["annotate", "node", "kl-vap-a", "example.com/note=1"],
+        "nothing of a Node but",
+    );
+    denied(
+        &pod_token,
+        &[
+            "patch",
+            "node",
+            "kl-vap-a",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"unschedulable":true}}"#,
+        ],
+        "nothing of a Node but",
+    );
+    denied(
+        &loose_token,
+        &["label", "node", "kl-vap-a", &format!("{KATA_LABEL}=proven")],
+        own,
+    );
+    // What RBAC alone refuses.
+    denied(&pod_token, &["delete", "node", "kl-vap-b"], "Forbidden");
+    denied(&pod_token, &["get", "nodes"], "Forbidden");
+    for n in ["kl-vap-a", "kl-vap-b"] {
+        let l = labels(n);
+        assert_eq!(l["kata-live.test/kept"], "yes", "{n}: {l}");
+        assert!(l[KATA_LABEL].is_null(), "{n}: {l}");
+    }
+    assert!(
+        !cp.json(&["get", "node", "kl-vap-a"])["spec"]["unschedulable"]
+            .as_bool()
+            .unwrap_or(false)
+    );
+}

@@ -55,7 +55,7 @@ fn main() {
             t.elapsed().as_secs_f64()
         );
     }
-    let idle: Vec<i64> = nodes.iter().map(|f| node_pss_mib(f.node())).collect();
+    let idle: Vec<Mem> = nodes.iter().map(|f| node_mem(f.node())).collect();
     cp.kubectl_in(&["apply", "-f", "-"], Some(&pacing(most_slots)));
     cp.kubectl_in(&["apply", "-f", "-"], Some(&runtime_class()));
     for f in &nodes {
@@ -71,22 +71,22 @@ fn main() {
         }
     }
 
-    let cp_mib = control_plane_pss_mib(&cp);
+    let cp_mem = control_plane_mem(&cp);
     let busiest = rounds
         .iter()
-        .flat_map(|r| r.rows.iter().map(|row| row.pss_mib))
+        .flat_map(|r| r.rows.iter().map(|row| row.mem))
         .chain(idle.iter().copied())
-        .max()
-        .unwrap_or(0);
+        .max_by_key(|m| m.private)
+        .unwrap_or_default();
     let total = mem_total_mib();
-    let fit = (total - cp_mib - 2048) / busiest.max(1);
+    let fit = (total - cp_mem.rss - busiest.rss - 2048) / busiest.private.max(1);
     println!();
     println!(
-        "fleet bench: memory (PSS): the control plane {cp_mib} MiB; a node {} MiB idle \
-         (registered, no kata-live pod), {busiest} MiB at most (a rollout's end, its kata-live \
-         pod up); of {total} MiB, that leaves room for about {fit} nodes with 2 GiB spare \
-         (memory only: the {} CPUs are the tighter limit)",
-        idle.iter().sum::<i64>() / n.max(1) as i64,
+        "fleet bench: memory, resident/private MiB: the control plane {cp_mem}; a node {} \
+         idle (registered, no kata-live pod), {busiest} at most (a rollout's end, its kata-live \
+         pod up); of {total} MiB, room for about {fit} nodes with 2 GiB spare (memory only: \
+         the {} CPUs are the tighter limit)",
+        idle.first().copied().unwrap_or_default(),
         std::thread::available_parallelism().map_or(0, |p| p.get()),
     );
     println!(
@@ -143,30 +143,53 @@ fn mem_total_mib() -> i64 {
     kb_of("/proc/meminfo", "MemTotal:") / 1024
 }
 
-/// Proportional set size, in kB, of the host's processes `take` picks (by pid): shared pages
-/// are split among their users, so the sums of several nodes add up.
-fn pss_kb(take: impl Fn(&str) -> bool) -> i64 {
+/// Memory of a set of processes, in MiB: resident, and private (what one more of them
+/// costs: the pages of the binaries they share with the other nodes are counted once, not
+/// in each).
+#[derive(Clone, Copy, Default)]
+struct Mem {
+    rss: i64,
+    private: i64,
+}
+
+impl std::fmt::Display for Mem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.rss, self.private)
+    }
+}
+
+/// The host's processes that `take` picks (by pid).
+fn mem_of(take: impl Fn(&str) -> bool) -> Mem {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
+        return Mem::default();
     };
-    dir.filter_map(Result::ok)
+    let (mut rss, mut private) = (0, 0);
+    for p in dir
+        .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|p| p.bytes().all(|b| b.is_ascii_digit()) && take(p))
-        .map(|p| kb_of(&format!("/proc/{p}/smaps_rollup"), "Pss:"))
-        .sum()
+    {
+        let f = format!("/proc/{p}/smaps_rollup");
+        rss += kb_of(&f, "Rss:");
+        private += kb_of(&f, "Private_Clean:") + kb_of(&f, "Private_Dirty:");
+    }
+    Mem {
+        rss: rss / 1024,
+        private: private / 1024,
+    }
 }
 
 /// Every process in the node's PID namespace (its systemd, CRI-O, kubelet, conmon, pods).
-fn node_pss_mib(node: &Node) -> i64 {
+fn node_mem(node: &Node) -> Mem {
     let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
     let Some(own) = ns(&node.leader_pid().to_string()) else {
-        return 0;
+        return Mem::default();
     };
-    pss_kb(|p| ns(p).as_ref() == Some(&own)) / 1024
+    mem_of(|p| ns(p).as_ref() == Some(&own))
 }
 
 /// etcd, kube-apiserver, kube-controller-manager and kube-scheduler.
-fn control_plane_pss_mib(cp: &ControlPlane) -> i64 {
+fn control_plane_mem(cp: &ControlPlane) -> Mem {
     let pids: Vec<String> = [
         "etcd",
         "kube-apiserver",
@@ -177,7 +200,7 @@ fn control_plane_pss_mib(cp: &ControlPlane) -> i64 {
     .filter_map(|c| std::fs::read_to_string(cp.dir().join(format!("{c}.pid"))).ok())
     .map(|p| p.trim().to_string())
     .collect();
-    pss_kb(|p| pids.iter().any(|q| q == p)) / 1024
+    mem_of(|p| pids.iter().any(|q| q == p))
 }
 
 /// kata-live-pacing.yaml with `slots` Leases, as its header tells an operator to make it.
@@ -284,7 +307,7 @@ struct Row {
     running: Option<u64>,
     crio_down_s: f64,
     /// The node's processes at the rollout's end, before the DaemonSet goes.
-    pss_mib: i64,
+    mem: Mem,
 }
 
 struct Round {
@@ -321,7 +344,7 @@ impl Round {
             self.runs_overlap
         );
         println!(
-            "fleet bench:   {:<12} {:>9} {:>9} {:>9} {:>13} {:>15} {:>12} {:>8}",
+            "fleet bench:   {:<12} {:>9} {:>9} {:>9} {:>13} {:>15} {:>12} {:>16}",
             "node",
             "run from",
             "run to",
@@ -329,11 +352,11 @@ impl Round {
             "proof→label",
             "proof→Running",
             "CRI-O down",
-            "PSS MiB"
+            "RSS/private MiB"
         );
         for r in &self.rows {
             println!(
-                "fleet bench:   {:<12} {:>9} {:>9} {:>9} {:>13} {:>15} {:>12.2} {:>8}",
+                "fleet bench:   {:<12} {:>9} {:>9} {:>9} {:>13} {:>15} {:>12.2} {:>16}",
                 r.name,
                 at(r.run.map(|r| r.0)),
                 at(r.run.map(|r| r.1)),
@@ -341,7 +364,7 @@ impl Round {
                 gap(r.proof, r.label),
                 gap(r.proof, r.running),
                 r.crio_down_s,
-                r.pss_mib
+                r.mem.to_string()
             );
         }
     }
@@ -434,7 +457,7 @@ fn rollout(cp: &ControlPlane, nodes: &[FleetNode], component: &'static str, slot
                 .then(|| pods.first(&[pod_name(&f.name).as_str(), "Running"], t0))
                 .flatten(),
             crio_down_s,
-            pss_mib: node_pss_mib(f.node()),
+            mem: node_mem(f.node()),
         });
     }
     let last_end = all_runs.iter().map(|r| r.1).max().unwrap_or(t0);
