@@ -190,6 +190,8 @@ pub struct Reporter {
     step_started: Instant,
     dry_run: bool,
     numbering: Numbering,
+    /// The flow's own number of steps (a rollback numbers its steps apart).
+    flow_total: Option<usize>,
     /// `--json`: [`crate::flow::finish`] prints the status document on stdout.
     pub json_output: bool,
     /// What the current step does, in words (its progress line's text).
@@ -345,6 +347,7 @@ impl Reporter {
             step_started: Instant::now(),
             dry_run,
             numbering: Numbering::default(),
+            flow_total: None,
             json_output: false,
             what: String::new(),
             open: false,
@@ -379,6 +382,20 @@ impl Reporter {
     /// The number of steps of the flow: from here on steps are numbered `[k/N]`.
     pub fn set_total(&mut self, total: usize) {
         self.numbering.total = Some(total);
+        self.flow_total = Some(total);
+    }
+
+    /// The flow's last step, numbered `[N/N]` whatever came before it: after a refusal, a
+    /// rollback or every step.
+    pub fn begin_last(&mut self, name: &str, what: &str) {
+        if let Some(n) = self.flow_total {
+            self.numbering = Numbering {
+                k: n.saturating_sub(1),
+                total: Some(n),
+                rollback: false,
+            };
+        }
+        self.begin(name, what);
     }
 
     /// After a failure: the next steps are the rollback's, numbered `[rollback k/N]`.
@@ -549,6 +566,10 @@ mod tests {
         r.end(StepOutcome::Ran, "");
         r.begin("activate", "restarting");
         assert_eq!(r.numbering().label(), "[rollback 2/2]");
+        r.end(StepOutcome::Ran, "");
+        // Telling the cluster is the flow's last step, after a rollback too.
+        r.begin_last("cluster", "telling the cluster");
+        assert_eq!(r.numbering().label(), "[4/4]");
     }
 
     #[test]

@@ -175,7 +175,9 @@ impl Run {
 /// Runs `steps` under the lock, in order, and ends the run (status, journal record, exit).
 pub async fn run(ctx: &Ctx, operation: Operation, mut steps: Vec<Box<dyn Step + '_>>) -> ExitCode {
     let mut cluster = ctx.cluster_session();
-    let (_lock, mut rep) = match begin(ctx, operation, steps.len() + 1).await {
+    // The lock, the steps, and telling the cluster (a real run only).
+    let total = steps.len() + 1 + usize::from(!ctx.dry_run);
+    let (_lock, mut rep) = match begin(ctx, operation, total).await {
         Ok(held) => held,
         Err(code) => {
             // Refused before anything (the lock held by another run): the cluster is told.
@@ -222,8 +224,7 @@ async fn tell_the_cluster(
         Ok(s) => (ExitCode::Ok, format!("proven: {s}")),
         Err(e) => (e.exit_code(), e.to_string()),
     };
-    rep.add_step();
-    rep.begin(
+    rep.begin_last(
         "cluster",
         "telling the cluster (the node's label, an Event)",
     );
