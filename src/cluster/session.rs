@@ -291,7 +291,9 @@ impl Session {
                         })
                         .collect();
                     return format!(
-                        "the label {key} was not set: the Node's runtimeHandlers list {} but                          not {handler} after {}, so the scheduler's view disagrees with the                          node's; `kata-live verify` sets it once kubelet lists it",
+                        "the label {key} was not set: the Node's runtimeHandlers list {} but \
+                         not {handler} after {}, so the scheduler's view disagrees with the \
+                         node's; `kata-live verify` sets it once kubelet lists it",
                         listed.join(", "),
                         secs(t.elapsed())
                     );
@@ -315,9 +317,18 @@ impl Session {
         run_id: &str,
     ) -> String {
         let kind = event_for(code);
-        if let Link::Off(_) = self.link {
-            // Why was said with the label.
-            return "no Event posted either".into();
+        if let Link::Off(why) = &self.link {
+            // Said once: with the label's words, unless the label needed no API (left as it is).
+            let said = self
+                .record
+                .label
+                .as_deref()
+                .is_some_and(|l| l.contains(why.as_str()));
+            return if said {
+                "no Event posted either".into()
+            } else {
+                format!("no Event posted: {why}")
+            };
         }
         let api = match self.api().await {
             Ok(a) => a,

@@ -341,7 +341,9 @@ pub fn refuse_moved_backups(ctx: &Ctx) -> Result<(), FlowError> {
         let from = b.node_path(&ctx.host.root);
         if from != configured {
             return Err(FlowError::Refused(format!(
-                "an interrupted earlier run changed {} and kept its previous content for the                  rollback, but {key} now names {}: set {key} back to {}, re-run to finish or                  undo that change, then change the setting",
+                "an interrupted earlier run changed {} and kept its previous content for the \
+                 rollback, but {key} now names {}: set {key} back to {}, re-run to finish or \
+                 undo that change, then change the setting",
                 from.display(),
                 configured.display(),
                 from.display()
