@@ -10,8 +10,6 @@ use std::time::Duration;
 use support::kata::{ids, serial, show, KataNode, STATUS};
 use support::referee::HANDLER;
 
-const HOLD_KUBELET: &str = "/run/fake-kubelet/hold-disconnected";
-
 /// kata-live's own journal lines (records of the unit or of a run by hand).
 fn kata_journal(k: &KataNode) -> String {
     let o = k.node.exec(&[
@@ -199,25 +197,18 @@ fn stop_during_the_proof_lets_it_finish() {
     let k = KataNode::boot("");
     let _ = k.node.exec(&["rm", "-f", STATUS]);
     // kubelet stays away from the new CRI-O until released.
-    k.unit_drop_in(
-        "kubelet.service",
-        "hold",
-        &format!("[Service]\nExecStartPost=/usr/bin/touch {HOLD_KUBELET}\n"),
-    );
+    k.hold_kubelet_after_restart();
     let child = k.spawn_kata(&["install", "--no-detach"]);
     let pid = k.wait_phase("prove", Duration::from_secs(60));
     sigterm(&k, pid);
     wait_stop_seen(&k, "SIGTERM");
-    k.node
-        .exec_ok(&["rm", "-f", HOLD_KUBELET])
-        .expect("release kubelet");
+    k.release_kubelet();
 
     let run = k.wait_run(child, Duration::from_secs(240));
     assert_eq!(run.code, 0, "{}", show(&run));
     let st = k.status_json();
     assert_eq!(st["result"], "succeeded", "{st:#}");
     assert_eq!(st["evidence"]["stop"]["signal"], "SIGTERM", "{st:#}");
-    k.remove_unit_drop_in("kubelet.service", "hold");
     k.referee_assert_serves(HANDLER);
     k.assert_healthy();
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use kata_live::config::{Package, PackageRemoval};
 use kata_live::rpm_ostree::{
     parse_status, plan_install, plan_remove, InstallPlan, Nevra, Offered, PackageState, RemovePlan,
-    RpmOstreeError, Status,
+    Replacement, RpmOstreeError, Status,
 };
 use proptest::prelude::*;
 
@@ -473,7 +473,7 @@ fn a_newer_local_rpm_replaces_the_layered_one_live() {
     let v = "kata-containers-3.9.0-1.el9.x86_64";
     assert_eq!(
         plan_install(&st, &pkg(), &offered(v)).unwrap(),
-        InstallPlan::Replace {
+        InstallPlan::Replace(Replacement {
             install_argv: Some(s(&[
                 "install",
                 "--idempotent",
@@ -484,7 +484,7 @@ fn a_newer_local_rpm_replaces_the_layered_one_live() {
             apply_argv: Some(s(&["apply-live", "--allow-replacement"])),
             nevras: s(&[v]),
             staged_instead: None,
-        }
+        })
     );
 }
 
@@ -504,10 +504,10 @@ fn an_older_local_rpm_is_refused_or_allowed() {
     p.allow_downgrade = true;
     assert!(matches!(
         plan_install(&st, &p, &offered(v)).unwrap(),
-        InstallPlan::Replace {
+        InstallPlan::Replace(Replacement {
             apply_argv: Some(_),
             ..
-        }
+        })
     ));
 }
 
@@ -517,7 +517,7 @@ fn an_epoch_outranks_the_version() {
     // 1:1.0 is newer than (0:)3.8.0.
     assert!(matches!(
         plan_install(&st, &pkg(), &offered("kata-containers-1:1.0-1.el9.x86_64")).unwrap(),
-        InstallPlan::Replace { .. }
+        InstallPlan::Replace(_)
     ));
 }
 
@@ -528,12 +528,12 @@ fn a_release_with_an_upgrade_a_new_dependency_and_an_unchanged_package_is_one_tr
     let st = fixture("local-live-replaced");
     let mut rpms = offered("kata-containers-3.9.0-1.el9.x86_64");
     rpms.extend(offered("virtiofsd-1.11.1-1.el9.x86_64"));
-    let InstallPlan::Replace {
+    let InstallPlan::Replace(Replacement {
         install_argv: Some(install),
         apply_argv: Some(apply),
         nevras,
         staged_instead: None,
-    } = plan_install(&st, &pkg(), &rpms).unwrap()
+    }) = plan_install(&st, &pkg(), &rpms).unwrap()
     else {
         panic!("not one replacement")
     };

@@ -287,9 +287,10 @@ pub enum ActivationStrategy {
 #[serde(deny_unknown_fields, default)]
 pub struct ActivationSettings {
     pub strategy: ActivationStrategy,
-    /// How long the runtime's stop half may wait on its main process after SIGTERM before
-    /// kata-live ends it with SIGKILL, as systemd would at TimeoutStopSec: CRI-O's graceful
-    /// stop waits for every CRI call in flight, without a bound of its own.
+    /// How long the runtime's stop half may wait after SIGTERM (on its main process, or, once
+    /// that exited, on a process left in its control group) before kata-live ends it with
+    /// SIGKILL, as systemd would at TimeoutStopSec: CRI-O's graceful stop waits for every CRI
+    /// call in flight, without a bound of its own.
     #[serde(with = "seconds")]
     pub stop_grace: Duration,
 }

@@ -146,6 +146,11 @@ async fn restart_crio(ctx: &Ctx, rep: &mut Reporter, why: &str) -> Result<(), Sy
             );
             rep.evidence("crio_restart", &proof);
             let cut = match proof.stop_cut {
+                Some(cut) if cut.pid == 0 => format!(
+                    "; its stop was held {:.1} s by a process left in its control group after \
+                     the main process exited, and ended with SIGKILL",
+                    cut.held.as_secs_f64()
+                ),
                 Some(cut) => format!(
                     "; its stop was held {:.1} s and ended with SIGKILL (pid {})",
                     cut.held.as_secs_f64(),

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::cli::RpmOstree;
 use super::cli_status::{Deployment, PackageState};
-use super::plan_install::{plan_install, plan_local_with, InstallPlan};
+use super::plan_install::{plan_install, plan_local_with, InstallPlan, Replacement};
 use super::versions::{Decision, Offered};
 use super::RpmOstreeError;
 use crate::config::Package;
@@ -52,22 +52,7 @@ impl RpmOstree {
         let (argv, names, outcome) = match plan {
             InstallPlan::Skip => return Ok(PackageOutcome::Skipped),
             InstallPlan::AlreadyLive => return Ok(PackageOutcome::AlreadyLive),
-            InstallPlan::Replace {
-                install_argv,
-                apply_argv,
-                nevras,
-                staged_instead,
-            } => {
-                return self
-                    .replace(
-                        install_argv.as_deref(),
-                        apply_argv.as_deref(),
-                        nevras,
-                        staged_instead.as_deref(),
-                        until,
-                    )
-                    .await
-            }
+            InstallPlan::Replace(r) => return self.replace(r, until).await,
             InstallPlan::RequestAgain { argv, names } => (argv, names, PackageOutcome::AlreadyLive),
             InstallPlan::ApplyPendingLive { argv, names }
             | InstallPlan::InstallLive { argv, names } => (argv, names, PackageOutcome::NewlyLive),
@@ -98,12 +83,11 @@ impl RpmOstree {
     /// for the next boot and, unless staged, live.
     async fn replace(
         &self,
-        install_argv: Option<&[String]>,
-        apply_argv: Option<&[String]>,
-        nevras: &[String],
-        staged_instead: Option<&str>,
+        r: &Replacement,
         until: Instant,
     ) -> Result<PackageOutcome, RpmOstreeError> {
+        let (install_argv, apply_argv) = (r.install_argv.as_deref(), r.apply_argv.as_deref());
+        let (nevras, staged_instead) = (&r.nevras, r.staged_instead.as_deref());
         if let Some(why) = staged_instead {
             tracing::warn!(reason = %why, "staging the new package versions for the next boot instead of applying them live");
         }

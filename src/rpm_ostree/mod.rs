@@ -44,7 +44,7 @@ pub use cli_install::PackageOutcome;
 pub use cli_status::{nevra_name, parse_status, Deployment, PackageState, Status};
 pub use cli_uninstall::RemovalOutcome;
 pub use local_rpms::{list_local_rpms, read_offered, Reinstall, KEPT_RPMS};
-pub use plan_install::{plan_install, plan_local, plan_local_with, InstallPlan};
+pub use plan_install::{plan_install, plan_local, plan_local_with, InstallPlan, Replacement};
 pub use plan_remove::{plan_remove, RemovePlan};
 pub use rpmdb::{parse_query, Rpmdb, RpmdbError};
 pub use versions::{decide, evr_cmp, table, Action, Decision, Nevra, Offered, OnNode};

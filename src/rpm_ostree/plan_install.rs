@@ -35,17 +35,44 @@ pub enum InstallPlan {
         argv: Vec<String>,
         names: Vec<String>,
     },
-    /// Local packages whose version changes (or that must be applied over an older one):
-    /// request the offered NEVRAs in place of the node's (`install --uninstall=OLD…
-    /// NEW.rpm…`, when the next boot lacks them), then `apply-live --allow-replacement`
-    /// (`apply_argv`), or, when `staged_instead` says why, leave it staged for the next boot.
-    /// `nevras`: the offered NEVRAs expected afterwards.
-    Replace {
-        install_argv: Option<Vec<String>>,
-        apply_argv: Option<Vec<String>>,
-        nevras: Vec<String>,
-        staged_instead: Option<String>,
-    },
+    /// Local packages whose version changes (or that must be applied over an older one).
+    Replace(Replacement),
+}
+
+/// Offered NEVRAs in place of the node's: request them (`install --uninstall=OLD…
+/// NEW.rpm…`, when the next boot lacks them), then `apply-live --allow-replacement`
+/// (`apply_argv`), or, when `staged_instead` says why, leave them staged for the next boot.
+/// One type for the plan's fields, so that carrying it out and showing it take it whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Replacement {
+    pub install_argv: Option<Vec<String>>,
+    pub apply_argv: Option<Vec<String>>,
+    /// The offered NEVRAs expected afterwards.
+    pub nevras: Vec<String>,
+    pub staged_instead: Option<String>,
+}
+
+impl std::fmt::Display for Replacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verb = if self.staged_instead.is_some() {
+            "stage"
+        } else {
+            "make live"
+        };
+        write!(f, "{verb} {}", self.nevras.join(", "))?;
+        let steps: Vec<String> = [&self.install_argv, &self.apply_argv]
+            .into_iter()
+            .flatten()
+            .map(|a| format!("`{}`", a.join(" ")))
+            .collect();
+        if !steps.is_empty() {
+            write!(f, " ({})", steps.join(", then "))?;
+        }
+        if let Some(why) = &self.staged_instead {
+            write!(f, ", for the next boot instead of live: {why}")?;
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Display for InstallPlan {
@@ -73,31 +100,7 @@ impl std::fmt::Display for InstallPlan {
             InstallPlan::InstallLive { argv, names: n } => {
                 write!(f, "install {} live (`{}`)", names(n), argv.join(" "))
             }
-            InstallPlan::Replace {
-                install_argv,
-                apply_argv,
-                nevras,
-                staged_instead,
-            } => {
-                let verb = if staged_instead.is_some() {
-                    "stage"
-                } else {
-                    "make live"
-                };
-                write!(f, "{verb} {}", names(nevras))?;
-                let steps: Vec<String> = [install_argv, apply_argv]
-                    .into_iter()
-                    .flatten()
-                    .map(|a| format!("`{}`", a.join(" ")))
-                    .collect();
-                if !steps.is_empty() {
-                    write!(f, " ({})", steps.join(", then "))?;
-                }
-                if let Some(why) = staged_instead {
-                    write!(f, ", for the next boot instead of live: {why}")?;
-                }
-                Ok(())
-            }
+            InstallPlan::Replace(r) => r.fmt(f),
         }
     }
 }
@@ -246,12 +249,12 @@ pub fn plan_local_with(
         apply.push(commit.clone());
         apply.push("--allow-replacement".into());
         return Ok((
-            InstallPlan::Replace {
+            InstallPlan::Replace(Replacement {
                 install_argv: None,
                 apply_argv: Some(apply),
                 nevras: offered.iter().map(|o| o.nevra.to_string()).collect(),
                 staged_instead: None,
-            },
+            }),
             decisions,
         ));
     }
@@ -348,12 +351,38 @@ pub fn plan_local_with(
         .is_none()
         .then(|| strings(["apply-live", "--allow-replacement"]));
     Ok((
-        InstallPlan::Replace {
+        InstallPlan::Replace(Replacement {
             install_argv,
             apply_argv,
             nevras,
             staged_instead,
-        },
+        }),
         decisions,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replacement_serializes_flat_beside_its_tag() {
+        let plan = InstallPlan::Replace(Replacement {
+            install_argv: None,
+            apply_argv: Some(vec!["apply-live".into()]),
+            nevras: vec!["kata-containers-3.9.0-1.el9.x86_64".into()],
+            staged_instead: None,
+        });
+        let json = serde_json::to_value(&plan).expect("serializes");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "plan": "replace",
+                "install_argv": null,
+                "apply_argv": ["apply-live"],
+                "nevras": ["kata-containers-3.9.0-1.el9.x86_64"],
+                "staged_instead": null,
+            })
+        );
+    }
 }

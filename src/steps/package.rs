@@ -2,7 +2,7 @@
 //! visible to CRI-O (install), or removed once CRI-O no longer refers to it (uninstall).
 
 use super::*;
-use crate::rpm_ostree::{InstallPlan, PackageOutcome, RpmOstreeError};
+use crate::rpm_ostree::{InstallPlan, PackageOutcome, Replacement, RpmOstreeError};
 use crate::scriptlets;
 use crate::state::{Journal, Phase};
 use crate::visibility;
@@ -130,10 +130,10 @@ impl Step for InstallPackage {
             );
             let replaces = matches!(
                 plan,
-                Some(InstallPlan::Replace {
+                Some(InstallPlan::Replace(Replacement {
                     apply_argv: Some(_),
                     ..
-                })
+                }))
             );
             if newly || replaces {
                 run.journal.package_newly_live |= newly;

@@ -24,6 +24,9 @@ use super::properties::UnitSnapshot;
 use super::{SystemdError, UnitState};
 use crate::process::Program;
 
+/// How often the follower re-reads the handed-off unit (its STATUS= and its end).
+const FOLLOW_POLL: Duration = Duration::from_millis(200);
+
 /// Where to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
@@ -273,42 +276,41 @@ pub async fn run_transient_following(
 
     let mut last_status = String::new();
     let mut journal: Option<JournalFollower> = None;
-    loop {
-        let snap = sd.snapshot(unit_name).await?;
-        if journal.is_none() && !snap.state.invocation_id.is_empty() && snap.exec_main_pid != 0 {
-            if let Some(cmd) = journalctl {
-                journal = JournalFollower::spawn(cmd, unit_name, &snap);
+    let finished =
+        |s: &UnitSnapshot| jobs::transient_finished(&s.state, s.exec_main_code, s.exec_main_status);
+    let snap = sd
+        .poll_snapshot(unit_name, until, FOLLOW_POLL, |snap| {
+            if journal.is_none() && !snap.state.invocation_id.is_empty() && snap.exec_main_pid != 0
+            {
+                if let Some(cmd) = journalctl {
+                    journal = JournalFollower::spawn(cmd, unit_name, snap);
+                }
             }
-        }
-        if let Some(j) = journal.as_mut() {
-            j.drain(on_line);
-        }
-        if !snap.status_text.is_empty() && snap.status_text != last_status {
-            tracing::info!(unit = %unit_name, "{}", snap.status_text);
-            last_status = snap.status_text.clone();
-        }
-        if let Some(status) =
-            jobs::transient_finished(&snap.state, snap.exec_main_code, snap.exec_main_status)
-        {
             if let Some(j) = journal.as_mut() {
-                j.finish(on_line).await;
+                j.drain(on_line);
             }
-            tracing::info!(unit = %unit_name, status, state = %snap.state, "hand-off finished");
-            cleanup(sd, unit_name, &snap.state).await?;
-            return Ok(status);
-        }
-        if Instant::now() >= until {
-            return Err(SystemdError::Deadline {
-                unit: unit_name.to_string(),
-                what:
-                    "the handed-off run to finish (it keeps running; follow it with journalctl -fu)"
-                        .to_string(),
-                deadline,
-                last_state: snap.state.summary(),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+            if !snap.status_text.is_empty() && snap.status_text != last_status {
+                tracing::info!(unit = %unit_name, "{}", snap.status_text);
+                last_status = snap.status_text.clone();
+            }
+            finished(snap).is_some()
+        })
+        .await?;
+    let Some(status) = finished(&snap) else {
+        return Err(SystemdError::Deadline {
+            unit: unit_name.to_string(),
+            what: "the handed-off run to finish (it keeps running; follow it with journalctl -fu)"
+                .to_string(),
+            deadline,
+            last_state: snap.state.summary(),
+        });
+    };
+    if let Some(j) = journal.as_mut() {
+        j.finish(on_line).await;
     }
+    tracing::info!(unit = %unit_name, status, state = %snap.state, "hand-off finished");
+    cleanup(sd, unit_name, &snap.state).await?;
+    Ok(status)
 }
 
 /// `journalctl -f --lines=all -o cat <the run's matches>` (from the first line of the run,

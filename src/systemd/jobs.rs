@@ -79,15 +79,27 @@ pub fn is_transitional_state(active_state: &str) -> bool {
     )
 }
 
-/// A service whose stop half waits on its main process after SIGTERM (`stop-sigterm`):
-/// CRI-O's graceful stop waits there for every CRI call in flight, without a bound of its own
-/// (docs/runtime-facts.md), until systemd's TimeoutStopSec.
+/// A service whose stop half is held after SIGTERM: its main process has not exited
+/// (`stop-sigterm`; CRI-O's graceful stop waits there for every CRI call in flight, without a
+/// bound of its own, docs/runtime-facts.md), or it has and a process left in its control group
+/// has not (`final-sigterm`, MainPID 0: systemd SIGTERMs the group again and waits a second
+/// TimeoutStopSec). Either way systemd waits for its SIGKILL at TimeoutStopSec.
 pub fn stop_held(s: &UnitState) -> bool {
-    s.active_state == "deactivating" && s.sub_state == "stop-sigterm" && s.main_pid != 0
+    s.active_state == "deactivating"
+        && ((s.sub_state == "stop-sigterm" && s.main_pid != 0) || s.sub_state == "final-sigterm")
 }
 
-/// Whether the stop half seen since `since` (and still seen in `now`, same main process) has
-/// run past `grace` and should be ended with SIGKILL, as systemd would at TimeoutStopSec.
+/// Whether `now` is still the held stop first seen with main process `since_pid`: the same
+/// main process, or none left (it exited and its group still holds the stop). Another main
+/// process is a later stop, with its own count.
+pub fn same_held_stop(since_pid: u32, now: &UnitState) -> bool {
+    stop_held(now) && (now.main_pid == since_pid || now.main_pid == 0)
+}
+
+/// Whether the stop half seen since `since` (and still the same stop in `now`) has run past
+/// `grace` and should be ended with SIGKILL, as systemd would at TimeoutStopSec. The grace
+/// counts from the first look at the held stop: the main process exiting does not restart it
+/// (systemd's own timer does, at `final-sigterm`).
 pub fn stop_overdue(
     since: Option<(Instant, u32)>,
     now: &UnitState,
@@ -95,23 +107,32 @@ pub fn stop_overdue(
     grace: Duration,
 ) -> bool {
     match since {
-        Some((t, pid)) => stop_held(now) && now.main_pid == pid && at.duration_since(t) >= grace,
+        Some((t, pid)) => same_held_stop(pid, now) && at.duration_since(t) >= grace,
         None => false,
     }
 }
 
 /// Whom `KillUnit` must signal to end a held stop as systemd would at TimeoutStopSec, given the
-/// unit's `KillMode` and `SendSIGKILL`: the whole control group for `control-group` and
-/// `mixed` (a stuck helper there, such as a CNI plugin ignoring SIGTERM, holds the stop as
-/// much as the main process), the main process alone for `process` and `none` (containerd's
-/// shims live in its unit's group), and nobody when systemd itself would never send SIGKILL.
-pub fn stop_kill_target(kill_mode: &str, send_sigkill: bool) -> Option<&'static str> {
+/// unit's `KillMode` and `SendSIGKILL` and whether its main process already exited: the whole
+/// control group for `control-group` and `mixed` (a stuck helper there, such as a CNI plugin
+/// ignoring SIGTERM, holds the stop as much as the main process), the main process alone for
+/// `process` and `none` (containerd's shims live in its unit's group). `Err` says why nobody:
+/// systemd itself would never send SIGKILL, or (`process`/`none` with the main process gone)
+/// systemd never signals the rest of the group, so it is not what holds the stop.
+pub fn stop_kill_target(
+    kill_mode: &str,
+    send_sigkill: bool,
+    main_exited: bool,
+) -> Result<&'static str, &'static str> {
     if !send_sigkill {
-        return None;
+        return Err("it has SendSIGKILL=no");
     }
     match kill_mode {
-        "process" | "none" => Some("main"),
-        _ => Some("all"),
+        "process" | "none" if main_exited => Err(
+            "its main process has exited and its KillMode leaves the rest of its control group alone",
+        ),
+        "process" | "none" => Ok("main"),
+        _ => Ok("all"),
     }
 }
 
@@ -415,12 +436,36 @@ mod tests {
     }
 
     #[test]
+    fn a_helper_left_after_the_main_process_holds_the_same_stop() {
+        let t = Instant::now();
+        let g = Duration::from_secs(20);
+        let group = st("deactivating", "final-sigterm", "success", "a", 0, 0);
+        assert!(stop_held(&group));
+        // The main process exited: the count it began goes on, it does not start again.
+        assert!(!stop_overdue(Some((t, 7)), &group, t + g / 2, g));
+        assert!(stop_overdue(Some((t, 7)), &group, t + g, g));
+        // First seen with the main process gone.
+        assert!(stop_overdue(Some((t, 0)), &group, t + g, g));
+        // A later stop's main process is not the group's.
+        let later = st("deactivating", "stop-sigterm", "success", "b", 9, 0);
+        assert!(!same_held_stop(0, &later));
+        // systemd's own SIGKILL under way, or the stop done: nothing to cut.
+        let killing = st("deactivating", "final-sigkill", "success", "a", 0, 0);
+        assert!(!stop_overdue(Some((t, 0)), &killing, t + g, g));
+    }
+
+    #[test]
     fn a_held_stop_is_killed_as_the_units_kill_mode_says() {
-        assert_eq!(stop_kill_target("control-group", true), Some("all"));
-        assert_eq!(stop_kill_target("mixed", true), Some("all"));
-        assert_eq!(stop_kill_target("process", true), Some("main"));
-        assert_eq!(stop_kill_target("none", true), Some("main"));
-        assert_eq!(stop_kill_target("control-group", false), None);
+        assert_eq!(stop_kill_target("control-group", true, false), Ok("all"));
+        assert_eq!(stop_kill_target("mixed", true, false), Ok("all"));
+        assert_eq!(stop_kill_target("process", true, false), Ok("main"));
+        assert_eq!(stop_kill_target("none", true, false), Ok("main"));
+        assert!(stop_kill_target("control-group", false, false).is_err());
+        // The main process gone: the group, where systemd kills it.
+        assert_eq!(stop_kill_target("control-group", true, true), Ok("all"));
+        assert_eq!(stop_kill_target("mixed", true, true), Ok("all"));
+        assert!(stop_kill_target("process", true, true).is_err());
+        assert!(stop_kill_target("control-group", false, true).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! A held stop cut: once a restart's stop half has outlived its grace in `stop-sigterm`,
-//! SIGKILL through systemd's `KillUnit` to whom systemd would kill at TimeoutStopSec.
+//! A held stop cut: once a restart's stop half has outlived its grace after SIGTERM (its main
+//! process in `stop-sigterm`, or a process of its group left in `final-sigterm`), SIGKILL
+//! through systemd's `KillUnit` to whom systemd would kill at TimeoutStopSec.
 
 use std::time::{Duration, Instant};
 
@@ -13,12 +14,13 @@ use crate::logging::ids;
 const STOP_POLL: Duration = Duration::from_millis(250);
 
 impl Systemd {
-    /// Watches `unit`'s stop half and, once its main process has been held in `stop-sigterm`
-    /// for `grace`, sends SIGKILL through systemd (`KillUnit`) to whom systemd itself would at
-    /// TimeoutStopSec ([`jobs::stop_kill_target`]), so that the start half can run. Returns
-    /// what it ended; `None` when it did not (a unit with `SendSIGKILL=no`, or the call
-    /// failed: logged). Never returns while no stop is held: the caller races it against the
-    /// restart job.
+    /// Watches `unit`'s stop half and, once it has been held for `grace` ([`jobs::stop_held`]:
+    /// the main process in `stop-sigterm`, or, once it exited, a process left in its control
+    /// group in `final-sigterm`), sends SIGKILL through systemd (`KillUnit`) to whom systemd
+    /// itself would at TimeoutStopSec ([`jobs::stop_kill_target`]), so that the start half can
+    /// run. Returns what it ended; `None` when it did not (a unit with `SendSIGKILL=no`, or the
+    /// call failed: logged). Never returns while no stop is held: the caller races it against
+    /// the restart job.
     pub(super) async fn cut_held_stop(&self, unit: &str, grace: Duration) -> Option<StopCut> {
         let mut since: Option<(Instant, u32)> = None;
         loop {
@@ -32,7 +34,7 @@ impl Systemd {
                 return self.kill_held_stop(unit, now.main_pid, held).await;
             }
             since = match since {
-                Some((t, pid)) if jobs::stop_held(&now) && now.main_pid == pid => Some((t, pid)),
+                Some((t, pid)) if jobs::same_held_stop(pid, &now) => Some((t, pid)),
                 _ if jobs::stop_held(&now) => Some((at, now.main_pid)),
                 _ => None,
             };
@@ -54,19 +56,38 @@ impl Systemd {
                 return None;
             }
         };
-        let Some(whom) = jobs::stop_kill_target(&kill_mode, send_sigkill) else {
-            tracing::warn!(
-                unit = %unit,
-                "{unit} has not exited {:.1} s after SIGTERM, but it has SendSIGKILL=no: \
-                 left to systemd",
-                held.as_secs_f64()
-            );
-            return None;
+        let main_exited = pid == 0;
+        let whom = match jobs::stop_kill_target(&kill_mode, send_sigkill, main_exited) {
+            Ok(whom) => whom,
+            Err(why) => {
+                tracing::warn!(
+                    unit = %unit,
+                    "{unit} has not stopped {:.1} s after SIGTERM, but {why}: left to systemd",
+                    held.as_secs_f64()
+                );
+                return None;
+            }
         };
-        let what = if whom == "all" {
-            format!("its control group (main process {pid}; KillMode={kill_mode})")
-        } else {
-            format!("its main process {pid} (KillMode={kill_mode})")
+        // The main process gone, what holds the stop is in its group (systemd waits for the
+        // group to empty, as for a CNI plugin deaf to SIGTERM).
+        let (holder, what) = match (main_exited, whom) {
+            (true, _) => (
+                "its main process has exited, but a process left in its control group has not"
+                    .to_string(),
+                format!("its control group (KillMode={kill_mode})"),
+            ),
+            (false, "all") => (
+                "it has not exited (its graceful stop is waiting, as CRI-O's does for every \
+                 CRI call in flight)"
+                    .to_string(),
+                format!("its control group (main process {pid}; KillMode={kill_mode})"),
+            ),
+            (false, _) => (
+                "it has not exited (its graceful stop is waiting, as CRI-O's does for every \
+                 CRI call in flight)"
+                    .to_string(),
+                format!("its main process {pid} (KillMode={kill_mode})"),
+            ),
         };
         tracing::warn!(
             message_id = ids::RUNTIME_STOP_CUT,
@@ -74,9 +95,8 @@ impl Systemd {
             pid,
             held_s = format!("{:.1}", held.as_secs_f64()),
             whom,
-            "{unit} has not exited {:.1} s after SIGTERM (its graceful stop is waiting, as \
-             CRI-O's does for every CRI call in flight): sending SIGKILL to {what}, as systemd \
-             would at TimeoutStopSec; running containers are kept",
+            "{unit} is still stopping {:.1} s after SIGTERM: {holder}. Sending SIGKILL to \
+             {what}, as systemd would at TimeoutStopSec; running containers are kept",
             held.as_secs_f64()
         );
         let manager = self.manager().await.ok()?;

@@ -114,11 +114,13 @@ pub struct RestartProof {
     pub stop_cut: Option<StopCut>,
 }
 
-/// A stop half held in `stop-sigterm` past the grace, ended with SIGKILL to the main process
-/// (what systemd does at the unit's TimeoutStopSec, only sooner).
+/// A stop half held past the grace (in `stop-sigterm`, or in `final-sigterm` once the main
+/// process exited), ended with SIGKILL (what systemd does at the unit's TimeoutStopSec, only
+/// sooner).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct StopCut {
-    /// The main process that would not exit.
+    /// The main process that would not exit; 0 when it had, and a process left in its
+    /// control group held the stop.
     pub pid: u32,
     /// How long it had been held when it was killed.
     pub held: Duration,

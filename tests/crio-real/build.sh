@@ -10,10 +10,12 @@
 # Pinned: CRI-O and kubelet of the newest OpenShift's Kubernetes minor (1.34, OpenShift 4.21),
 # crictl of the same minor. The oldest minor the operator supports (1.31, OpenShift 4.18) cannot
 # be built here: of CRI-O's releases the module proxy serves only v1.34.0 (checked 2026-12-02:
-# v1.31.0's .info is listed but its .mod is refused with 403, and v1.29.0–v1.33.5 are refused). The cache key covers this script and the Go version: a change builds
-# anew next to the old one (pruned after). Output: $cache/build-<key>/{crio,pinns,crictl,kubelet,
-# kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,etcd,crio.service,
-# containerd-shim-runc-v2,containerd,VERSIONS}.
+# v1.31.0's .info is listed but its .mod is refused with 403, and v1.29.0–v1.33.5 are refused).
+# The cache key covers this script's lines that are not comments and the Go version (see `key=`
+# below): a change builds anew next to the old one (pruned after); a comment edit builds
+# nothing. Output: $cache/build-<key>/{crio,pinns,crictl,kubelet,kube-apiserver,
+# kube-controller-manager,kube-scheduler,kubectl,etcd,crio.service,containerd-shim-runc-v2,
+# containerd,VERSIONS}.
 #
 # How each is built (the proxy serves module zips, not git checkouts):
 # - CRI-O: `go build ./cmd/crio` in its module directory (its go.mod has no replace directives),
@@ -39,7 +41,8 @@ CRICTL_VERSION=v1.34.0
 KUBE_VERSION=v1.34.4
 # The shim behind the test node's `vm` handler. containerd 2.x's shims answer CRI-O's vm
 # runtime type with a bootstrap protocol CRI-O does not parse ("unsupported shim version (3)",
-# NODE-FACTS); 1.7's prints the plain address CRI-O expects. The same version CRI-O requires.
+# docs/runtime-facts.md); 1.7's prints the plain address CRI-O expects. The same version CRI-O
+# requires.
 SHIM_VERSION=v1.7.27
 
 cache=${KATA_LIVE_CRIO_REAL_CACHE:-/var/cache/kata-live/crio-real}
@@ -49,7 +52,14 @@ since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; 
 
 command -v go >/dev/null || die "no go command: install Go (1.24 or later) first"
 go_version=$(go env GOVERSION)
-key=$( { cat "$0"; echo "$go_version $(go env GOARCH)"; } | sha256sum | cut -c1-16)
+# The recipe: every line but the comment-only ones (the shebang too), and the Go toolchain, so
+# that comments can be edited without a 20-minute rebuild. key-pins (next to this script, not
+# part of the recipe) gives a recipe the key its build was made under before, when the whole
+# text was hashed: a warm cache stays valid across that change.
+recipe=$( { grep -v '^[[:space:]]*#' "$0"; echo "$go_version $(go env GOARCH)"; } |
+    sha256sum | cut -c1-16)
+key=$(awk -v r="$recipe" '$1 == r { k = $2 } END { print (k == "" ? r : k) }' \
+    "$(dirname "$0")/key-pins")
 out=$cache/build-$key
 
 if [ "${1:-}" = --check ]; then
@@ -57,7 +67,7 @@ if [ "${1:-}" = --check ]; then
     exit
 fi
 if [ -e "$out/.complete" ]; then
-    log "cached $out (recipe $key)"
+    log "cached $out (recipe $recipe, key $key)"
     echo "$out"
     exit 0
 fi

@@ -676,7 +676,41 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+    if args.fault_dir.join("leave-helper").exists() {
+        leave_helper();
+    }
     Ok(())
+}
+
+/// The `leave-helper` fault: a helper deaf to SIGTERM outlives the main process in the unit's
+/// control group, as a CNI plugin does once CRI-O's own stop is bounded (cri-o PR #10357's
+/// `Stop()` after 30 s). systemd then waits in `deactivating/final-sigterm` with MainPID 0
+/// until TimeoutStopSec. The ignored SIGTERM is inherited by the loop's `sleep`s.
+fn leave_helper() {
+    let spawned = std::process::Command::new("/bin/sh")
+        .args([
+            "-c",
+            "trap '' TERM; while :; do sleep 1; done",
+            "fake-crio-helper",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    match spawned {
+        Ok(child) => logrus(
+            "info",
+            &format!(
+                "fake-crio fault leave-helper: helper pid {} ignores SIGTERM and stays in the \
+                 unit's control group after fake-crio exits",
+                child.id()
+            ),
+        ),
+        Err(e) => logrus(
+            "error",
+            &format!("fake-crio fault leave-helper: cannot start the helper: {e}"),
+        ),
+    }
 }
 
 fn seed_cmd(args: &Args, cmd: &Command) -> Result<(), DaemonError> {
