@@ -190,7 +190,7 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         }
     }
     wait("the kata pod Running", Duration::from_secs(180), &|cp| {
-        pod_place(cp, "kata-early").1 == "Running"
+        running_or_replaced(cp, "kata-early", &kata_pod("kata-early"))
     });
     let (on, _) = pod_place(&cp, "kata-early");
     let on = on.expect("a Running pod has a node");

@@ -754,6 +754,37 @@ pub fn pod_place(cp: &ControlPlane, name: &str) -> (Option<String>, String) {
     )
 }
 
+/// Whether the pod `name` is Running; a pod its node's kubelet refused (Failed, reason
+/// NodeAffinity: kubelet 1.34 admits against its cached Node, which can lag behind a label
+/// set just before the pod was bound, kubernetes#133997) is replaced by `spec`, as a workload
+/// controller would replace it, and said.
+pub fn running_or_replaced(cp: &ControlPlane, name: &str, spec: &str) -> bool {
+    let v = cp.json(&["-n", "default", "get", "pod", name]);
+    match v["status"]["phase"].as_str() {
+        Some("Running") => true,
+        Some("Failed") if v["status"]["reason"] == "NodeAffinity" => {
+            eprintln!(
+                "fleet: {name} refused by {}'s kubelet (NodeAffinity: its Node cache lagged \
+                 behind the label); replaced",
+                v["spec"]["nodeName"]
+            );
+            cp.kubectl(&[
+                "-n",
+                "default",
+                "delete",
+                "pod",
+                name,
+                "--grace-period=0",
+                "--force",
+                "--wait=true",
+            ]);
+            cp.kubectl_in(&["apply", "-f", "-"], Some(spec));
+            false
+        }
+        _ => false,
+    }
+}
+
 pub fn delete_pod(cp: &ControlPlane, name: &str) {
     cp.kubectl(&[
         "-n",
