@@ -570,51 +570,20 @@ fn rollout(cp: &ControlPlane, nodes: &[FleetNode], component: &'static str, slot
 /// When kata-live's `prove` step of `unit`'s last run after `since_us` ended (its journal
 /// record, realtime µs).
 fn proof_time(node: &Node, unit: &str, since_us: u64) -> Option<u64> {
-    let o = node.exec(&[
-        "journalctl",
-        "-b",
-        "--no-pager",
-        "-o",
-        "json",
-        &format!("_SYSTEMD_UNIT={unit}"),
-        "MESSAGE_ID=cf89fdb183d24ac3b89deb5346c88f56",
-    ]);
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["STEP"] == "prove")
-        .filter_map(|v| v["__REALTIME_TIMESTAMP"].as_str()?.parse::<u64>().ok())
-        .filter(|t| *t >= since_us)
+    let step = format!("MESSAGE_ID={}", kata_live::logging::ids::STEP);
+    journal_since(node, &[&format!("_SYSTEMD_UNIT={unit}"), &step], since_us)
+        .into_iter()
+        .filter(|(_, v)| v["STEP"] == "prove")
+        .map(|(t, _)| t)
         .max()
 }
 
 /// CRI-O's restarts after `since_us` (realtime µs): systemd's "Stopping crio.service" to the
 /// end of the start job that follows it.
 fn crio_restarts(node: &Node, since_us: u64) -> Vec<(u64, u64)> {
-    let o = node.exec(&[
-        "journalctl",
-        "-b",
-        "--no-pager",
-        "-o",
-        "json",
-        "_PID=1",
-        "UNIT=crio.service",
-    ]);
     let mut out = Vec::new();
     let mut down: Option<u64> = None;
-    for v in String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-    {
-        let Some(t) = v["__REALTIME_TIMESTAMP"]
-            .as_str()
-            .and_then(|s| s.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        if t < since_us {
-            continue;
-        }
+    for (t, v) in journal_since(node, &["_PID=1", "UNIT=crio.service"], since_us) {
         let msg = v["MESSAGE"].as_str().unwrap_or_default();
         if msg.starts_with("Stopping ") && down.is_none() {
             down = Some(t);

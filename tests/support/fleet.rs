@@ -528,31 +528,32 @@ pub fn pod_logs(node: &Node, component: &str) -> String {
     out
 }
 
+/// The node's journal records of this boot that match every `field=value` in `matches`, from
+/// `since_us` (realtime µs) on, each with its time.
+pub fn journal_since(
+    node: &Node,
+    matches: &[&str],
+    since_us: u64,
+) -> Vec<(u64, serde_json::Value)> {
+    let mut args = vec!["journalctl", "-b", "--no-pager", "-o", "json"];
+    args.extend_from_slice(matches);
+    let o = node.exec(&args);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let t = v["__REALTIME_TIMESTAMP"].as_str()?.parse::<u64>().ok()?;
+            (t >= since_us).then_some((t, v))
+        })
+        .collect()
+}
+
 /// Realtime µs of systemd's messages about `unit` after `since_us`: (start job begun, job
 /// ended) pairs; an unfinished one ends at u64::MAX.
 pub fn runs(node: &Node, unit: &str, since_us: u64) -> Vec<(u64, u64)> {
-    let o = node.exec(&[
-        "journalctl",
-        "-b",
-        "--no-pager",
-        "-o",
-        "json",
-        "_PID=1",
-        &format!("UNIT={unit}"),
-    ]);
     let mut out = Vec::new();
     let mut open: Option<u64> = None;
-    for line in String::from_utf8_lossy(&o.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let t: u64 = v["__REALTIME_TIMESTAMP"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        if t < since_us {
-            continue;
-        }
+    for (t, v) in journal_since(node, &["_PID=1", &format!("UNIT={unit}")], since_us) {
         let msg = v["MESSAGE"].as_str().unwrap_or_default();
         if msg.starts_with("Starting ") {
             open = Some(t);
@@ -776,7 +777,6 @@ pub fn running_or_replaced(cp: &ControlPlane, name: &str, spec: &str) -> bool {
                 name,
                 "--grace-period=0",
                 "--force",
-                "--wait=true",
             ]);
             cp.kubectl_in(&["apply", "-f", "-"], Some(spec));
             false
