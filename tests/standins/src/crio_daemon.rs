@@ -685,27 +685,35 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
 /// The `leave-helper` fault: a helper deaf to SIGTERM outlives the main process in the unit's
 /// control group, as a CNI plugin does once CRI-O's own stop is bounded (cri-o PR #10357's
 /// `Stop()` after 30 s). systemd then waits in `deactivating/final-sigterm` with MainPID 0
-/// until TimeoutStopSec. The ignored SIGTERM is inherited by the loop's `sleep`s.
+/// until TimeoutStopSec. The ignored SIGTERM is inherited by the loop's `sleep`s. fake-crio
+/// exits only once the helper says its trap is set: systemd's final SIGTERM to the group
+/// follows the main process's exit, and must not find a shell still without it.
 fn leave_helper() {
     let spawned = std::process::Command::new("/bin/sh")
         .args([
             "-c",
-            "trap '' TERM; while :; do sleep 1; done",
+            "trap '' TERM; echo trapped; exec >/dev/null; while :; do sleep 1; done",
             "fake-crio-helper",
         ])
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn();
     match spawned {
-        Ok(child) => logrus(
-            "info",
-            &format!(
-                "fake-crio fault leave-helper: helper pid {} ignores SIGTERM and stays in the \
+        Ok(mut child) => {
+            let mut line = String::new();
+            if let Some(out) = child.stdout.take() {
+                let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+            }
+            logrus(
+                "info",
+                &format!(
+                    "fake-crio fault leave-helper: helper pid {} ignores SIGTERM and stays in the \
                  unit's control group after fake-crio exits",
-                child.id()
-            ),
-        ),
+                    child.id()
+                ),
+            );
+        }
         Err(e) => logrus(
             "error",
             &format!("fake-crio fault leave-helper: cannot start the helper: {e}"),
