@@ -1,4 +1,4 @@
-//! Generates the CRI v1 client and server from `proto/cri-subset.proto`.
+//! Generates the CRI v1 client (kata-live serves no CRI: the stand-ins have their own) from `proto/cri-subset.proto`.
 //! protox parses the file in-process, so a build needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -7,7 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile([proto], ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
-        .build_server(true)
+        .build_server(false)
         .compile_fds(fds)?;
     Ok(())
 }

@@ -158,6 +158,9 @@ pub struct NodeOptions {
     pub boot_timeout: Duration,
     /// The container runtime of the node (default: the CRI-O stand-in).
     pub runtime: Runtime,
+    /// Where the node's binaries come from (default: the test binary's own profile dir).
+    /// The size bench points it at a directory holding the shipped release kata-live.
+    pub bin_dir: Option<PathBuf>,
 }
 
 impl Default for NodeOptions {
@@ -169,6 +172,7 @@ impl Default for NodeOptions {
             base_trees: true,
             boot_timeout: Duration::from_secs(60),
             runtime: Runtime::Crio,
+            bin_dir: None,
         }
     }
 }
@@ -345,7 +349,7 @@ impl Node {
             .arg("boot")
             .arg(&name)
             .arg("--bin-dir")
-            .arg(&paths.bin_dir)
+            .arg(opts.bin_dir.as_ref().unwrap_or(&paths.bin_dir))
             .arg("--owner")
             .arg(std::process::id().to_string())
             .arg("--timeout")
