@@ -234,16 +234,9 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
 
     // Uninstall: both nodes eligible when the DaemonSet is created. The kata pod goes first
     // (an uninstall is refused while a pod runs on the handler).
-    delete_pod(&cp, "kata-early");
-    // Its sandbox too, as a drain leaves the node: a sandbox still listed on the handler
-    // refuses the uninstall (and its label is then put back: the handler is still served).
-    let ids = host
-        .node()
-        .exec(&["crictl", "pods", "-q", "--name", "kata-early"]);
-    for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
-        let _ = host.node().exec(&["crictl", "stopp", id]);
-        let _ = host.node().exec(&["crictl", "rmp", id]);
-    }
+    // Its sandbox too: one still listed on the handler refuses the uninstall (and its label
+    // is then put back: the handler is still served).
+    drain_pod(&cp, host.node(), "kata-early");
     cp.kubectl(&["-n", NS, "delete", "daemonset", "kata-live-install"]);
     wait("the install pods gone", Duration::from_secs(120), &|cp| {
         live_pods(cp, "install").is_empty()

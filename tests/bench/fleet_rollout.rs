@@ -525,22 +525,7 @@ fn rollout(cp: &ControlPlane, nodes: &[FleetNode], component: &'static str, slot
     // the uninstall).
     if install {
         for f in nodes {
-            let name = pod_name(&f.name);
-            cp.kubectl(&[
-                "-n",
-                "default",
-                "delete",
-                "pod",
-                &name,
-                "--wait=true",
-                "--timeout=120s",
-                "--ignore-not-found",
-            ]);
-            let ids = f.node().exec(&["crictl", "pods", "-q", "--name", &name]);
-            for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
-                let _ = f.node().exec(&["crictl", "stopp", id]);
-                let _ = f.node().exec(&["crictl", "rmp", id]);
-            }
+            drain_pod(cp, f.node(), &pod_name(&f.name));
         }
     }
     cp.kubectl(&[

@@ -785,6 +785,17 @@ pub fn running_or_replaced(cp: &ControlPlane, name: &str, spec: &str) -> bool {
     }
 }
 
+/// The API pod `name` deleted and its sandboxes on `node` removed, as a drain leaves the node:
+/// a sandbox still listed on the handler refuses an uninstall.
+pub fn drain_pod(cp: &ControlPlane, node: &Node, name: &str) {
+    delete_pod(cp, name);
+    let ids = node.exec(&["crictl", "pods", "-q", "--name", name]);
+    for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+        let _ = node.exec(&["crictl", "stopp", id]);
+        let _ = node.exec(&["crictl", "rmp", id]);
+    }
+}
+
 pub fn delete_pod(cp: &ControlPlane, name: &str) {
     cp.kubectl(&[
         "-n",
