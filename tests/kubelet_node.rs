@@ -10,7 +10,7 @@
 //! Needs root and `cargo build --workspace --bins`; fails loudly otherwise. The latency
 //! measurement prints its figures: `cargo test --test kubelet_node -- --nocapture --test-threads=1`.
 
-mod support;
+use crate::support;
 
 use kata_live::kubelet::KubeletError;
 use std::time::Duration;

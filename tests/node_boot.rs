@@ -2,7 +2,7 @@
 //! real systemd with D-Bus and journald, gets our binaries and units, runs units, and leaves
 //! nothing behind. Needs root; fails loudly without it.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

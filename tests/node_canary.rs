@@ -2,7 +2,7 @@
 //! also runs a throw-away sandbox on the default handler; it passes on a sound node, and a
 //! canary that fails makes the proof fail and the change roll back (exit 13).
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use support::kata::{ids, outcomes, serial, show, KataNode};
 use support::node::NodeOptions;

@@ -2,7 +2,7 @@
 //! waits and re-runs as a no-op), and install killed with SIGKILL at several points then
 //! re-run: it converges with the minimum number of CRI-O restarts.
 
-mod support;
+use crate::support;
 use std::sync::Mutex;
 use std::time::Duration;
 use support::kata::{ids, KataNode, Run, DROP_IN, STATUS};

@@ -8,7 +8,7 @@
 //! never through kata-live. The runtime is not set in the configuration: kata-live detects
 //! containerd from its socket.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! declared in an imported drop-in that runs a real sandbox after a restart (the canary's
 //! path on this node).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! - a later drop-in replaces the whole handler table, and `GET /config` shows the result;
 //! - a runtime that is not executable is listed, and fails only when a sandbox starts.
 
-mod support;
+use crate::support;
 use std::time::Duration;
 use support::kata::{KataNode, Run, DROP_IN};
 use support::node::NodeOptions;

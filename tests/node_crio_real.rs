@@ -20,7 +20,7 @@
 //! containerd-shim-runc-v2 (a real shim v2 binary; containerd 2.x's speaks a bootstrap
 //! protocol CRI-O does not parse, docs/runtime-facts.md).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //! `TimeoutStartSec=`), and the long rpm-ostree transaction a raised `deadlines.package`
 //! allows is the fake's `hang` held for 12 s.
 
-mod support;
+use crate::support;
 use std::time::Duration;
 use support::kata::{outcomes, serial, show, KataNode};
 use support::referee::HANDLER;

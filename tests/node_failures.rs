@@ -6,7 +6,7 @@
 //! Scenarios run one at a time (a lock below): each one boots its own node, and running
 //! several at once on a small shared machine would only make kubelet's deadlines race.
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use std::time::Duration;
 use support::kata::{ids, serial, show, KataNode, DROP_IN};

@@ -17,7 +17,7 @@
 //!
 //! Timeline figures are printed, never asserted.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

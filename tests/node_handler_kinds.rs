@@ -3,7 +3,7 @@
 //! with the default SELinux booleans cleared; and a host without SELinux, where the SELinux
 //! steps are skipped with one line instead of failing the package step.
 
-mod support;
+use crate::support;
 use support::kata::{KataNode, Run};
 use support::referee::HANDLER;
 

@@ -2,7 +2,7 @@
 //! runtime's scope (as in a debug pod) hands itself to the node's systemd, and the install
 //! completes and is proven even though the starter is killed mid-way.
 
-mod support;
+use crate::support;
 use std::process::Stdio;
 use std::time::Duration;
 use support::kata::{ids, KataNode};

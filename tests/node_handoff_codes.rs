@@ -3,7 +3,7 @@
 //! transient unit and exits with its exit code (0, and a failure code), and a second hand-off
 //! while the first runs is refused with exit 15 without touching the node.
 
-mod support;
+use crate::support;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 use support::hold::OpenHold;

@@ -1,6 +1,6 @@
 //! End-to-end on a booted test node: the install happy path and the no-op re-run.
 
-mod support;
+use crate::support;
 use support::kata::{ids, KataNode};
 use support::referee::HANDLER;
 

@@ -10,7 +10,7 @@
 //! mark holds the open of the atomic write's temp file); the package removal by the fake
 //! rpm-ostree's `hang` marker.
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use std::time::Duration;
 use support::hold::OpenHold;

@@ -2,7 +2,7 @@
 //! and of `status` afterwards, snapshotted with times, pids and ids masked. Complements the
 //! constructed snapshots of tests/operator_output.rs (same renderers, real inputs).
 
-mod support;
+use crate::support;
 use support::kata::KataNode;
 use support::node::NodeOptions;
 use support::referee::HANDLER;

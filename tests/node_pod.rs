@@ -9,7 +9,7 @@
 //!
 //! Figures (copy, hand-off, pod killed, pod back, ready) are printed, never asserted.
 
-mod support;
+use crate::support;
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! that stays lost after the rollback too is exit 14. The referee (tests/support/referee.rs)
 //! judges the node, not kata-live.
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use support::kata::{ids, serial, show, KataNode, Run};
 use support::referee::HANDLER;

@@ -4,7 +4,7 @@
 //! would. Each scenario asserts what kata-live says (exit code, status.json) and what the
 //! node really is (units, files, the stand-ins' own records).
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use support::kata::{ids, outcomes, serial, show, KataNode, Run, DROP_IN, STATUS};
 

@@ -3,7 +3,7 @@
 //! kata-live's own restarts drove CRI-O into is cleared for the rollback, and one it did not
 //! cause is left alone.
 
-mod support;
+use crate::support;
 use std::time::Duration;
 use support::kata::{ids, serial, show, KataNode, DROP_IN};
 use support::node::NodeOptions;

@@ -4,7 +4,7 @@
 //! activation under way, or changing nothing more), records it and exits 17; a second
 //! signal exits at once (18) and the next run converges.
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use std::time::Duration;
 use support::kata::{ids, serial, show, KataNode, STATUS};

@@ -12,7 +12,7 @@
 //! exit status), the drop-in on disk, and kubelet's own log (its running process connected to
 //! the running CRI-O), not by kata-live's word.
 
-mod support;
+use crate::support;
 use std::time::{Duration, Instant};
 use support::kata::{serial, show, KataNode, DROP_IN, STATUS};
 

@@ -1,7 +1,7 @@
 //! End-to-end on a booted test node: uninstall after install, uninstall refused while a pod
 //! runs under the handler (then --force), and uninstall killed during its proof then re-run.
 
-mod support;
+use crate::support;
 use std::time::Duration;
 use support::kata::{ids, KataNode, Run};
 use support::referee::HANDLER;

@@ -4,7 +4,7 @@
 //! Each scenario asserts kata-live's answer (exit code, status.json) and the node itself
 //! (drop-in bytes, units, the fake rpm-ostree's state and files).
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use support::kata::{ids, outcomes, serial, show, KataNode};
 

@@ -3,7 +3,7 @@
 //! payload); the fake rpm-ostree reads them as rpm-ostree does and writes their payload
 //! into the node's `/` when they go live (docs/runtime-facts.md, "rpm-ostree apply-live").
 
-mod support;
+use crate::support;
 use kata_live_standins::test_rpms::TestRpm;
 use std::time::Duration;
 use support::kata::{serial, show, KataNode, STATUS};

@@ -3,7 +3,7 @@
 //! proves, and the run rolls back. (A CRI-O that dies inside its settle window:
 //! `node_preflight::crio_dying_after_the_restart_is_rolled_back`.)
 
-mod support;
+use crate::support;
 use support::kata::{ids, outcomes, serial, show, KataNode};
 
 /// kubelet restarts with CRI-O and then, while the drop-in is on disk, is killed 1 s after

@@ -6,7 +6,7 @@
 //! strict field validation: the schema, its enums and its CEL rules judge them, as a
 //! cluster would, and nothing is stored.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! static link as the shipped release build, in about half its time); on its own, build
 //! it, then `cargo test --test packaging_image` (as root: it chroots).
 
-mod support;
+use crate::support;
 use std::path::Path;
 use std::process::Command;
 

@@ -13,8 +13,7 @@ use kata_live::rpm_ostree::{
 use kata_live::visibility::wait_visible;
 use kata_live_standins::test_rpms::TestRpm;
 
-#[path = "support/fake_rpm_ostree.rs"]
-mod fake_rpm_ostree;
+use crate::support::fake_rpm_ostree;
 use fake_rpm_ostree::{fake_exe, wait_until, wrapper as wrapper_at};
 
 const DEADLINE: Duration = Duration::from_secs(30);

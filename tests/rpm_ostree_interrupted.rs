@@ -12,8 +12,7 @@ use kata_live::config::Package;
 use kata_live::rpm_ostree::RpmOstreeError;
 use kata_live::rpm_ostree::{parse_status, plan_install, InstallPlan, PackageState, RpmOstree};
 
-#[path = "support/fake_rpm_ostree.rs"]
-mod fake_rpm_ostree;
+use crate::support::fake_rpm_ostree;
 use fake_rpm_ostree::{wait_until, wrapper as wrapper_at};
 
 // Multi-threaded: the test thread blocks while the run goes on.

@@ -4,7 +4,7 @@
 //! a seeded pod survives the restart. Needs root and `cargo build --workspace --bins`; fails
 //! loudly otherwise.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

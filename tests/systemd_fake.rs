@@ -1,8 +1,7 @@
 //! Fast tests of the job waiting and restart proof logic against an in-process fake systemd
 //! (zbus peer-to-peer). The same behaviours are tested for real in tests/systemd_node.rs.
 
-#[path = "support/systemd_fake.rs"]
-mod systemd_fake;
+use crate::support::systemd_fake;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo test --test systemd_node -- --nocapture` (as root).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 pub mod containerd;
 pub mod cri;
 pub mod crio_real;
+pub mod fake_rpm_ostree;
 pub mod fleet;
 pub mod hold;
 pub mod image;
@@ -8,3 +9,4 @@ pub mod kata;
 pub mod kubelet_node;
 pub mod node;
 pub mod referee;
+pub mod systemd_fake;

@@ -1,0 +1,65 @@
+//! The integration suite as one test binary: one compile of tests/support and one link
+//! instead of one per file (issue 41: 58 binaries, each linking kube, tonic and zbus, took
+//! most of the suite's build). Each file stays where it was and is a module here;
+//! tests/run runs one module per process, as the separate binaries ran.
+
+mod support;
+
+mod cli;
+mod config_layers;
+mod containerd_config;
+mod cri_canary;
+mod cri_client;
+mod cri_real_containerd;
+mod dropin;
+mod kubelet_node;
+mod kubelet_procfs;
+mod kubelet_prove;
+mod kubelet_sockdiag;
+mod node_boot;
+mod node_canary;
+mod node_concurrency;
+mod node_containerd;
+mod node_containerd_boot;
+mod node_crio_facts;
+mod node_crio_real;
+mod node_deadlines;
+mod node_failures;
+mod node_fleet;
+mod node_handler_kinds;
+mod node_handoff;
+mod node_handoff_codes;
+mod node_install;
+mod node_kills;
+mod node_output;
+mod node_pod;
+mod node_pods;
+mod node_preflight;
+mod node_recovery;
+mod node_stop;
+mod node_stop_restart;
+mod node_uninstall;
+mod node_uninstall_paths;
+mod node_upgrade;
+mod node_windows;
+mod openshift_api;
+mod operator_output;
+mod packaging_catalog;
+mod packaging_config;
+mod packaging_daemonset;
+mod packaging_image;
+mod packaging_openshift;
+mod packaging_rpm;
+mod packaging_units;
+mod rpm_ostree_fake;
+mod rpm_ostree_interrupted;
+mod rpm_ostree_plan;
+mod rpm_ostree_scriptlets;
+mod rpm_ostree_visibility;
+mod rpm_versions;
+mod standins_node;
+mod stop;
+mod stop_checkpoint;
+mod systemd_fake;
+mod systemd_node;
+mod systemd_notify;
