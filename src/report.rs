@@ -6,8 +6,8 @@
 //!
 //! `--json` output (status, verify, config, and the end of install/uninstall) is one schema,
 //! [`OUTPUT_SCHEMA`]: a top-level object `{ "schema": 1, "kind": "status" | "verify" |
-//! "config" | "install" | "uninstall", ...payload }` (see [`json_document`] and README
-//! "Machine-readable output"). For install/uninstall the payload is the status.json document.
+//! "config" | "install" | "uninstall", ...payload }` (see [`json_document`] and
+//! docs/proof.md, "Machine-readable output"). For install/uninstall the payload is the status.json document.
 //!
 //! status.json, schema 1:
 //! ```json
