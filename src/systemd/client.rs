@@ -119,7 +119,7 @@ impl Systemd {
 
     /// systemd's version string (the Manager's `Version` property, read afresh: the proxy
     /// caches nothing). Through the Manager proxy, so that the connection needs nothing of
-    /// the property reads built on it ([`super::properties`]).
+    /// the property reads built on it (`properties.rs`).
     pub async fn version(&self) -> Result<String, SystemdError> {
         self.manager()
             .await?
