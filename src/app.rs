@@ -170,15 +170,26 @@ async fn hand_off(ctx: &Ctx, sub: &str, no_detach: bool) -> Result<Option<ExitCo
         }
         handoff::Placement::HandOff(why) => {
             let unit = handoff::handoff_unit_name(sub);
-            eprintln!("kata-live: {why}; handing the run to the host's systemd as {unit}");
+            // Before anything else: the session may drop with the runtime's restart at any
+            // moment after the unit starts, and then this is all the operator has read.
+            eprint!("{}", crate::report::render_handoff(&why, &unit));
             let exe = std::env::current_exe().map_err(AppError::Runtime)?;
             // The unit's run writes status.json; with --json this process prints it at the
             // end (the unit's own stdout goes to its journal, which is followed here).
             let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--json").collect();
             let argv = handoff::handoff_argv(&exe, &args);
-            // Follow the run's journal so the operator sees the same progress lines here.
+            // Follow the run's journal so the operator sees the same progress lines here, and
+            // its end on the same streams as a host run's: the success line on stdout (unless
+            // stdout is for the JSON document), everything else on stderr.
             let journalctl = ["journalctl".to_string()];
-            let mut show = |line: &str| eprintln!("{line}");
+            let json = ctx.json;
+            let mut show = |line: &str| {
+                if !json && crate::report::is_success_outcome(sub, line) {
+                    println!("{line}");
+                } else {
+                    eprintln!("{line}");
+                }
+            };
             let status = handoff::run_transient_following(
                 &ctx.systemd,
                 &unit,

@@ -136,7 +136,7 @@ pub enum Command {
     /// Write the man pages or shell completions (packaging; see src/generate.rs).
     #[command(hide = true)]
     Generate(GenerateArgs),
-    /// The DaemonSet pod's entrypoint and readiness probe (see src/pod/, README).
+    /// The DaemonSet pod's entrypoint and readiness probe (see src/pod/, docs/operations.md).
     #[command(hide = true)]
     Pod(crate::pod::PodArgs),
 }

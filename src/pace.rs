@@ -8,7 +8,7 @@
 //! (`spec.holderIdentity` = its node, replaced with the resourceVersion it read: the API
 //! server refuses a second writer with 409 Conflict) before its node's run starts, and frees
 //! it once the node is proven. A node that fails keeps its Lease, marked failed with the
-//! reason, so the rollout stops there until a person acts (README, "A stopped rollout").
+//! reason, so the rollout stops there until a person acts (docs/operations.md, "A stopped rollout").
 //! No lease duration: a node that is not proven never gives its place away by the clock.
 //!
 //! The same Leases pace install and uninstall. kured's node lock and fleetlock work this way.
@@ -155,7 +155,7 @@ pub fn waiting_words(slots: &[Slot]) -> String {
             ". The rollout is stopped at {}: fix that node, then delete its kata-live pod \
              (it runs again and frees the slot once proven); or give up on it with \
              `kubectl -n <namespace> patch lease <slot> --type=merge -p \
-             '{{\"spec\":{{\"holderIdentity\":null}}}}'` (README, \"A stopped rollout\")",
+             '{{\"spec\":{{\"holderIdentity\":null}}}}'` (docs/operations.md, \"A stopped rollout\")",
             failed.join(", ")
         ));
     }

@@ -1,13 +1,14 @@
 //! Reporting a run: `/run/kata-live/status.json` (schema below), one numbered progress line
 //! per step on stderr (`[5/8] restarting crio.service … done in 1.8 s (…)`), the same line as
 //! the MESSAGE of a journal record with a MESSAGE_ID, and `STATUS=` for `systemctl status`.
-//! The lines are rendered by pure functions ([`render_progress`], [`render_outcome`]) so that
-//! tests can snapshot them.
+//! The lines are rendered by pure functions ([`render_progress`], [`render_outcome`],
+//! [`render_handoff`]) so that tests can snapshot them.
 //!
 //! `--json` output (status, verify, config, and the end of install/uninstall) is one schema,
 //! [`OUTPUT_SCHEMA`]: a top-level object `{ "schema": 1, "kind": "status" | "verify" |
-//! "config" | "install" | "uninstall", ...payload }` (see [`json_document`] and README
-//! "Machine-readable output"). For install/uninstall the payload is the status.json document.
+//! "config" | "install" | "uninstall", ...payload }` (see [`json_document`] and
+//! docs/proof.md, "Machine-readable output"). For install/uninstall the payload is the
+//! status.json document.
 //!
 //! status.json, schema 1:
 //! ```json
@@ -283,11 +284,23 @@ pub fn render_plan(steps: &[StepRecord]) -> String {
     s
 }
 
+/// The start of a run's closing line on success (what [`render_outcome`] prints on stdout).
+fn success_prefix(operation: &str) -> String {
+    format!("kata-live: {operation} succeeded: ")
+}
+
+/// Whether `line` is a run's closing line on success, as [`render_outcome`] renders it: the
+/// one closing line a host run prints on stdout (a hand-off's follower reads it back from the
+/// journal and prints it there too).
+pub fn is_success_outcome(operation: &str, line: &str) -> bool {
+    line.starts_with(&success_prefix(operation))
+}
+
 /// The operator's closing lines of a run (pure): the verdict, the exit code and what to do
 /// next. `message` is the success summary or the error.
 pub fn render_outcome(operation: &str, result: RunResult, code: ExitCode, message: &str) -> String {
     let mut s = match result {
-        RunResult::Succeeded => return format!("kata-live: {operation} succeeded: {message}\n"),
+        RunResult::Succeeded => return format!("{}{message}\n", success_prefix(operation)),
         // A refusal's error already says "refused, nothing was changed".
         RunResult::Refused if message.starts_with("refused") => {
             format!("kata-live: {operation} {message}\n")
@@ -314,6 +327,21 @@ pub fn render_outcome(operation: &str, result: RunResult, code: ExitCode, messag
         s.push_str(&format!("kata-live: next: {next}\n"));
     }
     s
+}
+
+/// What the operator reads before a run started inside a container is handed to the host's
+/// systemd (pure): where the run goes, that this session may not outlive it, and the two
+/// commands that follow it from the node. Printed before the hand-off, so that an operator
+/// whose session drops with the runtime's restart has already read them.
+pub fn render_handoff(why: &str, unit: &str) -> String {
+    format!(
+        "kata-live: {why}; handing the run to the host's systemd as {unit}\n\
+         kata-live: this session may drop when the container runtime restarts; the run goes on \
+         in {unit} all the same\n\
+         kata-live: follow it on the node (in a new debug session, after chroot /host): \
+         journalctl -fu {unit}\n\
+         kata-live: its result, once it has ended: kata-live status\n"
+    )
 }
 
 impl Reporter {

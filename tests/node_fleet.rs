@@ -27,8 +27,9 @@ use support::kata::KataNode;
 
 /// Install: node B first (made to fail: its kubelet cannot start again after CRI-O's
 /// restart), node A eligible while B holds the slot. The rollout stops at B with A untouched;
-/// after the cause is removed, the README's resume finishes it, one node at a time. Then
-/// uninstall, both nodes eligible when the DaemonSet is created.
+/// after the cause is removed, the resume of docs/operations.md ("A stopped rollout")
+/// finishes it, one node at a time. Then uninstall, both nodes eligible when the DaemonSet is
+/// created.
 #[test]
 fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     let _one = support::kata::serial();
@@ -128,7 +129,7 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         "the rollout must not be complete"
     );
 
-    // The cause removed, then the README's resume.
+    // The cause removed, then the resume of docs/operations.md, "A stopped rollout".
     b.k.remove_unit_drop_in("kubelet.service", "60-held-away");
     sh_ok(
         b.node(),

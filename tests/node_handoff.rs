@@ -60,6 +60,19 @@ fn handoff_from_a_pod_scope_survives_the_crio_restart() {
         started.code, 0,
         "the starter was killed, it cannot have seen the end"
     );
+    // What the operator had read before the session died (issue 40): how to follow the run
+    // and read its end from the node.
+    for line in [
+        format!("journalctl -fu {UNIT}\n"),
+        "kata-live: its result, once it has ended: kata-live status\n".to_string(),
+        "this session may drop when the container runtime restarts".to_string(),
+    ] {
+        assert!(
+            started.stderr.contains(&line),
+            "the killed starter never said {line:?}:\n{}",
+            started.stderr
+        );
+    }
 
     // The transient unit finished the job: its result stays readable after the starter died.
     k.node

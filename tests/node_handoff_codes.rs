@@ -38,12 +38,64 @@ fn unit_prop(k: &KataNode, prop: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+/// The hand-off as the operator reads it (issue 40): before the run's first line, the unit and
+/// the two commands that follow it, and that the session may drop; at the end, the run's
+/// closing lines on the streams a host run uses (success on stdout, a failure's three lines
+/// on stderr), then the unit's exit code.
 fn assert_handed_off(run: &Run, code: i32) {
     assert!(
         run.stderr.contains("handing the run to the host's systemd"),
         "no hand-off: {}",
         show(run)
     );
+    let first_step = run.stderr.find("[1/").unwrap_or(run.stderr.len());
+    let before_the_run = &run.stderr[..first_step];
+    for line in [
+        format!("handing the run to the host's systemd as {UNIT}\n"),
+        format!(
+            "kata-live: this session may drop when the container runtime restarts; the run goes \
+             on in {UNIT} all the same\n"
+        ),
+        format!(
+            "kata-live: follow it on the node (in a new debug session, after chroot /host): \
+             journalctl -fu {UNIT}\n"
+        ),
+        "kata-live: its result, once it has ended: kata-live status\n".to_string(),
+    ] {
+        assert!(
+            before_the_run.contains(&line),
+            "{line:?} not printed before the run: {}",
+            show(run)
+        );
+    }
+    for debug in ["Some(", "None", "\\\"", "{:"] {
+        assert!(
+            !before_the_run.contains(debug),
+            "Debug output {debug:?}: {}",
+            show(run)
+        );
+    }
+    if code == 0 {
+        assert!(
+            run.stdout.contains("kata-live: install succeeded: "),
+            "the success line belongs on stdout, as a host run prints it: {}",
+            show(run)
+        );
+        assert!(
+            !run.stderr.contains("kata-live: install succeeded: "),
+            "{}",
+            show(run)
+        );
+    } else {
+        assert!(
+            run.stderr
+                .contains(&format!("kata-live: exit code {code}: "))
+                && run.stderr.contains("kata-live: next: "),
+            "a failure's closing lines, as a host run prints them: {}",
+            show(run)
+        );
+        assert_eq!(run.stdout, "", "{}", show(run));
+    }
     assert!(
         run.stderr
             .contains(&format!("{UNIT} finished with exit code {code}")),

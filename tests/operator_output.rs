@@ -8,10 +8,11 @@ use kata_live::exit::ExitCode;
 use kata_live::kubelet::{Check, Evidence};
 use kata_live::proof::Verdict;
 use kata_live::report::{
-    json_document, render_outcome, render_plan, render_progress, Kind, Numbering, RunResult,
-    RunStatus, StepOutcome, StepRecord,
+    is_success_outcome, json_document, render_handoff, render_outcome, render_plan,
+    render_progress, Kind, Numbering, RunResult, RunStatus, StepOutcome, StepRecord,
 };
 use kata_live::status::{render, Observation, Observed};
+use kata_live::systemd::handoff::{handoff_unit_name, should_hand_off, Placement};
 use kata_live::systemd::UnitState;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -159,6 +160,46 @@ fn a_successful_install() {
     ));
     assert_no_debug(&text);
     insta::assert_snapshot!(text);
+}
+
+/// `kata-live install` in a debug pod's container, before the run goes to the host's
+/// systemd: the unit, the two commands that follow it, and that the session may drop.
+#[test]
+fn a_hand_off_from_a_debug_pod() {
+    let cgroup = "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/crio-0123456789ab.scope\n";
+    let Placement::HandOff(why) = should_hand_off(cgroup, false, "kata-live") else {
+        panic!("a CRI-O container's scope hands off");
+    };
+    let unit = handoff_unit_name("install");
+    let text = render_handoff(&why, &unit);
+    assert_no_debug(&text);
+    for line in [
+        format!("journalctl -fu {unit}\n"),
+        "kata-live status\n".to_string(),
+        "this session may drop when the container runtime restarts".to_string(),
+    ] {
+        assert!(text.contains(&line), "{line:?} missing from:\n{text}");
+    }
+    insta::assert_snapshot!(text);
+}
+
+/// The follower of a hand-off prints the run's success line on stdout, as a host run does:
+/// it knows that line by the same rendering.
+#[test]
+fn a_hand_off_knows_the_success_line_by_its_rendering() {
+    for op in ["install", "uninstall"] {
+        let end = render_outcome(op, RunResult::Succeeded, ExitCode::Ok, "proven");
+        assert!(is_success_outcome(op, end.trim_end()), "{end}");
+        let failed = render_outcome(op, RunResult::RolledBack, ExitCode::RolledBack, "no");
+        for line in failed.lines() {
+            assert!(!is_success_outcome(op, line), "{line}");
+        }
+        // The journal record of the same end is not the closing line.
+        assert!(!is_success_outcome(
+            op,
+            &format!("kata-live {op} succeeded: proven on the running node")
+        ));
+    }
 }
 
 #[test]

@@ -455,12 +455,13 @@ fn the_runtime_class_selects_the_label_kata_live_sets() {
     assert!(overhead.contains_key("cpu") && overhead.contains_key("memory"));
 }
 
-/// The README's DaemonSet section names the pacing settings the manifests carry, and says
-/// what each rests on.
+/// The operators' DaemonSet section (docs/operations.md) names the pacing settings the
+/// manifests carry, and says what each rests on.
 #[test]
 fn the_readme_names_the_pacing_the_manifests_carry() {
     let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .unwrap();
     let start = readme
         .find("## Install on a running cluster (DaemonSet)")
         .expect("the DaemonSet section");
@@ -479,7 +480,7 @@ fn the_readme_names_the_pacing_the_manifests_carry() {
     ] {
         assert!(
             section.contains(needle),
-            "README's DaemonSet section lacks {needle:?}"
+            "docs/operations.md's DaemonSet section lacks {needle:?}"
         );
     }
     assert!(

@@ -61,7 +61,7 @@ pub(super) async fn settle_slot(p: &Pacer, outcome: &RunOutcome) {
                     "gave up after 10 minutes: {e}. This node still holds its rollout slot: \
                      {}",
                     if proven {
-                        "it is proven, so free the slot by hand (README, \"A stopped rollout\")"
+                        "it is proven, so free the slot by hand (docs/operations.md, \"A stopped rollout\")"
                     } else {
                         "it is not proven, and the slot is not marked failed"
                     }

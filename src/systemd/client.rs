@@ -7,8 +7,7 @@ use zbus::proxy::CacheProperties;
 use zbus::Connection;
 use zbus_systemd::systemd1::ManagerProxy;
 
-use super::properties::prop_string;
-use super::SystemdError;
+use super::{jobs, SystemdError};
 
 /// Where the system bus lives when `DBUS_SYSTEM_BUS_ADDRESS` is not set.
 pub const DEFAULT_SYSTEM_BUS_ADDRESS: &str = "unix:path=/run/dbus/system_bus_socket";
@@ -118,16 +117,15 @@ impl Systemd {
         &self.addr
     }
 
-    /// systemd's version string (the Manager's `Version` property).
+    /// systemd's version string (the Manager's `Version` property, read afresh: the proxy
+    /// caches nothing). Through the Manager proxy, so that the connection needs nothing of
+    /// the property reads built on it (`properties.rs`).
     pub async fn version(&self) -> Result<String, SystemdError> {
-        let props = self
-            .get_all(
-                "/org/freedesktop/systemd1",
-                "org.freedesktop.systemd1.Manager",
-                "",
-            )
-            .await?;
-        Ok(prop_string(&props, "Version"))
+        self.manager()
+            .await?
+            .version()
+            .await
+            .map_err(|e| jobs::map_call_error("", "Version", e))
     }
 
     pub(crate) async fn manager(&self) -> Result<ManagerProxy<'static>, SystemdError> {

@@ -9,8 +9,8 @@ use zbus_systemd::systemd1::{JobRemovedStream, ManagerProxy};
 
 use super::client::Systemd;
 use super::jobs::{self, ErrorClass};
-use super::properties::prop_string;
 use super::properties::UnitSnapshot;
+use super::values::prop_string;
 use super::{SystemdError, UnitState};
 
 /// The four job-producing Manager calls.

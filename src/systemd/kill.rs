@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::client::Systemd;
 use super::jobs;
-use super::properties::{prop_bool, prop_string};
+use super::values::{prop_bool, prop_string};
 use super::StopCut;
 use crate::logging::ids;
 

@@ -2,7 +2,8 @@
 //! whole run to a transient unit.
 //!
 //! - [`client`]: the [`Systemd`] connection: the bus chosen, the Manager proxy.
-//! - `properties`: fresh property reads, a unit's [`UnitSnapshot`], polling it.
+//! - `properties`: fresh property reads, a unit's [`UnitSnapshot`], polling it; `values`:
+//!   the typed decoding of property values (pure, below both `client` and `properties`).
 //! - `job_calls`: jobs queued over D-Bus and waited for ([`JobKind`]): start, stop, reload.
 //! - `restart`: a restart proven, with its settle window; `kill`: a held stop cut at the
 //!   grace.
@@ -37,6 +38,7 @@ pub mod jobs;
 mod kill;
 mod properties;
 mod restart;
+mod values;
 pub mod window;
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Fresh property reads: `Properties.GetAll` with no cache, a unit's [`UnitSnapshot`] of one
-//! moment, polling it, and the typed decoding of property values.
+//! moment, and polling it. The values are decoded by [`super::values`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 use zbus::proxy::CacheProperties;
 use zbus::{OwnedObjectPath, OwnedVariant};
 
-use super::client::Systemd;
-use super::client::SYSTEMD_DEST;
+use super::client::{Systemd, SYSTEMD_DEST};
+use super::values::{
+    prop_bool, prop_hex, prop_i32, prop_job, prop_string, prop_strings, prop_u32, prop_u64,
+};
 use super::{jobs, SystemdError, UnitState};
 
 /// How often unit state is re-read while waiting for it to change.
@@ -188,62 +190,6 @@ impl Systemd {
             tokio::time::sleep(every).await;
         }
     }
-}
-
-pub(super) fn prop_string(m: &HashMap<String, OwnedVariant>, k: &str) -> String {
-    m.get(k)
-        .and_then(|v| <&str>::try_from(v).ok())
-        .unwrap_or_default()
-        .to_string()
-}
-
-pub(super) fn prop_strings(m: &HashMap<String, OwnedVariant>, k: &str) -> Vec<String> {
-    m.get(k)
-        .and_then(|v| Vec::<String>::try_from(v.try_clone().ok()?).ok())
-        .unwrap_or_default()
-}
-
-/// The `Job` property, a `(uo)` pair: (0, "") when no job is pending (systemd sends "/").
-pub(super) fn prop_job(m: &HashMap<String, OwnedVariant>) -> (u32, String) {
-    m.get("Job")
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| <(u32, OwnedObjectPath)>::try_from(v).ok())
-        .filter(|(id, _)| *id != 0)
-        .map(|(id, path)| (id, path.to_string()))
-        .unwrap_or_default()
-}
-
-pub(super) fn prop_bool(m: &HashMap<String, OwnedVariant>, k: &str) -> bool {
-    m.get(k)
-        .and_then(|v| bool::try_from(v).ok())
-        .unwrap_or(false)
-}
-
-pub(super) fn prop_u32(m: &HashMap<String, OwnedVariant>, k: &str) -> u32 {
-    m.get(k).and_then(|v| u32::try_from(v).ok()).unwrap_or(0)
-}
-
-pub(super) fn prop_i32(m: &HashMap<String, OwnedVariant>, k: &str) -> i32 {
-    m.get(k).and_then(|v| i32::try_from(v).ok()).unwrap_or(0)
-}
-
-pub(super) fn prop_u64(m: &HashMap<String, OwnedVariant>, k: &str) -> u64 {
-    m.get(k).and_then(|v| u64::try_from(v).ok()).unwrap_or(0)
-}
-
-/// `ay` property as lowercase hex (InvocationID: 16 bytes -> 32 digits; empty when unset).
-pub(super) fn prop_hex(m: &HashMap<String, OwnedVariant>, k: &str) -> String {
-    let Some(bytes) = m
-        .get(k)
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| Vec::<u8>::try_from(v).ok())
-    else {
-        return String::new();
-    };
-    if bytes.iter().all(|b| *b == 0) {
-        return String::new();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -118,7 +118,7 @@ fn main() {
     if stripped >= LIMIT {
         eprintln!(
             "binary_size: the stripped release binary is {stripped} bytes, at or over {LIMIT} \
-             (README \"Size\": what it is made of, `cargo bloat --release --crates`)"
+             (docs/figures.md, \"Size\": what it is made of, `cargo bloat --release --crates`)"
         );
         std::process::exit(1);
     }

@@ -30,7 +30,7 @@
 //!
 //! Latency = verdict − max(the three). Before the windows were anchored at systemd's
 //! timestamps, the same runs showed the 2 s settle and the 5 s window run one after the
-//! other (median 2.2 s, see README "Benchmarks").
+//! other (median 2.2 s, see docs/figures.md, "Verdict latency").
 //!
 //! A third pass runs on the containerd node (Debian sid's real containerd 2.x; the handler
 //! backed by runc): containerd settled = containerd.service's start + 2 s; kubelet is not
