@@ -8,7 +8,7 @@
 //! sock_diag and healthz go through the node's private network namespace (setns).
 //!
 //! Needs root and `cargo build --workspace --bins`; fails loudly otherwise. The latency
-//! measurement prints its figures: `cargo test --test kubelet_node -- --nocapture --test-threads=1`.
+//! measurement prints its figures: `cargo test --test suite -- kubelet_node:: --nocapture --test-threads=1`.
 
 use crate::support;
 

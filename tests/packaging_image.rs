@@ -5,7 +5,7 @@
 //!
 //! `tests/run` builds the image first (`packaging/image/build.sh --profile dev`: the same
 //! static link as the shipped release build, in about half its time); on its own, build
-//! it, then `cargo test --test packaging_image` (as root: it chroots).
+//! it, then `cargo test --test suite -- packaging_image::` (as root: it chroots).
 
 use crate::support;
 use std::path::Path;

@@ -11,6 +11,7 @@ mod containerd_config;
 mod cri_canary;
 mod cri_client;
 mod cri_real_containerd;
+mod docs_links;
 mod dropin;
 mod kubelet_node;
 mod kubelet_procfs;

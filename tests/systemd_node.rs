@@ -1,7 +1,7 @@
 //! Real tests against the real systemd of a booted test node (tests/support/node.rs).
 //! They need root; they FAIL when they cannot boot a node.
 //!
-//! Run: `cargo test --test systemd_node -- --nocapture` (as root).
+//! Run: `cargo test --test suite -- systemd_node:: --nocapture` (as root).
 
 use crate::support;
 
