@@ -551,6 +551,11 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
     let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signal)?;
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
+    // leave-helper: the helper is in the control group before READY, so it is there when a
+    // stop begins, whatever the machine's load (see leave_helper).
+    if args.fault_dir.join("leave-helper").exists() {
+        leave_helper();
+    }
 
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     // gRPC and CRI-O's small HTTP API share the socket, as in CRI-O.
@@ -676,18 +681,17 @@ async fn serve(args: Args) -> Result<(), DaemonError> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    if args.fault_dir.join("leave-helper").exists() {
-        leave_helper();
-    }
     Ok(())
 }
 
 /// The `leave-helper` fault: a helper deaf to SIGTERM outlives the main process in the unit's
 /// control group, as a CNI plugin does once CRI-O's own stop is bounded (cri-o PR #10357's
 /// `Stop()` after 30 s). systemd then waits in `deactivating/final-sigterm` with MainPID 0
-/// until TimeoutStopSec. The ignored SIGTERM is inherited by the loop's `sleep`s. fake-crio
-/// exits only once the helper says its trap is set: systemd's final SIGTERM to the group
-/// follows the main process's exit, and must not find a shell still without it.
+/// until TimeoutStopSec. The ignored SIGTERM is inherited by the loop's `sleep`s. Started at
+/// fake-crio's start, and waited for until it says its trap is set, it is in place before any
+/// stop: a helper started at the stop raced the stop's own SIGTERMs and the grace of the
+/// cut under load (issue 41), this one is in no race. The stop's first SIGTERM (to the whole
+/// group) and the final one both find it deaf.
 fn leave_helper() {
     let spawned = std::process::Command::new("/bin/sh")
         .args([
@@ -709,7 +713,7 @@ fn leave_helper() {
                 "info",
                 &format!(
                     "fake-crio fault leave-helper: helper pid {} ignores SIGTERM and stays in the \
-                 unit's control group after fake-crio exits",
+                 unit's control group after fake-crio exits (its trap is set)",
                     child.id()
                 ),
             );
