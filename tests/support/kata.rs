@@ -603,6 +603,18 @@ impl KataNode {
         );
     }
 
+    /// Sets `deadlines.KEY` for the runs from now on (a fragment after the scenario's): a
+    /// deadline shortened so that a failing run ends soon must not also bound a run that is
+    /// meant to succeed (issue 41).
+    pub fn set_deadline(&self, key: &str, secs: f64) {
+        self.node
+            .write_file(
+                format!("/etc/kata-live/config.d/95-deadline-{key}.toml"),
+                format!("[deadlines]\n{key} = {secs:.1}\n").as_bytes(),
+            )
+            .expect("write a deadline fragment");
+    }
+
     /// Ends [`KataNode::hold_kubelet_after_restart`]: the running kubelet reconnects.
     pub fn release_kubelet(&self) {
         self.remove_unit_drop_in("kubelet.service", "hold");
