@@ -64,10 +64,15 @@ fn a_raised_package_deadline_is_honoured_under_the_shipped_unit() {
 /// waited the whole `deadlines.kubelet` again). kubelet restarts with CRI-O and holds itself
 /// disconnected, so neither the proof nor the rollback's can hold: the rollback is cut at its
 /// own deadline, said, exit 14, the previous (absent) drop-in back.
+///
+/// The cut must land in the rollback's proof: after its CRI-O restart and that restart's 2 s
+/// settle window (about 2.6 s in all), before the proof's own `deadlines.kubelet` would end
+/// it. A 3 s rollback deadline left that restart 0.4 s (issue 41); 10 s leave it 7 s, and the
+/// proof's own deadline (20 s) stays 12 s beyond the cut.
 #[test]
 fn the_rollback_is_bounded_by_its_own_deadline() {
     let _one = serial();
-    let k = KataNode::boot("[deadlines]\nkubelet = 8.0\nrollback = 3.0\n");
+    let k = KataNode::boot("[deadlines]\nkubelet = 20.0\nrollback = 10.0\n");
     k.hold_kubelet_after_restart();
     let before = k.referee();
 
@@ -75,7 +80,7 @@ fn the_rollback_is_bounded_by_its_own_deadline() {
     assert_eq!(run.code, 14, "{}", show(&run));
     assert!(
         run.stderr
-            .contains("the rollback did not prove the node back within deadlines.rollback (3 s)"),
+            .contains("the rollback did not prove the node back within deadlines.rollback (10 s)"),
         "{}",
         show(&run)
     );
