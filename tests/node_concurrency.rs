@@ -4,7 +4,7 @@
 
 use crate::support;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::kata::{ids, KataNode, Run, DROP_IN, STATUS};
 use support::referee::HANDLER;
 
@@ -33,12 +33,29 @@ fn two_installs(k: &KataNode) -> (Run, Run) {
     (k.wait_run(a, RUN_DEADLINE), k.wait_run(b, RUN_DEADLINE))
 }
 
+/// The holder must still hold the lock when the other run's 1 s lock wait ends: kubelet,
+/// held away from the restarted CRI-O, keeps the holder in its proof until the other run has
+/// exited, instead of a race between the holder's run (a few seconds) and the other's start
+/// (issue 41).
 #[test]
 fn two_runs_at_once_one_refuses_naming_the_holder() {
     let _s = serial();
     let k = KataNode::boot("[deadlines]\nlock = 1.0\n");
     let crio_before = k.unit("crio.service");
-    let (a, b) = two_installs(&k);
+    k.hold_kubelet_after_restart();
+    let _ = k.node.exec(&["rm", "-f", STATUS]);
+    let mut a = k.spawn_kata(&["install", "--no-detach"]);
+    let mut b = k.spawn_kata(&["install", "--no-detach"]);
+    let started = Instant::now();
+    while a.try_wait().expect("wait A").is_none() && b.try_wait().expect("wait B").is_none() {
+        assert!(
+            started.elapsed() < RUN_DEADLINE,
+            "neither run ended within {RUN_DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    k.release_kubelet();
+    let (a, b) = (k.wait_run(a, RUN_DEADLINE), k.wait_run(b, RUN_DEADLINE));
     let (winner, loser) = match (a.code, b.code) {
         (0, 15) => (a, b),
         (15, 0) => (b, a),
@@ -197,11 +214,19 @@ fn rerun_converges(k: &KataNode) -> String {
 fn install_killed_before_the_drop_in_then_rerun_restarts_once() {
     let _s = serial();
     let k = KataNode::boot("");
-    // The live apply's files appear 5 s late: the visibility wait is a wide kill window.
+    // The live apply's files appear late, once the test removes `hold-files` (after the
+    // kill): the visibility wait is the kill window, whatever the machine's speed (files 5 s
+    // late raced the test's poll and kill, issue 41).
     k.node
-        .write_file("/var/lib/fake-rpm-ostree/delay", b"5")
+        .write_file("/var/lib/fake-rpm-ostree/delay", b"0.1")
+        .unwrap();
+    k.node
+        .write_file("/var/lib/fake-rpm-ostree/hold-files", b"")
         .unwrap();
     let journal = install_killed_at(&k, "visibility", |_| {});
+    k.node
+        .exec_ok(&["rm", "-f", "/var/lib/fake-rpm-ostree/hold-files"])
+        .expect("let the live apply's files appear");
     assert_eq!(journal["operation"], "install");
     assert_eq!(journal["phase"], "package");
     assert_eq!(k.drop_in(), None, "killed before the drop-in was written");
@@ -217,8 +242,9 @@ fn install_killed_before_the_drop_in_then_rerun_restarts_once() {
 fn install_killed_while_crio_restarts_then_rerun_makes_no_restart() {
     let _s = serial();
     let k = KataNode::boot("");
-    // CRI-O takes 6 s to come back: the restart is observable as `activating`.
-    k.crio_fault("slow-start", "6");
+    // CRI-O is held `activating` until the kill has landed (a 6 s slow start raced the
+    // test's poll and kill, issue 41).
+    k.crio_fault("hold-start", "");
     let journal = install_killed_at(&k, "activate", |k| {
         k.node
             .wait_for("CRI-O restarting", Duration::from_secs(20), |n| {
@@ -226,8 +252,8 @@ fn install_killed_while_crio_restarts_then_rerun_makes_no_restart() {
                 String::from_utf8_lossy(&o.stdout).trim() == "ActiveState=activating"
             })
             .expect("the killed run's restart must be in flight");
-        k.clear_crio_fault("slow-start");
     });
+    k.clear_crio_fault("hold-start");
     assert_eq!(journal["phase"], "activate");
     assert_eq!(journal["backup_saved"], true);
     assert!(k.drop_in().is_some(), "drop-in written before the kill");

@@ -20,7 +20,9 @@
 //!   by a detached background process (under a systemd service, a transient unit started
 //!   with `systemd-run`, so that it outlives the service's cgroup as rpm-ostreed's work
 //!   does), as a live apply's files reached CRI-O late (without it, the live apply writes
-//!   them itself before its transaction ends);
+//!   them itself before its transaction ends); with `delay`, `hold-files` existing keeps
+//!   that process from creating them until the file is removed (polled every 50 ms), so
+//!   that a test acts while they are missing without racing the delay;
 //! - fault markers (the file existing switches it on): `fail` (mutating commands exit 1
 //!   with an error, starting no transaction), `hang` (a transaction is held at its start,
 //!   before it changes anything: the "staging" phase; held for as long as the file exists,
@@ -1250,6 +1252,10 @@ impl Fake {
         };
         let secs: f64 = delay.parse().unwrap_or(0.0);
         std::thread::sleep(Duration::from_secs_f64(secs.max(0.0)));
+        // `hold-files`: a test decides when the files appear, not a timer (see `delay`).
+        while secs > 0.0 && self.path("hold-files").exists() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         for spec in files {
             let mut words = spec.split_whitespace();
             let Some(p) = words.next().map(Path::new) else {
