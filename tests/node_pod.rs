@@ -140,6 +140,9 @@ fn a_pod_installs_a_bare_node_survives_the_crio_restart_and_gates_readiness() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let k = boot();
     let crio_before = k.unit("crio.service");
+    // kubelet, held away from the restarted CRI-O, keeps the run in its proof until the first
+    // pod is dead and seen not ready: the kill then never races the run's last 2 s (issue 41).
+    k.hold_kubelet_after_restart();
 
     // 1. The pod starts: copy, daemon-reload, the host unit starts.
     let t0 = Instant::now();
@@ -190,6 +193,7 @@ fn a_pod_installs_a_bare_node_survives_the_crio_restart_and_gates_readiness() {
     let r = ready(&k);
     assert_eq!(r.code, 16, "{}", show(&r));
     assert!(r.stdout.contains("not ready"), "{}", show(&r));
+    k.release_kubelet();
 
     // 4. The pod is back: it follows (or finds) the same run, never a second one.
     let pod2 = start_pod(&k, "crio-0000000000a2.scope");
