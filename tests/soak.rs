@@ -248,7 +248,17 @@ fn run_with_fault(k: &KataNode, op: &str, fault: Fault, rng: &mut fastrand::Rng)
     }
     let rpm_ostree_calls_before = rpm_ostree_changes(k);
     match fault {
-        Fault::None | Fault::Kill9 | Fault::Sigterm => {}
+        Fault::None => {}
+        // Aimed at the activation (a CRI-O restart and its 2 s settle window, which the 20 ms
+        // poll could miss on a loaded machine, issue 41): CRI-O is held `activating` until the
+        // run is seen there. A signal also needs the run alive after its random delay (up
+        // to 1.5 s, against a settle window of 2 s and a proof that can take milliseconds):
+        // kubelet held away from the new CRI-O keeps it in its proof until the signal lands.
+        Fault::Kill9 | Fault::Sigterm => {
+            k.crio_fault("hold-start", "");
+            k.hold_kubelet_after_restart();
+        }
+        Fault::KubeletCrashInWindow => k.crio_fault("hold-start", ""),
         Fault::KubeletSlow | Fault::KubeletHeld => {
             k.unit_drop_in(
                 "kubelet.service",
@@ -256,7 +266,6 @@ fn run_with_fault(k: &KataNode, op: &str, fault: Fault, rng: &mut fastrand::Rng)
                 &format!("[Service]\nExecStartPost=/usr/bin/touch {HOLD_KUBELET}\n"),
             );
         }
-        Fault::KubeletCrashInWindow => {}
         Fault::CrioSlow => k.crio_fault("slow-start", &format!("{:.1}", rng.f64() * 4.0)),
         Fault::CrioFailsToStart => k.crio_fault("fail-start", ""),
         Fault::CrioDropsHandler => k.unit_drop_in("crio.service", "soak-hide", HIDE_KATA),
@@ -291,6 +300,7 @@ fn run_with_fault(k: &KataNode, op: &str, fault: Fault, rng: &mut fastrand::Rng)
         // inside its stable window (the proof itself can be over in milliseconds).
         Fault::KubeletCrashInWindow => {
             let reached = wait_phase_or_end(k, "activate");
+            k.clear_crio_fault("hold-start");
             if reached {
                 std::thread::sleep(Duration::from_millis(rng.u64(0..1500)));
                 node_sh(k, &["systemctl", "kill", "-s", "KILL", "kubelet.service"]);
@@ -325,22 +335,28 @@ fn run_with_fault(k: &KataNode, op: &str, fault: Fault, rng: &mut fastrand::Rng)
             }
             None => false,
         },
-        // The signal lands at a random moment of the activation (CRI-O's restart and its
-        // 2 s settle window: long enough to be hit), not after a random delay that the run
-        // may have outlived.
-        Fault::Kill9 | Fault::Sigterm => match phase_pid(k, "activate") {
-            Some(pid) => {
-                std::thread::sleep(Duration::from_millis(rng.u64(0..1500)));
-                let sig = if fault == Fault::Kill9 {
-                    "-KILL"
-                } else {
-                    "-TERM"
-                };
-                let o = k.node.exec(&["kill", sig, &pid.to_string()]);
-                o.status.success()
-            }
-            None => false,
-        },
+        // The signal lands at a random moment of the activation (the rest of CRI-O's start
+        // once released, its 2 s settle window) or of the held proof, not after a random
+        // delay that the run may have outlived.
+        Fault::Kill9 | Fault::Sigterm => {
+            let pid = phase_pid(k, "activate");
+            k.clear_crio_fault("hold-start");
+            let fired = match pid {
+                Some(pid) => {
+                    std::thread::sleep(Duration::from_millis(rng.u64(0..1500)));
+                    let sig = if fault == Fault::Kill9 {
+                        "-KILL"
+                    } else {
+                        "-TERM"
+                    };
+                    let o = k.node.exec(&["kill", sig, &pid.to_string()]);
+                    o.status.success()
+                }
+                None => false,
+            };
+            k.release_kubelet();
+            fired
+        }
         _ => true,
     };
     let run = k.wait_run(child, deadline);
