@@ -19,10 +19,7 @@ phase_record() {
     local name=$1 start=$2 rc=${3:-0} secs status=ok
     secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
     [ "$rc" -eq 0 ] || status="FAILED (exit $rc)"
-    printf 'phase: %-44s %8s s  %s\n' "$name" "$secs" "$status" >&2
-    if [ -n "${KATA_PHASES:-}" ]; then
-        printf '%s\t%s\t%s\n' "$name" "$secs" "$status" >>"$KATA_PHASES"
-    fi
+    phase_add "$name" "$secs" "$status"
 }
 
 # Records a phase timed by someone else (a script that prints its own figures).
