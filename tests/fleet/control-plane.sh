@@ -5,7 +5,8 @@
 #   control-plane.sh start DIR    certificates, tokens, kubeconfigs, etcd data, logs and pids all
 #                                 under DIR; returns once /readyz says ok, the controller-manager and
 #                                 the scheduler answer /healthz and the `default` service account
-#                                 exists; prints nothing (logs go to stderr)
+#                                 exists (with KATA_LIVE_FLEET_CONTROLLERS=none: once /readyz says
+#                                 ok); prints nothing (logs go to stderr)
 #   control-plane.sh stop DIR     kill what start started (DIR/*.pid); idempotent
 #   control-plane.sh guard DIR PID START
 #                                 (started by start when KATA_LIVE_FLEET_OWNER is set) wait until
@@ -18,10 +19,19 @@
 # DIR/admin.kubeconfig is for kubectl (system:masters). A second start in the same DIR keeps its
 # CA, keys, tokens and etcd data: the cluster comes back as it was.
 #
+# DIR/audit.log, the referee of the fleet tests and benchmarks (tests/support/audit.rs): the API
+# server's audit log (JSON lines, blocking mode: each event is written before the response is
+# sent, in one file, never rotated) of every create, update, patch and delete, failed ones
+# included, on Leases in namespace kata-live and on Nodes (nodes/status too), with request and
+# response bodies; nothing else (DIR/audit-policy.yaml). A second start appends to it.
+#
 # Environment: KATA_LIVE_KUBE_BIN (default: build.sh's output directory);
 # KATA_LIVE_FLEET_API_PORT (default 16443; the controller-manager and the scheduler serve on the
 # next two ports); KATA_LIVE_FLEET_ETCD_PORT (default 23790; the peer port is 10 above);
 # KATA_LIVE_FLEET_NODES (default "kl-fleet-a kl-fleet-b"): the nodes start makes tokens for;
+# KATA_LIVE_FLEET_CONTROLLERS (default "all"): "none" starts etcd and kube-apiserver only, no
+# controller-manager or scheduler (simulated Node objects, which no kubelet heartbeats, are then
+# not marked NotReady by the node lifecycle controller; nothing creates service accounts);
 # KATA_LIVE_FLEET_OWNER (a pid): a guard in its own session stops the control plane once that
 # process is gone, so a test killed before its cleanup leaves no etcd or kube-* behind.
 set -euo pipefail
@@ -32,6 +42,12 @@ api_port=${KATA_LIVE_FLEET_API_PORT:-16443}
 etcd_port=${KATA_LIVE_FLEET_ETCD_PORT:-23790}
 nodes=${KATA_LIVE_FLEET_NODES:-kl-fleet-a kl-fleet-b}
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+controllers=${KATA_LIVE_FLEET_CONTROLLERS:-all}
+case $controllers in
+    all) ;;
+    none) components=(etcd kube-apiserver) ;;
+    *) printf 'control-plane: ERROR: KATA_LIVE_FLEET_CONTROLLERS is "all" or "none", not "%s"\n' "$controllers" >&2; exit 2 ;;
+esac
 timeout=120
 
 log() { printf 'control-plane: %s\n' "$*" >&2; }
@@ -110,6 +126,18 @@ certs() (
     done
 )
 
+# The referee's policy (see the header): the first rule that matches decides. A node writes its
+# own Node and nodes/status; namespaces [] would match every namespace, and nodes have none.
+# RequestReceived is left out: ResponseComplete carries everything, with the response's status.
+audit_policy() {
+    printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' 'rules:' \
+        '- level: RequestResponse' '  verbs: [create, update, patch, delete]' '  namespaces: [kata-live]' \
+        '  resources: [{group: coordination.k8s.io, resources: [leases]}]' \
+        '- level: RequestResponse' '  verbs: [create, update, patch, delete]' \
+        "  resources: [{group: '', resources: [nodes, nodes/status]}]" \
+        '- level: None'
+}
+
 # Its own session: a signal to the caller's process group does not reach it; stop does.
 launch() { setsid "$bin/$1" "${@:2}" </dev/null >>"$dir/$1.log" 2>&1 & echo $! >"$dir/$1.pid"; }
 
@@ -132,6 +160,15 @@ ready() { [ "$("${kubectl[@]}" get --raw /readyz 2>/dev/null)" = ok ]; }
 
 start_failed() { local rc=$?; [ "$rc" -eq 0 ] || cmd_stop; exit "$rc"; }
 
+start_guard() {
+    [ -n "${KATA_LIVE_FLEET_OWNER:-}" ] || return 0
+    local born
+    born=$(start_time "$KATA_LIVE_FLEET_OWNER") || die "the owner, pid $KATA_LIVE_FLEET_OWNER, is gone"
+    setsid "$here/control-plane.sh" guard "$dir" "$KATA_LIVE_FLEET_OWNER" "$born" \
+        </dev/null >>"$dir/guard.log" 2>&1 &
+    echo $! >"$dir/guard.pid"
+}
+
 cmd_start() {
     local t0=$EPOCHREALTIME c p
     deadline=$((SECONDS + timeout))
@@ -142,10 +179,13 @@ cmd_start() {
     fi
     for c in "${components[@]}" kubectl; do [ -x "$bin/$c" ] || die "no $bin/$c"; done
     for c in "${components[@]}"; do ! pid_of "$c" >/dev/null || die "$c runs already in $dir: stop it first"; done
-    for p in "$etcd_port" $((etcd_port + 10)) "$api_port" $((api_port + 1)) $((api_port + 2)); do
+    local -a ports=("$etcd_port" $((etcd_port + 10)) "$api_port")
+    [ "$controllers" = none ] || ports+=($((api_port + 1)) $((api_port + 2)))
+    for p in "${ports[@]}"; do
         port_free "$p" || die "port $p on 127.0.0.1 is taken (KATA_LIVE_FLEET_API_PORT, KATA_LIVE_FLEET_ETCD_PORT)"
     done
     certs
+    audit_policy >"$dir/audit-policy.yaml"
     trap start_failed EXIT
     trap 'exit 143' TERM INT
     rm -f "$dir"/*.pid
@@ -156,6 +196,9 @@ cmd_start() {
         --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
         --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "kl-fleet=$peer"
     wait_for "healthy etcd" curl -sf -m 5 "http://127.0.0.1:$etcd_port/health"
+    # The audit log (see the header): blocking, so it is in the order of the responses (batch
+    # buffers and may reorder); --audit-log-maxsize 0 would mean lumberjack's default, a rotation
+    # at 100 MB, and the referee reads one file.
     # --endpoint-reconciler-type none: the reconciler would write 127.0.0.1 into the `kubernetes`
     # Endpoints, which validation refuses every 10 s ("may not be in the loopback range").
     launch kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_port" \
@@ -165,10 +208,20 @@ cmd_start() {
         --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=true \
         --service-cluster-ip-range 10.0.0.0/24 --service-account-issuer https://kubernetes.default.svc \
         --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
-        --endpoint-reconciler-type none
+        --endpoint-reconciler-type none \
+        --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
+        --audit-log-format json --audit-log-mode blocking --audit-log-maxsize 102400
     kubectl=("$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" --request-timeout 5s)
     wait_for "ready API server" ready
     log "API server ready in $(since "$t0")s"
+    [ "$controllers" = none ] || start_controllers
+    start_guard
+    trap - EXIT TERM INT
+    log "control plane up in $(since "$t0")s (controllers: $controllers): kubectl --kubeconfig $dir/admin.kubeconfig"
+}
+
+start_controllers() {
+    local p
     # Started once the API server answers, so neither gives up on it. No authentication- or
     # authorization-kubeconfig: with them both log "missing content for CA bundle
     # requestheader-client-ca-file" again and again (no front proxy here); /healthz is always
@@ -187,15 +240,6 @@ cmd_start() {
     done
     # After a restart it exists already; the first time it proves the controllers run.
     wait_for "default service account" "${kubectl[@]}" get serviceaccount default -n default
-    if [ -n "${KATA_LIVE_FLEET_OWNER:-}" ]; then
-        local born
-        born=$(start_time "$KATA_LIVE_FLEET_OWNER") || die "the owner, pid $KATA_LIVE_FLEET_OWNER, is gone"
-        setsid "$here/control-plane.sh" guard "$dir" "$KATA_LIVE_FLEET_OWNER" "$born" \
-            </dev/null >>"$dir/guard.log" 2>&1 &
-        echo $! >"$dir/guard.pid"
-    fi
-    trap - EXIT TERM INT
-    log "control plane up in $(since "$t0")s: kubectl --kubeconfig $dir/admin.kubeconfig"
 }
 
 cmd_guard() { # OWNER START

@@ -1,3 +1,4 @@
+pub mod audit;
 pub mod containerd;
 pub mod cri;
 pub mod crio_real;
