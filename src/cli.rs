@@ -138,7 +138,7 @@ pub enum Command {
     Generate(GenerateArgs),
     /// The DaemonSet pod's entrypoint and readiness probe (see src/pod/, docs/operations.md).
     #[command(hide = true)]
-    Pod(crate::pod::PodArgs),
+    Pod(Box<crate::pod::PodArgs>),
 }
 
 #[derive(Debug, Args)]

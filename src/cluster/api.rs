@@ -29,7 +29,7 @@ impl std::fmt::Display for Credentials {
 }
 
 /// Events about cluster-scoped objects live in `default`, as kubelet's own Node Events do.
-const EVENT_NAMESPACE: &str = "default";
+pub const EVENT_NAMESPACE: &str = "default";
 /// Kubernetes refuses an Event message longer than this.
 const MESSAGE_MAX: usize = 1024;
 
@@ -55,6 +55,56 @@ pub fn api_error(e: &kube::Error) -> String {
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// An Event about the Node `node` (uid if known), reported by kata-live on `reporter`;
+/// `name` makes it once per occurrence; the message is cut to what Kubernetes accepts.
+pub fn node_event(
+    node: &str,
+    uid: Option<String>,
+    name: &str,
+    reason: &str,
+    warning: bool,
+    message: &str,
+    reporter: &str,
+) -> Event {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut message = message.to_string();
+    if message.len() > MESSAGE_MAX {
+        let mut cut = MESSAGE_MAX - 3;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(EVENT_NAMESPACE.into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            uid,
+            ..Default::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(message),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        source: Some(EventSource {
+            component: Some("kata-live".into()),
+            host: Some(reporter.to_string()),
+        }),
+        reporting_component: Some("kata-live.io/kata-live".into()),
+        reporting_instance: Some(reporter.to_string()),
+        ..Default::default()
+    }
 }
 
 impl NodeApi {
@@ -185,43 +235,7 @@ impl NodeApi {
         message: &str,
     ) -> Result<bool, ClusterError> {
         let uid = self.get().await?.metadata.uid;
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let mut message = message.to_string();
-        if message.len() > MESSAGE_MAX {
-            let mut cut = MESSAGE_MAX - 3;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push_str("...");
-        }
-        let ev = Event {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                namespace: Some(EVENT_NAMESPACE.into()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(self.node.clone()),
-                uid,
-                ..Default::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message),
-            type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            count: Some(1),
-            source: Some(EventSource {
-                component: Some("kata-live".into()),
-                host: Some(self.node.clone()),
-            }),
-            reporting_component: Some("kata-live.io/kata-live".into()),
-            reporting_instance: Some(self.node.clone()),
-            ..Default::default()
-        };
+        let ev = node_event(&self.node, uid, name, reason, warning, message, &self.node);
         match self.events.create(&PostParams::default(), &ev).await {
             Ok(_) => Ok(true),
             Err(e) if is_status(&e, 409) => Ok(false),

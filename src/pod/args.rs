@@ -46,20 +46,33 @@ pub struct EntryArgs {
     pub pace: PaceArgs,
 }
 
-/// The rollout's slots (src/pace.rs): without `--pace-leases` the pod does not pace itself.
+/// The rollout's pace (src/pace): without `--pace` the pod does not pace itself.
 #[derive(Debug, Args)]
 pub struct PaceArgs {
-    /// Take one of these Leases (comma-separated names, in --namespace) before this node's
-    /// run starts, and free it once the node is proven: at most that many nodes activate at
-    /// once. A failed node keeps its Lease, and the rollout stops there.
+    /// Wait for this node's turn (a ticket Lease in --namespace, in arrival order) before its
+    /// run starts, and end the turn once the node is proven: at most --max-unavailable nodes
+    /// of the pool are unavailable at once, counting the cluster's own disruptions. A failed
+    /// node keeps its place, and the rollout stops there.
+    #[arg(long, env = "KATA_LIVE_PACE")]
+    pub pace: bool,
+    /// The budget: a count or a percentage of the pool's nodes, as a MachineConfigPool's
+    /// maxUnavailable (rounded down, at least 1).
     #[arg(
         long,
-        value_name = "NAMES",
-        value_delimiter = ',',
-        env = "KATA_LIVE_PACE_LEASES"
+        value_name = "N|P%",
+        env = "KATA_LIVE_MAX_UNAVAILABLE",
+        default_value = "1"
     )]
-    pub pace_leases: Vec<String>,
-    /// The Leases' namespace (the downward API's metadata.namespace).
+    pub max_unavailable: crate::pace::Budget,
+    /// The pool: a label selector of Nodes (a MachineConfigPool's nodeSelector, e.g.
+    /// node-role.kubernetes.io/worker=). Default: the DaemonSet's nodeSelector.
+    #[arg(long, value_name = "SELECTOR", env = "KATA_LIVE_POOL_SELECTOR")]
+    pub pool_selector: Option<String>,
+    /// This pod's DaemonSet (in --namespace): its annotation kata-live.io/paused=true pauses
+    /// the rollout, and its nodeSelector is the default pool.
+    #[arg(long, value_name = "NAME", env = "KATA_LIVE_DAEMONSET")]
+    pub daemonset: Option<String>,
+    /// The tickets' namespace (the downward API's metadata.namespace).
     #[arg(
         long,
         value_name = "NS",
@@ -67,13 +80,17 @@ pub struct PaceArgs {
         default_value = "kata-live"
     )]
     pub namespace: String,
-    /// This pod's node, the Lease holder's name (the downward API's spec.nodeName).
+    /// This pod's node, the ticket's holder (the downward API's spec.nodeName).
     #[arg(long, value_name = "NODE", env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// This pod's name (the downward API's metadata.name): its readiness gate
     /// (kata-live.io/proven) is set once the node is proven.
     #[arg(long, value_name = "POD", env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// This pod's uid (the downward API's metadata.uid): it owns its node's ticket while the
+    /// ticket waits, so a deleted pod loses its turn.
+    #[arg(long, value_name = "UID", env = "POD_UID")]
+    pub pod_uid: Option<String>,
 }
 
 #[derive(Debug, Args)]

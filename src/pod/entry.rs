@@ -8,7 +8,7 @@ use crate::config;
 use crate::exit::ExitCode;
 use crate::files;
 use crate::host::Host;
-use crate::pace::{PaceError, Pacer};
+use crate::pace::{PaceConfig, PaceError, Pacer, PodRef};
 
 pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> {
     let root = &a.paths.host_root;
@@ -17,12 +17,10 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
     let arts = artifact::artifacts(a.rpm_dir.as_deref())?;
     let state = &a.paths.pod_state;
     let outcome = runtime()?.block_on(async {
-        let pacer = match (&a.pace.pace_leases[..], &a.pace.node_name) {
-            ([], _) => None,
-            (_, None) => return Err(PaceError::NoNodeName.into()),
-            (names, Some(node)) => {
-                Some(Pacer::connect(&a.pace.namespace, names.to_vec(), node).await?)
-            }
+        let pacer = match (a.pace.pace, &a.pace.node_name) {
+            (false, _) => None,
+            (true, None) => return Err(PaceError::NoNodeName.into()),
+            (true, Some(node)) => Some(Pacer::connect(pace_config(&a.pace, node)).await?),
         };
         let mut cluster = cluster_session(a, &cfg);
         if op == Operation::Uninstall {
@@ -63,6 +61,23 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
     })?;
     say("stopped by a signal; the host unit's result stays on the node");
     Ok(ExitCode::Ok)
+}
+
+fn pace_config(a: &super::args::PaceArgs, node: &str) -> PaceConfig {
+    PaceConfig {
+        namespace: a.namespace.clone(),
+        node: node.to_string(),
+        pod: match (&a.pod_name, &a.pod_uid) {
+            (Some(name), Some(uid)) => Some(PodRef {
+                name: name.clone(),
+                uid: uid.clone(),
+            }),
+            _ => None,
+        },
+        daemonset: a.daemonset.clone(),
+        pool_selector: a.pool_selector.clone(),
+        budget: a.max_unavailable,
+    }
 }
 
 /// The pod tells the cluster with its service account, as the node its pod runs on (the

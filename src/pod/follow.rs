@@ -2,7 +2,7 @@
 
 use super::artifact::Artifact;
 use super::copy::{differing, put_files};
-use super::rollout::settle_slot;
+use super::rollout::settle_turn;
 use super::{
     decide, resolve_in_root, say, Next, Operation, PodError, RunOutcome, UnitsSeen,
     HOST_BUS_SOCKET, WAITING_FILE,
@@ -42,7 +42,7 @@ fn run_ended(
 }
 
 /// The unit's state; a unit the host does not know yet (a paced pod puts it there only once
-/// it holds a slot) is inactive, with no job.
+/// it holds its turn) is inactive, with no job.
 async fn snapshot_or_absent(sd: &Systemd, unit: &str) -> Result<UnitSnapshot, PodError> {
     match sd.snapshot(unit).await {
         Err(SystemdError::NoSuchUnit { .. }) => {
@@ -85,7 +85,7 @@ pub(super) async fn start_and_follow(
     let bus_path = resolve_in_root(&host.root, Path::new(HOST_BUS_SOCKET))?;
     let sd = Systemd::at_address(&format!("unix:path={}", bus_path.display())).await?;
     let files_changed = !differing(&host.root, arts)?.is_empty();
-    // A paced pod changes nothing on the node before it holds a slot: the files are put
+    // A paced pod changes nothing on the node before its turn: the files are put
     // there once it does (or at once when no run of ours would start, a run under way).
     let mut copied = false;
     if pacer.is_none() {
@@ -108,7 +108,7 @@ pub(super) async fn start_and_follow(
     }
     if let (Next::Start(_), Some(p)) = (&d, pacer) {
         let waiting = pod_state.join(WAITING_FILE);
-        let slot = p
+        let ticket = p
             .acquire(op.name(), &|w| {
                 say(w);
                 // Best effort: only the probe's words depend on it.
@@ -116,9 +116,7 @@ pub(super) async fn start_and_follow(
             })
             .await;
         let _ = std::fs::remove_file(&waiting);
-        say(&format!(
-            "holding the rollout slot {slot}: this node's run may start"
-        ));
+        say(&format!("this node's turn ({ticket}): its run may start"));
         put_files(&host.root, arts, &sd).await?;
         copied = true;
         // The wait may have been long: decide again on what the node is now.
@@ -196,7 +194,7 @@ pub(super) async fn start_and_follow(
         invocation: snap.state.invocation_id.clone(),
     };
     if let Some(p) = pacer {
-        settle_slot(p, &outcome).await;
+        settle_turn(p, &outcome).await;
     }
     Ok(outcome)
 }

@@ -9,15 +9,15 @@
 //! second run (see [`decide()`]). It then stays alive, and `pod ready` (its readiness probe)
 //! answers 0 only once this node's run is proven and the running CRI-O still agrees.
 //!
-//! Paced (`--pace-leases`, as the DaemonSets run it): nothing on the node changes before the
-//! pod holds one of the rollout's slot Leases ([`crate::pace`]); the slot is freed once the
-//! node is proven and kept, marked failed, otherwise; and the pod's readiness gate
+//! Paced (`--pace`, as the DaemonSets run it): nothing on the node changes before its turn
+//! in the rollout's queue ([`crate::pace`]); the turn ends once the node is proven, and keeps
+//! its place in the budget, marked failed, otherwise; and the pod's readiness gate
 //! (`kata-live.io/proven`) is set from the outcome.
 //!
 //! One file per concern: `args` (the subcommand and the [`Operation`]), `entry` (install and
 //! uninstall), `ready` (the probe, [`judge_ready`]), `decide` (the pure state machine),
 //! `follow` (the host unit started and followed through [`crate::systemd`]), `outcome` (what
-//! the entrypoint saw at the end), `rollout` (the slot and the readiness gate), and what goes
+//! the entrypoint saw at the end), `rollout` (the turn and the readiness gate), and what goes
 //! onto the host: `artifact` (each file and the image's list of them), `copy`, `units` (the
 //! embedded units), `selinux` (the executables' label), `paths`.
 
@@ -78,7 +78,7 @@ pub enum PodError {
     Systemd(#[from] SystemdError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
-    #[error("the rollout's slots: {0}")]
+    #[error("the rollout's pace: {0}")]
     Pace(#[from] PaceError),
 }
 

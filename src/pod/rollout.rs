@@ -1,4 +1,4 @@
-//! The pod's part in a paced rollout: its slot and its readiness gate.
+//! The pod's part in a paced rollout: its turn and its readiness gate.
 
 use super::{say, RunOutcome};
 use crate::pace::Pacer;
@@ -26,9 +26,10 @@ pub(super) async fn mark_pod(p: &Pacer, pod: &str, outcome: &RunOutcome) {
     }
 }
 
-/// A proven node frees its slot; any other outcome keeps it, marked failed with the words
-/// the pod printed. Retried for ten minutes: a slot left held stops the rollout.
-pub(super) async fn settle_slot(p: &Pacer, outcome: &RunOutcome) {
+/// A proven node ends its turn; any other outcome keeps its place in the budget, marked
+/// failed with the words the pod printed. Retried for ten minutes: a turn left held stops
+/// the rollout.
+pub(super) async fn settle_turn(p: &Pacer, outcome: &RunOutcome) {
     let until = Instant::now() + Duration::from_secs(600);
     let proven = outcome.proven();
     loop {
@@ -41,13 +42,13 @@ pub(super) async fn settle_slot(p: &Pacer, outcome: &RunOutcome) {
             Ok(names) if names.is_empty() => return,
             Ok(names) if proven => {
                 return say(&format!(
-                    "proven: freed the rollout slot {}: the next node may start",
+                    "proven: its turn is over ({} done): the next node may start",
                     names.join(", ")
                 ))
             }
             Ok(names) => {
                 return say(&format!(
-                    "not proven: this node keeps the rollout slot {}, marked failed; the \
+                    "not proven: this node keeps its place in the budget ({} failed); the \
                      rollout stops here until this node is fixed and its pod deleted",
                     names.join(", ")
                 ))
@@ -58,12 +59,12 @@ pub(super) async fn settle_slot(p: &Pacer, outcome: &RunOutcome) {
             }
             Err(e) => {
                 return say(&format!(
-                    "gave up after 10 minutes: {e}. This node still holds its rollout slot: \
+                    "gave up after 10 minutes: {e}. This node still holds its turn: \
                      {}",
                     if proven {
-                        "it is proven, so free the slot by hand (docs/operations.md, \"A stopped rollout\")"
+                        "it is proven, so end it by hand (docs/operations.md, \"A stopped rollout\")"
                     } else {
-                        "it is not proven, and the slot is not marked failed"
+                        "it is not proven, and its ticket is not marked failed"
                     }
                 ))
             }

@@ -1,0 +1,701 @@
+//! The tickets through the API server: enqueue, watch until this node's turn, take it, and
+//! settle it. Decisions are [`super::turn`]'s; this file only reads, watches and writes.
+
+use super::ticket::{
+    ticket_name, State, Ticket, DETAIL_ANNOTATION, OPERATION_ANNOTATION, STATE_ANNOTATION,
+    TICKET_LABEL,
+};
+use super::turn::{self, Budget, Seen, Turn};
+use super::{PaceError, PAUSE_ANNOTATION, PROVEN_CONDITION};
+use crate::cluster::api::{api_error, node_event, EVENT_NAMESPACE};
+use futures_util::stream::BoxStream;
+use futures_util::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Each request's own bound; the wait for a turn is the rollout's queue and has none (the
+/// nodes ahead decide how long it takes, and a failed one holds its place until a person acts).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// A watch is closed by the API server after at most this (jittered down to 3/4 so that a
+/// thousand pods started together do not re-watch together); bookmarks keep it current.
+const WATCH_SECONDS: u32 = 290;
+/// A watch read waits this long for a byte: above the watch's own length, so only a dead
+/// connection trips it.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
+/// While the pause or a node's state (which no ticket event announces) holds a node at the
+/// head of the queue, it reads them again this often. Only the head's few pods do.
+const RECHECK: Duration = Duration::from_secs(10);
+/// How often a waiting pod says again why it waits, when only the figures changed.
+const REMIND: Duration = Duration::from_secs(60);
+const CONFLICT_RETRIES: usize = 10;
+
+/// The pod this process runs in: its tickets' owner while they wait, so that the garbage
+/// collector deletes a waiting ticket whose pod is gone and the queue moves on.
+#[derive(Debug, Clone)]
+pub struct PodRef {
+    pub name: String,
+    pub uid: String,
+}
+
+/// What a pacing pod is told (the DaemonSet's environment).
+#[derive(Debug, Clone)]
+pub struct PaceConfig {
+    pub namespace: String,
+    pub node: String,
+    pub pod: Option<PodRef>,
+    /// Its DaemonSet: the pause annotation, and the pool when no selector is given.
+    pub daemonset: Option<String>,
+    /// The pool's label selector; default: the DaemonSet's nodeSelector.
+    pub pool_selector: Option<String>,
+    pub budget: Budget,
+}
+
+/// A connection to this node's ticket and the pool, as one node.
+pub struct Pacer {
+    leases: Api<Lease>,
+    watch: Api<Lease>,
+    nodes: Api<Node>,
+    pods: Api<Pod>,
+    sets: Api<DaemonSet>,
+    events: Api<Event>,
+    cfg: PaceConfig,
+    ticket: String,
+    selector: String,
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+fn now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Up to `max`, random (no two pods back off or re-watch in step).
+fn jitter(max: Duration) -> Duration {
+    let mut b = [0u8; 4];
+    let r = if getrandom::fill(&mut b).is_ok() {
+        u32::from_le_bytes(b)
+    } else {
+        u32::MAX / 2
+    };
+    max.mul_f64(f64::from(r) / f64::from(u32::MAX))
+}
+
+/// Says `words` when they differ from the last said in more than their figures, or when the
+/// last was said a minute ago: a thousand waiting pods do not log every hand-off.
+struct Voice<'a> {
+    say: &'a dyn Fn(&str),
+    last: String,
+    at: Option<Instant>,
+}
+
+impl Voice<'_> {
+    fn say(&mut self, words: &str) {
+        let shape: String = words.chars().filter(|c| !c.is_ascii_digit()).collect();
+        let due = self.at.is_none_or(|t| t.elapsed() >= REMIND);
+        if shape != self.last || due {
+            (self.say)(words);
+            self.last = shape;
+            self.at = Some(Instant::now());
+        }
+    }
+}
+
+/// The selector a DaemonSet's pods' nodes match (its nodeSelector; affinity is not read).
+fn node_selector(ds: &DaemonSet) -> String {
+    let sel = ds
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.node_selector.as_ref());
+    sel.into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Where a node's own ticket stands before it waits.
+enum Enqueued {
+    /// Waiting in the queue.
+    Waiting,
+    /// It already holds its turn (an earlier pod of this node took it): its run is under way
+    /// or failed; this pod follows it.
+    Holding,
+}
+
+impl Pacer {
+    /// Connects with the in-cluster service account (or KUBECONFIG).
+    pub async fn connect(cfg: PaceConfig) -> Result<Pacer, PaceError> {
+        let conf = kube::Config::infer()
+            .await
+            .map_err(|e| PaceError::Config(e.to_string()))?;
+        Pacer::with_config(conf, cfg).await
+    }
+
+    /// Connects with `conf` (its own connections: one client per node, as on a cluster).
+    pub async fn with_config(mut conf: kube::Config, cfg: PaceConfig) -> Result<Pacer, PaceError> {
+        conf.connect_timeout = Some(REQUEST_TIMEOUT);
+        conf.write_timeout = Some(REQUEST_TIMEOUT);
+        let mut watch_conf = conf.clone();
+        watch_conf.read_timeout = Some(WATCH_READ_TIMEOUT);
+        conf.read_timeout = Some(REQUEST_TIMEOUT);
+        let client = kube::Client::try_from(conf).map_err(|e| PaceError::Config(api_error(&e)))?;
+        let watcher =
+            kube::Client::try_from(watch_conf).map_err(|e| PaceError::Config(api_error(&e)))?;
+        let ns = cfg.namespace.as_str();
+        let mut p = Pacer {
+            leases: Api::namespaced(client.clone(), ns),
+            watch: Api::namespaced(watcher, ns),
+            nodes: Api::all(client.clone()),
+            pods: Api::namespaced(client.clone(), ns),
+            sets: Api::namespaced(client.clone(), ns),
+            events: Api::namespaced(client, EVENT_NAMESPACE),
+            ticket: ticket_name(&cfg.node),
+            selector: String::new(),
+            cfg,
+        };
+        p.selector = match (&p.cfg.pool_selector, &p.cfg.daemonset) {
+            (Some(s), _) => s.clone(),
+            (None, Some(ds)) => {
+                let set = p
+                    .sets
+                    .get(ds)
+                    .await
+                    .map_err(|e| p.err("reading", "the DaemonSet", ds, &e))?;
+                node_selector(&set)
+            }
+            (None, None) => String::new(),
+        };
+        Ok(p)
+    }
+
+    pub fn ticket(&self) -> &str {
+        &self.ticket
+    }
+
+    fn err(&self, verb: &'static str, kind: &str, name: &str, e: &kube::Error) -> PaceError {
+        PaceError::Api {
+            verb,
+            namespace: self.cfg.namespace.clone(),
+            name: format!("{kind} {name}"),
+            detail: api_error(e),
+        }
+    }
+
+    fn lease_err(&self, verb: &'static str, e: &kube::Error) -> PaceError {
+        self.err(verb, "the Lease", &self.ticket, e)
+    }
+
+    /// Waits (without a deadline: see [`REQUEST_TIMEOUT`]) until this node holds its turn,
+    /// saying why it waits. API errors are said and retried after a jittered back-off.
+    /// Returns the ticket's name.
+    pub async fn acquire(&self, operation: &str, say: &dyn Fn(&str)) -> String {
+        let mut voice = Voice {
+            say,
+            last: String::new(),
+            at: None,
+        };
+        loop {
+            let r = match self.enqueue(operation).await {
+                Ok(Enqueued::Holding) => {
+                    say("this node already holds its turn (started by an earlier pod): following it");
+                    return self.ticket.clone();
+                }
+                Ok(Enqueued::Waiting) => self.wait_turn(operation, &mut voice).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(true) => return self.ticket.clone(),
+                Ok(false) => {}
+                Err(e) => {
+                    let pause = Duration::from_secs(1) + jitter(Duration::from_secs(4));
+                    voice.say(&format!(
+                        "{e}; trying again in {} s",
+                        pause.as_secs().max(1)
+                    ));
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    fn owner(&self) -> Option<Vec<OwnerReference>> {
+        self.cfg.pod.as_ref().map(|p| {
+            vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                ..Default::default()
+            }]
+        })
+    }
+
+    fn fresh_ticket(&self, operation: &str) -> Lease {
+        let mut l = Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.cfg.node.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        l.metadata.name = Some(self.ticket.clone());
+        l.metadata.labels = Some(BTreeMap::from([(TICKET_LABEL.into(), "true".into())]));
+        l.metadata.annotations = Some(BTreeMap::from([
+            (STATE_ANNOTATION.into(), State::Waiting.as_str().into()),
+            (OPERATION_ANNOTATION.into(), operation.into()),
+        ]));
+        l.metadata.owner_references = self.owner();
+        l
+    }
+
+    /// Puts this node's ticket in the queue, or finds it already there or holding.
+    async fn enqueue(&self, operation: &str) -> Result<Enqueued, PaceError> {
+        let found = self
+            .leases
+            .get_opt(&self.ticket)
+            .await
+            .map_err(|e| self.lease_err("reading", &e))?;
+        let Some(l) = found else {
+            return match self
+                .leases
+                .create(&PostParams::default(), &self.fresh_ticket(operation))
+                .await
+            {
+                Ok(_) => Ok(Enqueued::Waiting),
+                // Another pod of this node raced us: look again.
+                Err(e) if is_status(&e, 409) => Box::pin(self.enqueue(operation)).await,
+                Err(e) => Err(self.lease_err("creating", &e)),
+            };
+        };
+        let t = Ticket::from_lease(&l);
+        let rv = l.metadata.resource_version.clone();
+        let state = t.as_ref().and_then(|t| t.state);
+        match state {
+            Some(State::Activating) => Ok(Enqueued::Holding),
+            Some(State::Failed) | None if t.is_some() => {
+                // Failed before (a person deleted the pod to run it again), or unreadable:
+                // this node keeps its place in the budget and runs again.
+                self.patch_own(
+                    rv,
+                    json!({
+                        "metadata": {"annotations": {
+                            STATE_ANNOTATION: State::Activating.as_str(),
+                            OPERATION_ANNOTATION: operation,
+                            DETAIL_ANNOTATION: null}},
+                        "spec": {"renewTime": now()}
+                    }),
+                )
+                .await?;
+                Ok(Enqueued::Holding)
+            }
+            Some(State::Waiting) => {
+                let mine = match (&self.cfg.pod, &l.metadata.owner_references) {
+                    (Some(p), Some(o)) => o.iter().any(|o| o.uid == p.uid),
+                    (None, _) => true,
+                    (Some(_), None) => false,
+                };
+                if mine {
+                    return Ok(Enqueued::Waiting);
+                }
+                // An earlier pod's: it lost its place with that pod; this one queues again.
+                let dp = kube::api::DeleteParams {
+                    preconditions: Some(kube::api::Preconditions {
+                        resource_version: rv,
+                        uid: None,
+                    }),
+                    ..Default::default()
+                };
+                match self.leases.delete(&self.ticket, &dp).await {
+                    Ok(_) => {}
+                    Err(e) if is_status(&e, 409) || is_status(&e, 404) => {}
+                    Err(e) => return Err(self.lease_err("deleting", &e)),
+                }
+                Box::pin(self.enqueue(operation)).await
+            }
+            // Done, freed, or a Lease of that name that is no ticket: queue again.
+            _ => {
+                let mut fresh = self.fresh_ticket(operation);
+                fresh.metadata.resource_version = rv;
+                match self
+                    .leases
+                    .replace(&self.ticket, &PostParams::default(), &fresh)
+                    .await
+                {
+                    Ok(_) => Ok(Enqueued::Waiting),
+                    Err(e) if is_status(&e, 409) => Box::pin(self.enqueue(operation)).await,
+                    Err(e) => Err(self.lease_err("queueing", &e)),
+                }
+            }
+        }
+    }
+
+    /// A merge patch of this node's ticket, refused (409) if it changed since `rv`.
+    async fn patch_own(
+        &self,
+        rv: Option<String>,
+        mut patch: serde_json::Value,
+    ) -> Result<(), PaceError> {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+        self.leases
+            .patch(&self.ticket, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.lease_err("updating", &e))
+    }
+
+    async fn list_tickets(&self) -> Result<(BTreeMap<String, Ticket>, String), PaceError> {
+        let lp = ListParams::default().labels(&format!("{TICKET_LABEL}=true"));
+        let list = self
+            .leases
+            .list(&lp)
+            .await
+            .map_err(|e| self.err("listing", "the tickets", TICKET_LABEL, &e))?;
+        let view = list
+            .items
+            .iter()
+            .filter_map(Ticket::from_lease)
+            .map(|t| (t.name.clone(), t))
+            .collect();
+        Ok((view, list.metadata.resource_version.unwrap_or_default()))
+    }
+
+    /// The pool's size for a percentage budget, from its nodes' metadata only.
+    async fn pool_size(&self) -> Result<usize, PaceError> {
+        let mut lp = ListParams::default().labels(&self.selector).limit(500);
+        let mut n = 0;
+        loop {
+            let page = self
+                .nodes
+                .list_metadata(&lp)
+                .await
+                .map_err(|e| self.err("listing", "the pool's nodes", &self.selector, &e))?;
+            n += page.items.len();
+            match page.metadata.continue_ {
+                Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+                _ => return Ok(n),
+            }
+        }
+    }
+
+    /// Waits in the queue, on a watch of the tickets, until this node's turn; takes it.
+    /// Ok(false): this node's ticket is no longer waiting (deleted, or written by someone
+    /// else): enqueue again.
+    async fn wait_turn(&self, operation: &str, voice: &mut Voice<'_>) -> Result<bool, PaceError> {
+        let (mut view, mut rv) = self.list_tickets().await?;
+        // An upper bound of the budget: a node with that many ahead cannot be next, whatever
+        // the pool's state, and waits on the tickets alone.
+        let mut bound = match self.cfg.budget {
+            Budget::Count(_) => self.cfg.budget.of(0),
+            Budget::Percent(_) => self.cfg.budget.of(self.pool_size().await?.max(view.len())),
+        };
+        let mut stream: Option<BoxStream<'static, kube::Result<WatchEvent<Lease>>>> = None;
+        let mut recheck: Option<Instant> = None;
+        let mut look = true;
+        loop {
+            if look {
+                let Some(mine) = view.get(&self.ticket).filter(|t| t.waiting()) else {
+                    return Ok(false);
+                };
+                let ahead = turn::ahead_of(mine, view.values());
+                recheck = None;
+                if ahead >= bound {
+                    voice.say(&format!(
+                        "waiting for its turn: {ahead} node(s) ahead in the queue (the budget is {})",
+                        self.cfg.budget
+                    ));
+                } else {
+                    let (pool, paused) = self.read_pool().await?;
+                    bound = self.cfg.budget.of(pool.len());
+                    let tickets: Vec<Ticket> = view.values().cloned().collect();
+                    if ahead == 0 {
+                        self.free_deleted(&tickets, &pool, voice).await;
+                    }
+                    let seen = Seen {
+                        me: &self.cfg.node,
+                        tickets: &tickets,
+                        pool: &pool,
+                        budget: self.cfg.budget,
+                        paused,
+                    };
+                    match turn::decide(&seen) {
+                        Turn::Take => {
+                            let rv = Some(mine.order.to_string());
+                            return match self.take(rv, operation).await {
+                                Ok(()) => Ok(true),
+                                Err(PaceError::Api { detail, .. })
+                                    if detail.starts_with("HTTP 409") =>
+                                {
+                                    Ok(false)
+                                }
+                                Err(e) => Err(e),
+                            };
+                        }
+                        Turn::Wait { words, outside } => {
+                            voice.say(&words);
+                            if outside {
+                                recheck = Some(Instant::now() + RECHECK);
+                            }
+                        }
+                    }
+                }
+            }
+            if stream.is_none() {
+                let wp = WatchParams::default()
+                    .labels(&format!("{TICKET_LABEL}=true"))
+                    .timeout(
+                        WATCH_SECONDS * 3 / 4
+                            + jitter(Duration::from_secs(u64::from(WATCH_SECONDS / 4))).as_secs()
+                                as u32,
+                    );
+                let s = self
+                    .watch
+                    .watch(&wp, &rv)
+                    .await
+                    .map_err(|e| self.err("watching", "the tickets", TICKET_LABEL, &e))?;
+                stream = Some(s.boxed());
+            }
+            let Some(s) = stream.as_mut() else { continue };
+            let next = match recheck {
+                Some(at) => match tokio::time::timeout_at(at, s.next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        look = true;
+                        continue;
+                    }
+                },
+                None => s.next().await,
+            };
+            // This event and every one already arrived: one look for a burst.
+            let mut batch = vec![next];
+            while let Some(n) = s.next().now_or_never() {
+                let end = n.is_none();
+                batch.push(n);
+                if end {
+                    break;
+                }
+            }
+            look = false;
+            let mine = view.get(&self.ticket).map(|t| (t.order, t.name.clone()));
+            for n in batch {
+                match n {
+                    // The API server ended the watch: watch again from where it was.
+                    None => stream = None,
+                    Some(Ok(WatchEvent::Bookmark(b))) => rv = b.metadata.resource_version,
+                    Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
+                        rv = l.metadata.resource_version.clone().unwrap_or(rv);
+                        let name = l.metadata.name.clone().unwrap_or_default();
+                        let new = Ticket::from_lease(&l);
+                        let old = view.remove(&name);
+                        look |= matters(&mine, old.as_ref()) || matters(&mine, new.as_ref());
+                        if let Some(t) = new {
+                            view.insert(name, t);
+                        }
+                    }
+                    Some(Ok(WatchEvent::Deleted(l))) => {
+                        rv = l.metadata.resource_version.clone().unwrap_or(rv);
+                        let old = view.remove(&l.metadata.name.clone().unwrap_or_default());
+                        look |= matters(&mine, old.as_ref());
+                    }
+                    // 410 Gone (the revision was compacted) or any other end: list again.
+                    Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => {
+                        tokio::time::sleep(jitter(Duration::from_secs(2))).await;
+                        (view, rv) = self.list_tickets().await?;
+                        stream = None;
+                        look = true;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pool's nodes (their states) and the pause, read now.
+    async fn read_pool(&self) -> Result<(turn::Pool, bool), PaceError> {
+        let lp = ListParams::default().labels(&self.selector);
+        let nodes = self
+            .nodes
+            .list(&lp)
+            .await
+            .map_err(|e| self.err("listing", "the pool's nodes", &self.selector, &e))?;
+        let paused = match &self.cfg.daemonset {
+            None => false,
+            Some(ds) => {
+                let set = self
+                    .sets
+                    .get(ds)
+                    .await
+                    .map_err(|e| self.err("reading", "the DaemonSet", ds, &e))?;
+                set.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(PAUSE_ANNOTATION))
+                    .is_some_and(|v| v == "true")
+            }
+        };
+        Ok((turn::pool_of(&nodes.items), paused))
+    }
+
+    /// At the head of the queue: a ticket that holds its place for a node whose Node object
+    /// is gone (a machine scaled down) is freed, with an Event saying so. Only the head does
+    /// it, so two nodes never free the same place; best effort, said when it fails.
+    async fn free_deleted(&self, tickets: &[Ticket], pool: &turn::Pool, voice: &mut Voice<'_>) {
+        for t in tickets
+            .iter()
+            .filter(|t| t.holds() && !pool.contains_key(&t.node))
+        {
+            match self.nodes.get_opt(&t.node).await {
+                Ok(None) => {}
+                Ok(Some(_)) => continue,
+                Err(e) => {
+                    voice.say(&format!("reading node {}: {}", t.node, api_error(&e)));
+                    continue;
+                }
+            }
+            let why = format!(
+                "freed by node {}: node {} held a place in the rollout ({}) and its Node object \
+                 was deleted",
+                self.cfg.node,
+                t.node,
+                t.state.map_or("unknown", State::as_str)
+            );
+            let patch = json!({"metadata": {
+                "resourceVersion": t.order.to_string(),
+                "annotations": {STATE_ANNOTATION: State::Freed.as_str(), DETAIL_ANNOTATION: why}}});
+            match self
+                .leases
+                .patch(&t.name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => {
+                    (voice.say)(&why);
+                    let name = format!("{}.freed-{}", t.node, t.order);
+                    let ev = node_event(
+                        &t.node,
+                        None,
+                        &name,
+                        "KataLiveTurnFreed",
+                        true,
+                        &why,
+                        &self.cfg.node,
+                    );
+                    if let Err(e) = self.events.create(&PostParams::default(), &ev).await {
+                        if !is_status(&e, 409) {
+                            voice.say(&format!(
+                                "posting the Event that {} was freed: {}",
+                                t.name,
+                                api_error(&e)
+                            ));
+                        }
+                    }
+                }
+                Err(e) if is_status(&e, 409) || is_status(&e, 404) => {}
+                Err(e) => voice.say(&format!("freeing {}: {}", t.name, api_error(&e))),
+            }
+        }
+    }
+
+    /// This node's turn: its ticket to activating, refused if it changed since read. The
+    /// ticket's owner is dropped: the garbage collector must not free a holder with its pod.
+    async fn take(&self, rv: Option<String>, operation: &str) -> Result<(), PaceError> {
+        self.patch_own(
+            rv,
+            json!({
+                "metadata": {
+                    "ownerReferences": null,
+                    "annotations": {
+                        STATE_ANNOTATION: State::Activating.as_str(),
+                        OPERATION_ANNOTATION: operation,
+                        DETAIL_ANNOTATION: null}},
+                "spec": {"acquireTime": now(), "renewTime": now()}
+            }),
+        )
+        .await
+    }
+
+    /// Sets this node's ticket to `state` if it holds (re-read on a conflict). Returns the
+    /// ticket's name if it was written.
+    async fn settle(&self, state: State, detail: Option<&str>) -> Result<Vec<String>, PaceError> {
+        for _ in 0..CONFLICT_RETRIES {
+            let l = self
+                .leases
+                .get_opt(&self.ticket)
+                .await
+                .map_err(|e| self.lease_err("reading", &e))?;
+            let Some(l) = l else { return Ok(vec![]) };
+            if !Ticket::from_lease(&l).is_some_and(|t| t.holds() && t.node == self.cfg.node) {
+                return Ok(vec![]);
+            }
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": l.metadata.resource_version,
+                    "annotations": {STATE_ANNOTATION: state.as_str(), DETAIL_ANNOTATION: detail}},
+                "spec": {"renewTime": now()}
+            });
+            match self
+                .leases
+                .patch(&self.ticket, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => return Ok(vec![self.ticket.clone()]),
+                Err(e) if is_status(&e, 409) => continue,
+                Err(e) => return Err(self.lease_err("settling", &e)),
+            }
+        }
+        Err(PaceError::Contended {
+            namespace: self.cfg.namespace.clone(),
+            name: self.ticket.clone(),
+        })
+    }
+
+    /// This node is proven: its turn ends, and the next node's begins.
+    pub async fn release(&self) -> Result<Vec<String>, PaceError> {
+        self.settle(State::Done, None).await
+    }
+
+    /// This node's run failed: it keeps its place in the budget, marked failed with why.
+    pub async fn hold_failed(&self, detail: &str) -> Result<Vec<String>, PaceError> {
+        self.settle(State::Failed, Some(detail)).await
+    }
+
+    /// Sets this pod's [`PROVEN_CONDITION`] (a strategic merge patch of its status: the
+    /// other conditions, kubelet's, stay).
+    pub async fn mark_pod(&self, pod: &str, proven: bool, message: &str) -> Result<(), PaceError> {
+        let patch = json!({
+            "status": {
+                "conditions": [{
+                    "type": PROVEN_CONDITION,
+                    "status": if proven { "True" } else { "False" },
+                    "reason": if proven { "Proven" } else { "NotProven" },
+                    "message": message,
+                    "lastTransitionTime": now().0.to_string(),
+                }]
+            }
+        });
+        self.pods
+            .patch_status(pod, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err("setting the readiness gate of", "pod", pod, &e))
+    }
+}
+
+/// Whether a change to ticket `t` can change the turn of the node whose own ticket is
+/// `mine`: its own, one ahead of it, or one that uses the budget. A ticket queued behind it
+/// cannot, and most events are those while a fleet enqueues.
+fn matters(mine: &Option<(u64, String)>, t: Option<&Ticket>) -> bool {
+    let Some(t) = t else { return false };
+    match mine {
+        None => true,
+        Some(m) => t.holds() || (t.order, &t.name) <= (m.0, &m.1),
+    }
+}

@@ -1,0 +1,232 @@
+//! Whose turn it is (pure): the budget as a MachineConfigPool writes it, the machine-config
+//! operator's rule for an unavailable node, and the decision of one waiting node given the
+//! tickets, the pool's nodes and the pause.
+
+use super::ticket::Ticket;
+use k8s_openapi::api::core::v1::Node;
+use std::collections::BTreeMap;
+
+const DESIRED: &str = "machineconfiguration.openshift.io/desiredConfig";
+const CURRENT: &str = "machineconfiguration.openshift.io/currentConfig";
+const MCD_STATE: &str = "machineconfiguration.openshift.io/state";
+
+/// `maxUnavailable`: a count, or a percentage of the pool's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    Count(usize),
+    Percent(u32),
+}
+
+impl std::str::FromStr for Budget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Budget, String> {
+        let bad = || {
+            format!("maxUnavailable {s:?} is neither a count (\"2\") nor a percentage (\"10%\")")
+        };
+        let s = s.trim();
+        match s.strip_suffix('%') {
+            Some(p) => p.parse().map(Budget::Percent).map_err(|_| bad()),
+            None => s.parse().map(Budget::Count).map_err(|_| bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Budget::Count(n) => write!(f, "{n}"),
+            Budget::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl Budget {
+    /// How many of `pool` nodes may be unavailable at once: as the MCO's node controller
+    /// computes a pool's maxUnavailable (`intstr.GetScaledValueFromIntOrPercent` rounding
+    /// down, then at least 1).
+    pub fn of(self, pool: usize) -> usize {
+        let n = match self {
+            Budget::Count(n) => n,
+            Budget::Percent(p) => pool * p as usize / 100,
+        };
+        n.max(1)
+    }
+}
+
+/// Why a Node is unavailable by the MCO's rule (its node controller's count of unavailable
+/// machines): not Ready (a missing condition counts), unschedulable, or being updated
+/// (`desiredConfig` differs from `currentConfig`, or the daemon's `state` is set and not
+/// Done). None: available.
+pub fn unavailable(node: &Node) -> Option<String> {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if !ready {
+        return Some("not Ready".into());
+    }
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        return Some("cordoned (unschedulable)".into());
+    }
+    let ann = node.metadata.annotations.as_ref();
+    let get = |k: &str| ann.and_then(|a| a.get(k)).map(String::as_str);
+    let (desired, current) = (get(DESIRED), get(CURRENT));
+    if (desired.is_some() || current.is_some()) && desired != current {
+        return Some(format!(
+            "the machine-config operator is updating it (desiredConfig {}, currentConfig {})",
+            desired.unwrap_or("unset"),
+            current.unwrap_or("unset")
+        ));
+    }
+    match get(MCD_STATE) {
+        Some(s) if s != "Done" => Some(format!("the machine-config daemon's state is {s}")),
+        _ => None,
+    }
+}
+
+/// The pool as read: every node's name and why it is unavailable (None: available).
+pub type Pool = BTreeMap<String, Option<String>>;
+
+pub fn pool_of(nodes: &[Node]) -> Pool {
+    nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.clone()?, unavailable(n))))
+        .collect()
+}
+
+/// Waiting tickets in queue order: by place, then by name (one order every pod computes the
+/// same from the same tickets).
+pub fn queue(tickets: &[Ticket]) -> Vec<&Ticket> {
+    let mut q: Vec<&Ticket> = tickets.iter().filter(|t| t.waiting()).collect();
+    q.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
+    q
+}
+
+/// How many waiting tickets are ahead of `me` in the queue (None: `me` is not waiting).
+pub fn ahead(me: &str, tickets: &[Ticket]) -> Option<usize> {
+    let mine = tickets.iter().find(|t| t.node == me && t.waiting())?;
+    Some(ahead_of(mine, tickets.iter()))
+}
+
+/// How many waiting tickets are ahead of `mine` (itself waiting).
+pub fn ahead_of<'a>(mine: &Ticket, all: impl Iterator<Item = &'a Ticket>) -> usize {
+    all.filter(|t| t.waiting() && (t.order, &t.name) < (mine.order, &mine.name))
+        .count()
+}
+
+/// A waiting node's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turn {
+    /// Its turn: take it (its ticket to activating).
+    Take,
+    /// Not yet, and why in words. `outside`: what holds it is outside the tickets (the pause,
+    /// a node's state): the tickets' watch will not say when that changes.
+    Wait { words: String, outside: bool },
+}
+
+/// What one waiting node sees.
+pub struct Seen<'a> {
+    pub me: &'a str,
+    pub tickets: &'a [Ticket],
+    pub pool: &'a Pool,
+    pub budget: Budget,
+    /// The DaemonSet's pause annotation is set.
+    pub paused: bool,
+}
+
+/// The nodes of the pool that use the budget, each with why: holders of a ticket (activating
+/// or failed) and the pool's unavailable nodes. Holders whose node is not in the pool are
+/// left out: another pool's, or deleted (freed by the head of the queue, see the client).
+pub fn using<'a>(s: &'a Seen<'a>) -> BTreeMap<&'a str, String> {
+    let mut out = BTreeMap::new();
+    for (n, why) in s.pool {
+        if let Some(why) = why {
+            out.insert(n.as_str(), why.clone());
+        }
+    }
+    for t in s.tickets.iter().filter(|t| t.holds()) {
+        if s.pool.contains_key(&t.node) {
+            out.insert(t.node.as_str(), t.describe());
+        }
+    }
+    out
+}
+
+pub fn decide(s: &Seen) -> Turn {
+    let outside = |words: String| Turn::Wait {
+        words,
+        outside: true,
+    };
+    if s.paused {
+        return outside(
+            "the rollout is paused (the DaemonSet's annotation kata-live.io/paused is \"true\"): \
+             no node starts until it is removed; runs under way finish"
+                .into(),
+        );
+    }
+    match s.pool.get(s.me) {
+        None => {
+            return outside(format!(
+                "this node is not in the rollout's pool ({} node(s) read): check the pool \
+                 selector (KATA_LIVE_POOL_SELECTOR)",
+                s.pool.len()
+            ))
+        }
+        Some(Some(why)) => {
+            return outside(format!(
+                "this node is unavailable ({why}): its run starts once it is back"
+            ))
+        }
+        Some(None) => {}
+    }
+    let budget = s.budget.of(s.pool.len());
+    let using = using(s);
+    let free = budget.saturating_sub(using.len());
+    let q: Vec<&Ticket> = queue(s.tickets)
+        .into_iter()
+        .filter(|t| s.pool.get(&t.node) == Some(&None))
+        .collect();
+    let Some(place) = q.iter().position(|t| t.node == s.me) else {
+        return outside("this node's ticket is not waiting in the view read".into());
+    };
+    if place < free {
+        return Turn::Take;
+    }
+    let mut words = format!(
+        "waiting for its turn: {place} node(s) ahead in the queue; {} of the budget of {budget} \
+         ({}, of {} node(s) in the pool) in use",
+        using.len(),
+        s.budget,
+        s.pool.len()
+    );
+    if !using.is_empty() {
+        let list: Vec<String> = using.iter().map(|(n, w)| format!("{n}: {w}")).collect();
+        words.push_str(&format!(": {}", list.join("; ")));
+    }
+    let failed: Vec<&str> = s
+        .tickets
+        .iter()
+        .filter(|t| t.failed() && s.pool.contains_key(&t.node))
+        .map(|t| t.node.as_str())
+        .collect();
+    if !failed.is_empty() {
+        words.push_str(&format!(
+            ". The rollout is stopped at {}: fix that node, then delete its kata-live pod (it \
+             runs again and frees its place once proven); or give up on it with `kubectl -n \
+             <namespace> annotate lease kata-live-turn-<node> --overwrite \
+             kata-live.io/state=freed` (docs/operations.md, \"A stopped rollout\")",
+            failed.join(", ")
+        ));
+    }
+    let by_nodes = using.len() > s.tickets.iter().filter(|t| t.holds()).count();
+    Turn::Wait {
+        words,
+        outside: by_nodes,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,255 @@
+use super::*;
+use crate::pace::ticket::State;
+use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+use proptest::prelude::*;
+
+fn t(node: &str, state: State, order: u64) -> Ticket {
+    Ticket {
+        name: format!("kata-live-turn-{node}"),
+        node: node.into(),
+        state: Some(state),
+        order,
+        operation: Some("install".into()),
+        detail: None,
+        since: None,
+    }
+}
+
+fn pool(nodes: &[(&str, Option<&str>)]) -> Pool {
+    nodes
+        .iter()
+        .map(|(n, w)| (n.to_string(), w.map(str::to_string)))
+        .collect()
+}
+
+fn seen<'a>(me: &'a str, tickets: &'a [Ticket], pool: &'a Pool, budget: Budget) -> Seen<'a> {
+    Seen {
+        me,
+        tickets,
+        pool,
+        budget,
+        paused: false,
+    }
+}
+
+fn node(ready: bool, unschedulable: bool, ann: &[(&str, &str)]) -> Node {
+    let mut n = Node {
+        spec: Some(NodeSpec {
+            unschedulable: Some(unschedulable),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "Unknown" }.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    n.metadata.annotations = Some(
+        ann.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    n
+}
+
+#[test]
+fn the_budget_as_the_mco_scales_it() {
+    assert_eq!("1".parse::<Budget>(), Ok(Budget::Count(1)));
+    assert_eq!(" 10% ".parse::<Budget>(), Ok(Budget::Percent(10)));
+    assert!("ten".parse::<Budget>().is_err());
+    assert!("-1".parse::<Budget>().is_err());
+    assert_eq!(Budget::Percent(10).of(1000), 100);
+    assert_eq!(Budget::Percent(10).of(19), 1, "rounded down");
+    assert_eq!(Budget::Percent(10).of(5), 1, "never 0");
+    assert_eq!(Budget::Count(0).of(5), 1, "never 0");
+    assert_eq!(Budget::Count(3).of(2), 3);
+}
+
+#[test]
+fn the_mco_rule_for_an_unavailable_node() {
+    assert_eq!(unavailable(&node(true, false, &[])), None);
+    assert!(unavailable(&node(false, false, &[]))
+        .unwrap()
+        .contains("not Ready"));
+    assert!(unavailable(&node(true, true, &[]))
+        .unwrap()
+        .contains("cordoned"));
+    let done = [
+        (DESIRED, "rendered-a"),
+        (CURRENT, "rendered-a"),
+        (MCD_STATE, "Done"),
+    ];
+    assert_eq!(unavailable(&node(true, false, &done)), None);
+    let updating = [
+        (DESIRED, "rendered-b"),
+        (CURRENT, "rendered-a"),
+        (MCD_STATE, "Done"),
+    ];
+    let w = unavailable(&node(true, false, &updating)).unwrap();
+    assert!(
+        w.contains("desiredConfig rendered-b, currentConfig rendered-a"),
+        "{w}"
+    );
+    let working = [
+        (DESIRED, "rendered-a"),
+        (CURRENT, "rendered-a"),
+        (MCD_STATE, "Working"),
+    ];
+    assert!(unavailable(&node(true, false, &working))
+        .unwrap()
+        .contains("Working"));
+    assert!(unavailable(&node(true, false, &[(DESIRED, "x")])).is_some());
+    assert!(
+        unavailable(&Node::default()).is_some(),
+        "no Ready condition counts"
+    );
+}
+
+#[test]
+fn the_first_in_the_queue_takes_a_free_place_and_the_next_waits() {
+    let tk = [t("a", State::Waiting, 7), t("b", State::Waiting, 5)];
+    let p = pool(&[("a", None), ("b", None)]);
+    assert_eq!(decide(&seen("b", &tk, &p, Budget::Count(1))), Turn::Take);
+    let Turn::Wait { words, outside } = decide(&seen("a", &tk, &p, Budget::Count(1))) else {
+        panic!("a is second")
+    };
+    assert!(words.contains("1 node(s) ahead"), "{words}");
+    assert!(!outside);
+    assert_eq!(decide(&seen("a", &tk, &p, Budget::Count(2))), Turn::Take);
+    assert_eq!(ahead("a", &tk), Some(1));
+    assert_eq!(ahead("b", &tk), Some(0));
+}
+
+#[test]
+fn holders_and_the_clusters_own_disruptions_share_one_budget() {
+    let tk = [
+        t("a", State::Activating, 1),
+        t("b", State::Waiting, 5),
+        t("c", State::Waiting, 6),
+    ];
+    let p = pool(&[
+        ("a", None),
+        ("b", None),
+        ("c", None),
+        ("d", Some("cordoned")),
+    ]);
+    let w = decide(&seen("b", &tk, &p, Budget::Count(2)));
+    let Turn::Wait { words, outside } = w else {
+        panic!("a holds and d is cordoned: {w:?}")
+    };
+    assert!(words.contains("2 of the budget of 2"), "{words}");
+    assert!(
+        words.contains("d: cordoned") && words.contains("node a (install, activating)"),
+        "{words}"
+    );
+    assert!(
+        outside,
+        "a node's state holds it: the tickets' watch does not say when it changes"
+    );
+    assert_eq!(decide(&seen("b", &tk, &p, Budget::Count(3))), Turn::Take);
+    assert_ne!(decide(&seen("c", &tk, &p, Budget::Count(3))), Turn::Take);
+}
+
+#[test]
+fn an_unavailable_waiting_node_neither_starts_nor_blocks_the_ones_behind_beyond_its_use() {
+    let tk = [t("a", State::Waiting, 1), t("b", State::Waiting, 2)];
+    let p = pool(&[("a", Some("not Ready")), ("b", None), ("c", None)]);
+    let w = decide(&seen("a", &tk, &p, Budget::Count(2)));
+    assert!(
+        matches!(&w, Turn::Wait { words, outside: true } if words.contains("not Ready")),
+        "{w:?}"
+    );
+    assert_eq!(decide(&seen("b", &tk, &p, Budget::Count(2))), Turn::Take);
+    assert_ne!(decide(&seen("b", &tk, &p, Budget::Count(1))), Turn::Take);
+}
+
+#[test]
+fn a_failed_holder_stops_the_rollout_with_what_to_do() {
+    let mut f = t("a", State::Failed, 1);
+    f.detail = Some("exit code 13 (rolled back)".into());
+    let tk = [f, t("b", State::Waiting, 2)];
+    let p = pool(&[("a", None), ("b", None)]);
+    let Turn::Wait { words, .. } = decide(&seen("b", &tk, &p, Budget::Count(1))) else {
+        panic!()
+    };
+    assert!(
+        words.contains("node a (its install FAILED: exit code 13 (rolled back))"),
+        "{words}"
+    );
+    assert!(
+        words.contains("stopped at a") && words.contains("delete its kata-live pod"),
+        "{words}"
+    );
+}
+
+#[test]
+fn pause_and_a_node_outside_the_pool_wait_in_words() {
+    let tk = [t("a", State::Waiting, 1)];
+    let p = pool(&[("a", None)]);
+    let mut s = seen("a", &tk, &p, Budget::Count(1));
+    s.paused = true;
+    assert!(matches!(decide(&s), Turn::Wait { words, outside: true } if words.contains("paused")));
+    let other = pool(&[("z", None)]);
+    let w = decide(&seen("a", &tk, &other, Budget::Count(1)));
+    assert!(
+        matches!(&w, Turn::Wait { words, .. } if words.contains("not in the rollout's pool")),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn a_holder_outside_the_pool_uses_none_of_its_budget() {
+    let tk = [t("gone", State::Activating, 1), t("b", State::Waiting, 2)];
+    let p = pool(&[("b", None)]);
+    assert_eq!(decide(&seen("b", &tk, &p, Budget::Count(1))), Turn::Take);
+}
+
+proptest! {
+    /// Every waiting node decides on the same view: the takers and what already uses the
+    /// budget never exceed it; the takers are the first of the queue's available nodes (no
+    /// node passed); and one that cannot take has `ahead` ≥ ... never below the budget's
+    /// free places (the fast path that skips the pool is never wrong to skip it).
+    #[test]
+    fn the_takers_fit_the_budget_and_are_the_queues_head(
+        states in prop::collection::vec((0u8..5, any::<bool>(), 0u64..50), 1..30),
+        budget in 1usize..5,
+    ) {
+        let all = [State::Waiting, State::Activating, State::Failed, State::Done, State::Freed];
+        let tickets: Vec<Ticket> = states
+            .iter()
+            .enumerate()
+            .map(|(i, (s, _, o))| t(&format!("n{i}"), all[*s as usize], *o))
+            .collect();
+        let p: Pool = states
+            .iter()
+            .enumerate()
+            .map(|(i, (_, up, _))| (format!("n{i}"), (!up).then(|| "cordoned".to_string())))
+            .collect();
+        let b = Budget::Count(budget);
+        let takers: Vec<&Ticket> = tickets
+            .iter()
+            .filter(|x| decide(&seen(&x.node, &tickets, &p, b)) == Turn::Take)
+            .collect();
+        let s = seen("", &tickets, &p, b);
+        let used = using(&s).len();
+        prop_assert!(takers.is_empty() || used + takers.len() <= budget);
+        let avail: Vec<&Ticket> = queue(&tickets)
+            .into_iter()
+            .filter(|x| p.get(&x.node) == Some(&None))
+            .collect();
+        prop_assert_eq!(&avail[..takers.len()], &takers_sorted(&takers)[..]);
+        for x in &takers {
+            prop_assert!(ahead(&x.node, &tickets).unwrap() < budget);
+        }
+    }
+}
+
+fn takers_sorted<'a>(v: &[&'a Ticket]) -> Vec<&'a Ticket> {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
+    v
+}
