@@ -2,8 +2,9 @@
 //! types (every field known: the typed round trip gives back the same document), and carry
 //! what `kata-live pod` needs and no more: privileged root, the node's / at /host and no other
 //! host access, a rolling update one node at a time gated by the readiness probe, the
-//! rollout's slot Leases (kata-live-pacing.yaml) with the right to read and update those
-//! names only, and commands that kata-live's own command line accepts.
+//! rollout's turns (kata-live-pacing.yaml: a ticket Lease per node in kata-live's own namespace,
+//! the pool's Nodes read, the DaemonSet's pause read) and no more, and commands that
+//! kata-live's own command line accepts.
 
 use clap::Parser;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -45,15 +46,6 @@ fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(v: &serde_json::Valu
     t
 }
 
-fn pacing_leases() -> Vec<String> {
-    use k8s_openapi::api::coordination::v1::Lease;
-    pacing_docs()
-        .iter()
-        .filter(|(k, _)| k == "Lease")
-        .map(|(_, v)| typed::<Lease>(v).metadata.name.unwrap())
-        .collect()
-}
-
 fn load(name: &str) -> (DaemonSet, serde_json::Value) {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("packaging/daemonset")
@@ -88,7 +80,7 @@ fn check(name: &str, op: &str) -> DaemonSet {
     let pod = spec.template.spec.as_ref().expect("pod spec");
     assert!(pod.node_selector.as_ref().is_some_and(|s| !s.is_empty()));
     assert!(pod.tolerations.as_ref().is_some_and(|t| !t.is_empty()));
-    // API credentials for the slot Leases only (kata-live-pacing.yaml's Role).
+    // API credentials for the turns and the node's label (kata-live-pacing.yaml's Roles).
     assert_eq!(pod.automount_service_account_token, Some(true));
     assert_eq!(pod.service_account_name.as_deref(), Some(SERVICE_ACCOUNT));
     assert_eq!(ds.metadata.namespace.as_deref(), Some(NAMESPACE));
@@ -140,11 +132,23 @@ fn check(name: &str, op: &str) -> DaemonSet {
             .and_then(|v| v.field_ref.as_ref())
             .map(|f| f.field_path.clone())
     };
+    assert_eq!(value("KATA_LIVE_PACE").as_deref(), Some("true"), "{name}");
     assert_eq!(
-        value("KATA_LIVE_PACE_LEASES"),
-        Some(pacing_leases().join(",")),
-        "{name}: every slot Lease of kata-live-pacing.yaml, and only those"
+        value("KATA_LIVE_MAX_UNAVAILABLE").as_deref(),
+        Some("1"),
+        "{name}: one node at a time by default"
     );
+    let budget: kata_live::pace::Budget = value("KATA_LIVE_MAX_UNAVAILABLE")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(budget.of(1000), 1);
+    assert_eq!(
+        value("KATA_LIVE_DAEMONSET"),
+        ds.metadata.name.clone(),
+        "{name}: the pause is read from the pod's own DaemonSet"
+    );
+    assert_eq!(field("POD_UID").as_deref(), Some("metadata.uid"));
     assert_eq!(field("NODE_NAME").as_deref(), Some("spec.nodeName"));
     assert_eq!(
         field("POD_NAMESPACE").as_deref(),
@@ -170,7 +174,11 @@ fn check(name: &str, op: &str) -> DaemonSet {
         .and_then(|p| p.find_subcommand(op))
         .expect("pod subcommand");
     for (id, var) in [
-        ("pace_leases", "KATA_LIVE_PACE_LEASES"),
+        ("pace", "KATA_LIVE_PACE"),
+        ("max_unavailable", "KATA_LIVE_MAX_UNAVAILABLE"),
+        ("pool_selector", "KATA_LIVE_POOL_SELECTOR"),
+        ("daemonset", "KATA_LIVE_DAEMONSET"),
+        ("pod_uid", "POD_UID"),
         ("node_name", "NODE_NAME"),
         ("namespace", "POD_NAMESPACE"),
         ("pod_name", "POD_NAME"),
@@ -248,8 +256,7 @@ fn uninstall_daemonset_is_the_same_delivery() {
 }
 
 #[test]
-fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
-    use k8s_openapi::api::coordination::v1::Lease;
+fn the_pacing_manifest_grants_the_tickets_in_its_namespace_and_applies_none() {
     use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let docs = pacing_docs();
@@ -261,7 +268,6 @@ fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
             "ServiceAccount",
             "Role",
             "RoleBinding",
-            "Lease",
             "ClusterRole",
             "ClusterRoleBinding",
             "ValidatingAdmissionPolicy",
@@ -269,10 +275,9 @@ fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
             "Role",
             "RoleBinding"
         ],
-        "one slot by default: one node at a time"
+        "no Lease applied: each pod queues its node's own ticket"
     );
-    let leases = pacing_leases();
-    assert_eq!(leases, ["kata-live-slot-0"]);
+    let strings = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
     for (kind, v) in &docs {
         let name = v["metadata"]["name"].as_str().unwrap_or_default();
         match kind.as_str() {
@@ -295,33 +300,32 @@ fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
                 let r: Role = typed(v);
                 assert_eq!(r.metadata.namespace.as_deref(), Some(NAMESPACE));
                 let rules = r.rules.unwrap();
+                let got: Vec<_> = rules
+                    .iter()
+                    .map(|r| {
+                        (
+                            strings(&r.api_groups),
+                            strings(&r.resources),
+                            r.verbs.clone(),
+                            r.resource_names.clone(),
+                        )
+                    })
+                    .collect();
+                let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
                 assert_eq!(
-                    rules.len(),
-                    2,
-                    "the slot Leases and the pods' readiness gate"
-                );
-                let gate = &rules[1];
-                assert_eq!(gate.api_groups.as_deref(), Some(&[String::new()][..]));
-                assert_eq!(
-                    gate.resources.as_deref(),
-                    Some(&["pods/status".to_string()][..])
-                );
-                assert_eq!(gate.verbs, ["patch"], "the status only, never the pods");
-                let rule = &rules[0];
-                assert_eq!(
-                    rule.api_groups.as_deref(),
-                    Some(&["coordination.k8s.io".to_string()][..])
-                );
-                assert_eq!(rule.resources.as_deref(), Some(&["leases".to_string()][..]));
-                assert_eq!(
-                    rule.resource_names.as_deref(),
-                    Some(&leases[..]),
-                    "those names only"
-                );
-                assert_eq!(
-                    rule.verbs,
-                    ["get", "update"],
-                    "no create, delete, list or watch"
+                    got,
+                    [
+                        (
+                            s(&["coordination.k8s.io"]),
+                            s(&["leases"]),
+                            s(&["get", "list", "watch", "create", "update", "patch", "delete"]),
+                            None
+                        ),
+                        (s(&["apps"]), s(&["daemonsets"]), s(&["get"]), None),
+                        (s(&[""]), s(&["pods/status"]), s(&["patch"]), None),
+                    ],
+                    "the tickets (one per node: no names known in advance), the pause, and \
+                     the pods' readiness gate (the status only, never the pods)"
                 );
             }
             "RoleBinding" => {
@@ -334,16 +338,6 @@ fn the_pacing_manifest_holds_free_slots_and_the_right_to_update_only_them() {
                 assert_eq!(subjects[0].kind, "ServiceAccount");
                 assert_eq!(subjects[0].name, SERVICE_ACCOUNT);
                 assert_eq!(subjects[0].namespace.as_deref(), Some(NAMESPACE));
-            }
-            "Lease" => {
-                let l: Lease = typed(v);
-                assert_eq!(l.metadata.namespace.as_deref(), Some(NAMESPACE));
-                let spec = l.spec.unwrap_or_default();
-                assert_eq!(spec.holder_identity, None, "free when applied");
-                assert_eq!(
-                    spec.lease_duration_seconds, None,
-                    "a node that is not proven never gives its place away by the clock"
-                );
             }
             other => panic!("unexpected {other}"),
         }
@@ -373,7 +367,11 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
                     rules[0].resources.as_deref(),
                     Some(&["nodes".to_string()][..])
                 );
-                assert_eq!(rules[0].verbs, ["get", "patch"], "no list, watch, update");
+                assert_eq!(
+                    rules[0].verbs,
+                    ["get", "list", "patch"],
+                    "list: the pool's states; no watch, update, create or delete"
+                );
                 seen += 1;
             }
             "ClusterRoleBinding" => {
@@ -469,10 +467,10 @@ fn the_readme_names_the_pacing_the_manifests_carry() {
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     for needle in [
         "kata-live-pacing.yaml",
-        "kata-live-slot-0",
-        "maxUnavailable: 1",
-        "holderIdentity",
-        "409",
+        "kata-live-turn-",
+        "KATA_LIVE_MAX_UNAVAILABLE",
+        "kata-live.io/paused",
+        "machineconfiguration.openshift.io/state",
         "kubectl -n kata-live rollout status daemonset/kata-live-install",
         "kubectl -n kata-live get lease",
         "A stopped rollout",
@@ -485,6 +483,6 @@ fn the_readme_names_the_pacing_the_manifests_carry() {
     }
     assert!(
         !section.contains("no API credentials"),
-        "the pods hold credentials for the slot Leases"
+        "the pods hold credentials for their tickets"
     );
 }
