@@ -26,7 +26,7 @@ use support::fleet::*;
 use support::kata::KataNode;
 
 /// Install: node B first (made to fail: its kubelet cannot start again after CRI-O's
-/// restart), node A eligible while B holds the slot. The rollout stops at B with A untouched;
+/// restart), node A eligible while B holds its turn. The rollout stops at B with A untouched;
 /// after the cause is removed, the resume of docs/operations.md ("A stopped rollout")
 /// finishes it, one node at a time. Then uninstall, both nodes eligible when the DaemonSet is
 /// created.
@@ -60,19 +60,19 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         &["apply", "-f", "-"],
         Some(&daemonset("kata-live-install.yaml")),
     );
-    wait("node B holds the slot", Duration::from_secs(120), &|cp| {
-        lease(cp).0.as_deref() == Some(b.name.as_str())
+    wait("node B takes its turn", Duration::from_secs(120), &|cp| {
+        holders(cp) == [b.name.clone()]
     });
     let a_crio = crio_invocation(&a);
     cp.kubectl(&["label", "node", &a.name, &format!("{PICK}=yes")]);
-    wait("node A's pod waits for the slot", ROLLOUT, &|_| {
-        pod_logs(a.node(), "install").contains("waiting for one of 1 rollout slot(s)")
+    wait("node A's pod waits for its turn", ROLLOUT, &|_| {
+        pod_logs(a.node(), "install").contains("waiting for its turn")
     });
-    wait("node B's run fails and keeps the slot", ROLLOUT, &|cp| {
-        lease(cp).1.as_deref() == Some("failed")
+    wait("node B's run fails and keeps its place", ROLLOUT, &|cp| {
+        ticket(cp, &b.name).0.as_deref() == Some("failed")
     });
-    let (holder, _, detail) = lease(&cp);
-    assert_eq!(holder.as_deref(), Some(b.name.as_str()));
+    let (_, detail) = ticket(&cp, &b.name);
+    assert_eq!(holders(&cp), std::slice::from_ref(&b.name));
     eprintln!(
         "fleet: B failed after {:.1} s: {}",
         started.elapsed().as_secs_f64(),
@@ -203,11 +203,11 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     assert_eq!(handler, "kata-remote", "sandbox {sandbox} on {on}");
     eprintln!("fleet: kata-early Running on {on}, sandbox {sandbox} on {handler}");
     ready_times(&cp, "install");
-    slot_lines(&[&a, &b], "install");
+    turn_lines(&[&a, &b], "install");
     wait(
-        "the last proven node frees the slot",
+        "the last proven node ends its turn",
         Duration::from_secs(30),
-        &|cp| lease(cp).0.is_none(),
+        &|cp| holders(cp).is_empty(),
     );
     judge(&[&a, &b], "kata-live-install.service", t0);
     // Judged without kata-live: the running CRI-O runs a sandbox on the handler, and
@@ -247,7 +247,7 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         &["apply", "-f", "-"],
         Some(&daemonset("kata-live-uninstall.yaml")),
     );
-    // Each uninstall pod takes its node's label off first, before it waits for the slot.
+    // Each uninstall pod takes its node's label off first, before it waits for its turn.
     wait("both labels off", Duration::from_secs(120), &|cp| {
         label_of(cp, &a.name).is_none() && label_of(cp, &b.name).is_none()
     });
@@ -269,11 +269,11 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
         (now_us() - t1) as f64 / 1e6
     );
     ready_times(&cp, "uninstall");
-    slot_lines(&[&a, &b], "uninstall");
+    turn_lines(&[&a, &b], "uninstall");
     wait(
-        "the last proven node frees the slot",
+        "the last proven node ends its turn",
         Duration::from_secs(30),
-        &|cp| lease(cp).0.is_none(),
+        &|cp| holders(cp).is_empty(),
     );
     judge(&[&a, &b], "kata-live-uninstall.service", t1);
     stays_pending(
@@ -298,7 +298,7 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     delete_pod(&cp, "kata-late");
     let waited = pod_logs(a.node(), "uninstall") + &pod_logs(b.node(), "uninstall");
     assert!(
-        waited.contains("waiting for one of 1 rollout slot(s)"),
+        waited.contains("waiting for its turn"),
         "created together, one of the two pods must have waited:\n{waited}"
     );
     for f in [&a, &b] {

@@ -36,7 +36,6 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .filter(|s| *s > 0)
         .collect();
-    let most_slots = slot_counts.iter().copied().max().unwrap_or(1);
     let _one = support::kata::serial();
     let names: Vec<String> = (0..n).map(|i| format!("kl-bench-{i}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -71,7 +70,10 @@ fn main() {
         );
     }
     let idle: Vec<Mem> = nodes.iter().map(|f| node_mem(f.node())).collect();
-    cp.kubectl_in(&["apply", "-f", "-"], Some(&pacing(most_slots)));
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&manifest("kata-live-pacing.yaml")),
+    );
     cp.kubectl_in(&["apply", "-f", "-"], Some(&runtime_class()));
     for f in &nodes {
         cp.kubectl(&["label", "node", &f.name, &format!("{PICK}=yes")]);
@@ -231,34 +233,15 @@ fn control_plane_mem(cp: &ControlPlane) -> Mem {
     mem_of(|p| pids.iter().any(|q| q == p))
 }
 
-/// kata-live-pacing.yaml with `slots` Leases, as its header tells an operator to make it.
-fn pacing(slots: usize) -> String {
-    let names: Vec<String> = (0..slots)
-        .map(|i| format!("\"kata-live-slot-{i}\""))
-        .collect();
-    let mut text = manifest("kata-live-pacing.yaml").replace(
-        "resourceNames: [\"kata-live-slot-0\"]",
-        &format!("resourceNames: [{}]", names.join(", ")),
-    );
-    for i in 1..slots {
-        text.push_str(&format!(
-            "\n---\napiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: \
-             kata-live-slot-{i}\n  namespace: {NS}\nspec: {{}}\n"
-        ));
-    }
-    text
-}
-
-/// The harness's DaemonSet (see tests/node_fleet.rs) naming the first `slots` Leases.
+/// The harness's DaemonSet (see tests/node_fleet.rs) with a budget of `slots` nodes.
 fn daemonset_with_slots(file: &str, slots: usize) -> String {
     let mut v: serde_json::Value = serde_json::from_str(&daemonset(file)).expect("JSON");
-    let leases: Vec<String> = (0..slots).map(|i| format!("kata-live-slot-{i}")).collect();
     for e in v["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_array_mut()
         .expect("the container's env")
     {
-        if e["name"] == "KATA_LIVE_PACE_LEASES" {
-            e["value"] = leases.join(",").into();
+        if e["name"] == "KATA_LIVE_MAX_UNAVAILABLE" {
+            e["value"] = slots.to_string().into();
         }
     }
     v.to_string()

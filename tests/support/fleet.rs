@@ -310,7 +310,6 @@ fn pipe(inbound: TcpStream, to: SocketAddr) {
 // and what the API and the nodes' journals say.
 
 pub const NS: &str = "kata-live";
-pub const LEASE: &str = "kata-live-slot-0";
 pub const PICK: &str = "kata-live.test/fleet";
 pub const ROLLOUT: Duration = Duration::from_secs(420);
 
@@ -500,15 +499,49 @@ pub fn ready_on(cp: &ControlPlane, component: &str, node: &str) -> bool {
     pod_on(cp, component, node).is_some_and(|p| condition(&p, "Ready") == Some(true))
 }
 
-/// The Lease's holder and its kata-live.io/state.
-pub fn lease(cp: &ControlPlane) -> (Option<String>, Option<String>, Option<String>) {
-    let v = cp.json(&["-n", NS, "get", "lease", LEASE]);
+/// `node`'s ticket (src/pace): its kata-live.io/state and kata-live.io/detail (None, None
+/// when it has none).
+pub fn ticket(cp: &ControlPlane, node: &str) -> (Option<String>, Option<String>) {
+    let out = cp.kubectl_output(
+        &[
+            "-n",
+            NS,
+            "get",
+            "lease",
+            &format!("kata-live-turn-{node}"),
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    if !out.status.success() {
+        return (None, None);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a Lease as JSON");
     let s = |x: &serde_json::Value| x.as_str().map(str::to_string);
     (
-        s(&v["spec"]["holderIdentity"]),
         s(&v["metadata"]["annotations"]["kata-live.io/state"]),
         s(&v["metadata"]["annotations"]["kata-live.io/detail"]),
     )
+}
+
+/// The nodes whose ticket holds a place in the budget (activating or failed), sorted.
+pub fn holders(cp: &ControlPlane) -> Vec<String> {
+    let v = cp.json(&["-n", NS, "get", "lease", "-l", "kata-live.io/ticket=true"]);
+    let mut out: Vec<String> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| {
+            matches!(
+                l["metadata"]["annotations"]["kata-live.io/state"].as_str(),
+                Some("activating" | "failed")
+            )
+        })
+        .filter_map(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+        .collect();
+    out.sort();
+    out
 }
 
 /// Everything the containers of `component`'s pods on `node` printed (all their restarts),
@@ -630,7 +663,7 @@ pub fn judge(nodes: &[&FleetNode], unit: &str, since_us: u64) {
     }
 }
 
-/// Prints when each pod became Ready and when the slot was last written (figures only).
+/// Prints when each pod became Ready and the tickets' states (figures only).
 pub fn ready_times(cp: &ControlPlane, component: &str) {
     for p in live_pods(cp, component) {
         let ready = p["status"]["conditions"]
@@ -643,18 +676,23 @@ pub fn ready_times(cp: &ControlPlane, component: &str) {
             p["spec"]["nodeName"]
         );
     }
-    let l = cp.json(&["-n", NS, "get", "lease", LEASE]);
-    eprintln!(
-        "fleet: {LEASE}: holder {}, renewed {}",
-        l["spec"]["holderIdentity"], l["spec"]["renewTime"]
-    );
+    let v = cp.json(&["-n", NS, "get", "lease", "-l", "kata-live.io/ticket=true"]);
+    for l in v["items"].as_array().into_iter().flatten() {
+        eprintln!(
+            "fleet: ticket of {}: {}, taken {}, renewed {}",
+            l["spec"]["holderIdentity"],
+            l["metadata"]["annotations"]["kata-live.io/state"],
+            l["spec"]["acquireTime"],
+            l["spec"]["renewTime"]
+        );
+    }
 }
 
-/// Prints the pod log lines that took and freed the slot (with their times).
-pub fn slot_lines(nodes: &[&FleetNode], component: &str) {
+/// Prints the pod log lines that took and ended the node's turn (with their times).
+pub fn turn_lines(nodes: &[&FleetNode], component: &str) {
     for f in nodes {
         for line in pod_logs(f.node(), component).lines() {
-            if line.contains("rollout slot") && !line.contains("waiting for") {
+            if line.contains("this node's turn") || line.contains("its turn is over") {
                 eprintln!("fleet: {}: {line}", f.name);
             }
         }
