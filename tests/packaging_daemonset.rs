@@ -138,10 +138,8 @@ fn check(name: &str, op: &str) -> DaemonSet {
         Some("1"),
         "{name}: one node at a time by default"
     );
-    let budget: kata_live::pace::Budget = value("KATA_LIVE_MAX_UNAVAILABLE")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let budget: kata_live::pace::Budget =
+        value("KATA_LIVE_MAX_UNAVAILABLE").unwrap().parse().unwrap();
     assert_eq!(budget.of(1000), 1);
     assert_eq!(
         value("KATA_LIVE_DAEMONSET"),
