@@ -496,11 +496,12 @@ fn a_killed_owner_leaves_no_control_plane_behind() {
     }
 }
 
-/// The DaemonSet pod's grant on Nodes, as the API server enforces it: RBAC gives get and
-/// patch on every Node, and the ValidatingAdmissionPolicy of kata-live-pacing.yaml narrows it
-/// to the kata-live.io/ labels of the Node the pod's token is bound to. A token bound to a pod
-/// on node A (what kubelet mounts in the pod) may set and remove A's label; it may not label
-/// node B, change another label, an annotation or the spec of A; a token bound to no pod may
+/// The DaemonSet pod's grant on Nodes, as the API server enforces it: RBAC gives get, list
+/// and patch on every Node, and the ValidatingAdmissionPolicy of kata-live-pacing.yaml narrows
+/// the patch to the kata-live.io/ labels and annotations and the cordon of the Node the pod's
+/// token is bound to. A token bound to a pod on node A (what kubelet mounts in the pod) may set
+/// and remove A's label, cordon and uncordon A; it may not label or cordon node B, change
+/// another label or annotation or another field of A's spec; a token bound to no pod may
 /// change no Node. No kubelet is needed: a bound pod and Node objects are enough.
 #[test]
 fn the_label_policy_keeps_a_pods_token_to_its_own_nodes_kata_live_labels() {
@@ -609,7 +610,7 @@ fn the_label_policy_keeps_a_pods_token_to_its_own_nodes_kata_live_labels() {
     denied(
         &pod_token,
         &["annotate", "node", "kl-vap-a", "example.com/note=1"],
-        "nothing of a Node but",
+        "only annotations under kata-live.io/",
     );
     denied(
         &pod_token,
@@ -619,10 +620,51 @@ fn the_label_policy_keeps_a_pods_token_to_its_own_nodes_kata_live_labels() {
             "kl-vap-a",
             "--type=merge",
             "-p",
+            r#"{"spec":{"taints":[{"key":"example.com/t","effect":"NoSchedule"}]}}"#,
+        ],
+        "nothing of a Node's spec but unschedulable",
+    );
+    denied(
+        &pod_token,
+        &[
+            "patch",
+            "node",
+            "kl-vap-a",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"providerID":"example://a"}}"#,
+        ],
+        "nothing of a Node's spec but unschedulable",
+    );
+    // (`kubectl cordon` says the refusal but exits 0: a patch, as kata-live sends.)
+    denied(
+        &pod_token,
+        &[
+            "patch",
+            "node",
+            "kl-vap-b",
+            "--type=merge",
+            "-p",
             r#"{"spec":{"unschedulable":true}}"#,
         ],
-        "nothing of a Node but",
+        own,
     );
+    denied(
+        &pod_token,
+        &["annotate", "node", "kl-vap-b", "kata-live.io/cordoned=x"],
+        own,
+    );
+    // Its own Node's cordon and kata-live.io/ annotations (what a run's turn does): allowed,
+    // both ways.
+    let cordon = r#"{"metadata":{"annotations":{"kata-live.io/cordoned":"t"}},"spec":{"unschedulable":true}}"#;
+    let uncordon = r#"{"metadata":{"annotations":{"kata-live.io/cordoned":null}},"spec":{"unschedulable":null}}"#;
+    for p in [cordon, uncordon] {
+        let (ok, words) = as_sa(
+            &pod_token,
+            &["patch", "node", "kl-vap-a", "--type=merge", "-p", p],
+        );
+        assert!(ok, "{p}: {words}");
+    }
     denied(
         &loose_token,
         &["label", "node", "kl-vap-a", &format!("{KATA_LABEL}=proven")],
@@ -630,7 +672,11 @@ fn the_label_policy_keeps_a_pods_token_to_its_own_nodes_kata_live_labels() {
     );
     // What RBAC alone refuses.
     denied(&pod_token, &["delete", "node", "kl-vap-b"], "Forbidden");
-    denied(&pod_token, &["get", "nodes"], "Forbidden");
+    denied(
+        &pod_token,
+        &["get", "secrets", "-n", "kube-system"],
+        "Forbidden",
+    );
     for n in ["kl-vap-a", "kl-vap-b"] {
         let l = labels(n);
         assert_eq!(l["kata-live.test/kept"], "yes", "{n}: {l}");

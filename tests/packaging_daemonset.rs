@@ -393,7 +393,24 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
                     .collect();
                 assert!(all.contains("object.metadata.name in variables.nodeNames"));
                 assert!(all.contains("startsWith('kata-live.io/')"));
-                assert!(all.contains("object.spec == oldObject.spec"));
+                // The cordon is the one change of the spec it allows.
+                for field in [
+                    "taints",
+                    "podCIDR",
+                    "podCIDRs",
+                    "providerID",
+                    "configSource",
+                    "externalID",
+                ] {
+                    assert!(
+                        all.contains(&format!("object.spec.{field} == oldObject.spec.{field}")),
+                        "{field}"
+                    );
+                }
+                assert!(!all.contains("spec.unschedulable"));
+                assert!(
+                    all.contains("k.startsWith('kata-live.io/') || k in variables.newAnnotations")
+                );
                 seen += 1;
             }
             "ValidatingAdmissionPolicyBinding" => {

@@ -6,7 +6,7 @@ use super::ticket::{
     TICKET_LABEL,
 };
 use super::turn::{self, Budget, Seen, Turn};
-use super::{PaceError, PAUSE_ANNOTATION, PROVEN_CONDITION};
+use super::{PaceError, CORDON_ANNOTATION, PAUSE_ANNOTATION, PROVEN_CONDITION};
 use crate::cluster::api::{api_error, node_event, EVENT_NAMESPACE};
 use futures_util::stream::BoxStream;
 use futures_util::{FutureExt, StreamExt};
@@ -14,7 +14,10 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -63,7 +66,9 @@ pub struct Pacer {
     watch: Api<Lease>,
     nodes: Api<Node>,
     pods: Api<Pod>,
-    sets: Api<DaemonSet>,
+    /// Read as JSON: two fields of it are needed, and the typed DaemonSet's decoder would
+    /// add to the shipped binary's size (docs/figures.md, "Size").
+    sets: Api<DynamicObject>,
     events: Api<Event>,
     cfg: PaceConfig,
     ticket: String,
@@ -110,15 +115,11 @@ impl Voice<'_> {
 }
 
 /// The selector a DaemonSet's pods' nodes match (its nodeSelector; affinity is not read).
-fn node_selector(ds: &DaemonSet) -> String {
-    let sel = ds
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|p| p.node_selector.as_ref());
+fn node_selector(ds: &DynamicObject) -> String {
+    let sel = ds.data["spec"]["template"]["spec"]["nodeSelector"].as_object();
     sel.into_iter()
         .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -157,7 +158,7 @@ impl Pacer {
             watch: Api::namespaced(watcher, ns),
             nodes: Api::all(client.clone()),
             pods: Api::namespaced(client.clone(), ns),
-            sets: Api::namespaced(client.clone(), ns),
+            sets: Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<DaemonSet>(&())),
             events: Api::namespaced(client, EVENT_NAMESPACE),
             ticket: ticket_name(&cfg.node),
             selector: String::new(),
@@ -204,14 +205,28 @@ impl Pacer {
             last: String::new(),
             at: None,
         };
+        let mut held = false;
         loop {
-            let r = match self.enqueue(operation).await {
-                Ok(Enqueued::Holding) => {
-                    say("this node already holds its turn (started by an earlier pod): following it");
-                    return self.ticket.clone();
+            let r = if held {
+                Ok(true)
+            } else {
+                match self.enqueue(operation).await {
+                    Ok(Enqueued::Holding) => {
+                        say("this node already holds its turn (started by an earlier pod): following it");
+                        Ok(true)
+                    }
+                    Ok(Enqueued::Waiting) => self.wait_turn(operation, &mut voice).await,
+                    Err(e) => Err(e),
                 }
-                Ok(Enqueued::Waiting) => self.wait_turn(operation, &mut voice).await,
-                Err(e) => Err(e),
+            };
+            // Its turn: the node is cordoned before anything on it changes, so that the
+            // machine-config operator counts it unavailable as kata-live does.
+            let r = match r {
+                Ok(true) => {
+                    held = true;
+                    self.cordon(say).await.map(|()| true)
+                }
+                other => other,
             };
             match r {
                 Ok(true) => return self.ticket.clone(),
@@ -622,9 +637,97 @@ impl Pacer {
         .await
     }
 
+    /// Cordons this node for its turn (`spec.unschedulable`, as `kubectl cordon` does), and
+    /// marks the cordon as kata-live's ([`CORDON_ANNOTATION`]: the ticket) so that only a
+    /// cordon kata-live made is undone by it. A node cordoned by someone else is left as it
+    /// is (it then never takes its turn: the budget's rule; this is a race with a person).
+    async fn cordon(&self, say: &dyn Fn(&str)) -> Result<(), PaceError> {
+        for _ in 0..CONFLICT_RETRIES {
+            let node = self
+                .nodes
+                .get(&self.cfg.node)
+                .await
+                .map_err(|e| self.err("reading", "node", &self.cfg.node, &e))?;
+            if turn::cordoned_by_us(&node) {
+                return Ok(());
+            }
+            if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+                say(
+                    "this node was cordoned by someone else; kata-live leaves that cordon as it is",
+                );
+                return Ok(());
+            }
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": node.metadata.resource_version,
+                    "annotations": {CORDON_ANNOTATION: self.ticket}},
+                "spec": {"unschedulable": true}
+            });
+            match self.patch_node(patch).await {
+                Ok(()) => {
+                    say(&format!(
+                        "cordoned node {} for its run (annotation {CORDON_ANNOTATION}): the \
+                         machine-config operator counts it unavailable until its turn ends",
+                        self.cfg.node
+                    ));
+                    return Ok(());
+                }
+                Err(e) if is_status(&e, 409) => continue,
+                Err(e) => return Err(self.err("cordoning", "node", &self.cfg.node, &e)),
+            }
+        }
+        Err(PaceError::Contended {
+            what: format!("node {}", self.cfg.node),
+        })
+    }
+
+    /// Undoes [`Self::cordon`], if this node carries kata-live's cordon. A Node gone is
+    /// nothing to undo.
+    async fn uncordon(&self) -> Result<(), PaceError> {
+        for _ in 0..CONFLICT_RETRIES {
+            let node = self
+                .nodes
+                .get_opt(&self.cfg.node)
+                .await
+                .map_err(|e| self.err("reading", "node", &self.cfg.node, &e))?;
+            let Some(node) = node.filter(turn::cordoned_by_us) else {
+                return Ok(());
+            };
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": node.metadata.resource_version,
+                    "annotations": {CORDON_ANNOTATION: null}},
+                "spec": {"unschedulable": null}
+            });
+            match self.patch_node(patch).await {
+                Ok(()) => return Ok(()),
+                Err(e) if is_status(&e, 409) => continue,
+                Err(e) if is_status(&e, 404) => return Ok(()),
+                Err(e) => return Err(self.err("uncordoning", "node", &self.cfg.node, &e)),
+            }
+        }
+        Err(PaceError::Contended {
+            what: format!("node {}", self.cfg.node),
+        })
+    }
+
+    async fn patch_node(&self, patch: serde_json::Value) -> Result<(), kube::Error> {
+        self.nodes
+            .patch(
+                &self.cfg.node,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+            .map(|_| ())
+    }
+
     /// Sets this node's ticket to `state` if it holds (re-read on a conflict). Returns the
     /// ticket's name if it was written.
     async fn settle(&self, state: State, detail: Option<&str>) -> Result<Vec<String>, PaceError> {
+        // Uncordoned before the turn ends: a node whose turn ended is never left cordoned by
+        // kata-live (a failed run rolled back leaves the node as schedulable as it found it).
+        self.uncordon().await?;
         for _ in 0..CONFLICT_RETRIES {
             let l = self
                 .leases
@@ -652,8 +755,7 @@ impl Pacer {
             }
         }
         Err(PaceError::Contended {
-            namespace: self.cfg.namespace.clone(),
-            name: self.ticket.clone(),
+            what: format!("the Lease {}/{}", self.cfg.namespace, self.ticket),
         })
     }
 

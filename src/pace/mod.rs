@@ -57,6 +57,10 @@ pub use turn::Budget;
 /// Ready while the probe, asked in the container, said not ready).
 pub const PROVEN_CONDITION: &str = "kata-live.io/proven";
 
+/// On a Node that kata-live cordoned for its turn (value: the ticket): only that cordon is
+/// undone by kata-live when the turn ends, and [`turn::unavailable`] names it as kata-live's.
+pub const CORDON_ANNOTATION: &str = "kata-live.io/cordoned";
+
 /// On the DaemonSet: "true" stops new node runs (`kubectl annotate ds … kata-live.io/paused=true`).
 pub const PAUSE_ANNOTATION: &str = "kata-live.io/paused";
 
@@ -71,8 +75,8 @@ pub enum PaceError {
         name: String,
         detail: String,
     },
-    #[error("the Lease {namespace}/{name} kept changing under us (10 conflicts in a row)")]
-    Contended { namespace: String, name: String },
+    #[error("{what} kept changing under us (10 conflicts in a row)")]
+    Contended { what: String },
     #[error("--pace needs this pod's node name (--node-name or NODE_NAME from the downward API's spec.nodeName)")]
     NoNodeName,
     #[error("{0}")]
