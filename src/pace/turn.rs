@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 const DESIRED: &str = "machineconfiguration.openshift.io/desiredConfig";
 const CURRENT: &str = "machineconfiguration.openshift.io/currentConfig";
 const MCD_STATE: &str = "machineconfiguration.openshift.io/state";
+const DESIRED_IMAGE: &str = "machineconfiguration.openshift.io/desiredImage";
+const CURRENT_IMAGE: &str = "machineconfiguration.openshift.io/currentImage";
 
 /// `maxUnavailable`: a count, or a percentage of the pool's nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,18 +55,34 @@ impl Budget {
     }
 }
 
-/// Why a Node is unavailable by the MCO's rule (its node controller's count of unavailable
-/// machines): not Ready (a missing condition counts), unschedulable, or being updated
-/// (`desiredConfig` differs from `currentConfig`, or the daemon's `state` is set and not
-/// Done). None: available.
+/// Why a Node is unavailable by the MCO's rule, or None: available. The MCO's
+/// `LayeredNodeState.IsUnavailableForUpdate` (pkg/controller/common/layered_node_state.go,
+/// which its node controller's `getUnavailableMachines` counts against a pool's
+/// maxUnavailable): not ready for workloads (`CheckNodeReady`: a Ready condition not True,
+/// DiskPressure or NetworkUnavailable not False, or unschedulable), or not done with its
+/// update (currentConfig ≠ desiredConfig, currentImage ≠ desiredImage, or the daemon's state
+/// not Done). Two differences, both stricter or both needed off OpenShift: a Node with no MCO
+/// annotations at all is done here (no MCO manages it; the MCO's rule would call it
+/// unavailable forever), and a Degraded or Unreconcilable daemon counts as unavailable (the
+/// MCO counts it available because it may retarget it; kata-live does not restart the
+/// runtime of a node the MCO failed on). A missing Ready condition counts as not Ready.
 pub fn unavailable(node: &Node) -> Option<String> {
-    let ready = node
+    let conditions = node
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+        .flatten();
+    let mut ready = false;
+    for c in conditions {
+        match (c.type_.as_str(), c.status.as_str()) {
+            ("Ready", "True") => ready = true,
+            ("DiskPressure" | "NetworkUnavailable", s) if s != "False" => {
+                return Some(format!("{} is {s}", c.type_));
+            }
+            _ => {}
+        }
+    }
     if !ready {
         return Some("not Ready".into());
     }
@@ -77,13 +95,19 @@ pub fn unavailable(node: &Node) -> Option<String> {
     }
     let ann = node.metadata.annotations.as_ref();
     let get = |k: &str| ann.and_then(|a| a.get(k)).map(String::as_str);
-    let (desired, current) = (get(DESIRED), get(CURRENT));
-    if (desired.is_some() || current.is_some()) && desired != current {
-        return Some(format!(
-            "the machine-config operator is updating it (desiredConfig {}, currentConfig {})",
-            desired.unwrap_or("unset"),
-            current.unwrap_or("unset")
-        ));
+    for (what, desired, current) in [
+        ("desiredConfig", DESIRED, CURRENT),
+        ("desiredImage", DESIRED_IMAGE, CURRENT_IMAGE),
+    ] {
+        let (d, c) = (get(desired), get(current));
+        if (d.is_some() || c.is_some()) && d != c {
+            let cur = what.replace("desired", "current");
+            return Some(format!(
+                "the machine-config operator is updating it ({what} {}, {cur} {})",
+                d.unwrap_or("unset"),
+                c.unwrap_or("unset")
+            ));
+        }
     }
     match get(MCD_STATE) {
         Some(s) if s != "Done" => Some(format!("the machine-config daemon's state is {s}")),

@@ -41,6 +41,8 @@ pub const STATE: &str = "kata-live.io/state";
 const DESIRED: &str = "machineconfiguration.openshift.io/desiredConfig";
 const CURRENT: &str = "machineconfiguration.openshift.io/currentConfig";
 const MCD_STATE: &str = "machineconfiguration.openshift.io/state";
+/// The annotation kata-live puts on a Node it cordons for its turn.
+pub const KATA_CORDON: &str = "kata-live.io/cordoned";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TicketState {
@@ -81,10 +83,12 @@ pub enum Change {
     TicketDeleted {
         name: String,
     },
-    /// A Node created, updated or patched (nodes/status too): unavailable afterwards?
+    /// A Node created, updated or patched (nodes/status too): unavailable afterwards? And
+    /// cordoned by kata-live ([`KATA_CORDON`] with `spec.unschedulable`)?
     Node {
         name: String,
         unavailable: bool,
+        kata_cordon: bool,
     },
     NodeDeleted {
         name: String,
@@ -163,21 +167,35 @@ fn timestamp(v: &Value, field: &str, line: usize) -> String {
     t.to_string()
 }
 
-/// The machine-config operator's rule: a Node is unavailable when its Ready condition is not
-/// True (missing counts), it is unschedulable, its desiredConfig differs from its currentConfig
-/// (when either is set), or its machine-config daemon state is set and not Done.
+/// The machine-config operator's rule (its `LayeredNodeState.IsUnavailableForUpdate`): a Node
+/// is unavailable when its Ready condition is not True (missing counts), DiskPressure or
+/// NetworkUnavailable is not False, it is unschedulable, its desiredConfig differs from its
+/// currentConfig or its desiredImage from its currentImage (when either is set), or its
+/// machine-config daemon state is set and not Done.
 pub fn node_unavailable(node: &Value) -> bool {
-    let ready = node["status"]["conditions"]
+    let conditions = node["status"]["conditions"]
         .as_array()
-        .into_iter()
-        .flatten()
+        .cloned()
+        .unwrap_or_default();
+    let ready = conditions
+        .iter()
         .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    let pressed = conditions.iter().any(|c| {
+        (c["type"] == "DiskPressure" || c["type"] == "NetworkUnavailable") && c["status"] != "False"
+    });
     let unschedulable = node["spec"]["unschedulable"].as_bool() == Some(true);
     let ann = &node["metadata"]["annotations"];
-    let (desired, current) = (ann[DESIRED].as_str(), ann[CURRENT].as_str());
-    let updating = (desired.is_some() || current.is_some()) && desired != current;
+    let differ = |d: &str, c: &str| {
+        let (d, c) = (ann[d].as_str(), ann[c].as_str());
+        (d.is_some() || c.is_some()) && d != c
+    };
+    let updating = differ(DESIRED, CURRENT)
+        || differ(
+            "machineconfiguration.openshift.io/desiredImage",
+            "machineconfiguration.openshift.io/currentImage",
+        );
     let mcd_busy = ann[MCD_STATE].as_str().is_some_and(|s| s != "Done");
-    !ready || unschedulable || updating || mcd_busy
+    !ready || pressed || unschedulable || updating || mcd_busy
 }
 
 impl Audit {
@@ -267,6 +285,8 @@ impl Audit {
                     Kind::Node => Change::Node {
                         name: name.clone(),
                         unavailable: node_unavailable(resp),
+                        kata_cordon: resp["spec"]["unschedulable"].as_bool() == Some(true)
+                            && resp["metadata"]["annotations"][KATA_CORDON].is_string(),
                     },
                 };
                 (Some(rv), uid, change)
@@ -326,6 +346,7 @@ impl Audit {
                 Change::Node {
                     name,
                     unavailable: u,
+                    ..
                 } => {
                     if *u {
                         unavailable.insert(name.clone());
@@ -395,6 +416,36 @@ impl Audit {
     pub fn max_unavailable(&self, pool: &[&str]) -> (usize, Vec<String>) {
         let p = self.peak_unavailable(pool);
         (p.count, p.nodes)
+    }
+
+    /// Per node: whether it was ever cordoned by kata-live while its ticket was activating
+    /// (what makes the machine-config operator count it unavailable during its run), and
+    /// whether kata-live's cordon is still on it at the end of the log.
+    pub fn kata_cordons(&self) -> BTreeMap<String, (bool, bool)> {
+        let mut activating: HashMap<String, bool> = HashMap::new();
+        let mut cordoned: HashMap<String, bool> = HashMap::new();
+        let mut out: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+        for e in &self.events {
+            let node = match &e.change {
+                Change::Ticket { node, state, .. } => {
+                    activating.insert(node.clone(), *state == TicketState::Activating);
+                    node
+                }
+                Change::Node {
+                    name, kata_cordon, ..
+                } => {
+                    cordoned.insert(name.clone(), *kata_cordon);
+                    name
+                }
+                _ => continue,
+            };
+            let now = cordoned.get(node).copied().unwrap_or(false);
+            let during = now && activating.get(node).copied().unwrap_or(false);
+            let entry = out.entry(node.clone()).or_default();
+            entry.0 |= during;
+            entry.1 = now;
+        }
+        out
     }
 
     /// Every take, in order. Enqueue: a ticket created in waiting, or entering waiting from

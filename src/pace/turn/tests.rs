@@ -107,6 +107,48 @@ fn the_mco_rule_for_an_unavailable_node() {
         unavailable(&Node::default()).is_some(),
         "no Ready condition counts"
     );
+    // Layered (image) updates, as the MCO's isNodeImageDone reads them.
+    let image = [
+        (DESIRED, "rendered-a"),
+        (CURRENT, "rendered-a"),
+        (MCD_STATE, "Done"),
+        (
+            "machineconfiguration.openshift.io/desiredImage",
+            "quay.io/x@sha256:b",
+        ),
+        (
+            "machineconfiguration.openshift.io/currentImage",
+            "quay.io/x@sha256:a",
+        ),
+    ];
+    let w = unavailable(&node(true, false, &image)).unwrap();
+    assert!(
+        w.contains("desiredImage quay.io/x@sha256:b, currentImage"),
+        "{w}"
+    );
+    // CheckNodeReady: DiskPressure or NetworkUnavailable not False.
+    for (kind, status, unavailable_too) in [
+        ("DiskPressure", "True", true),
+        ("DiskPressure", "Unknown", true),
+        ("DiskPressure", "False", false),
+        ("NetworkUnavailable", "True", true),
+        ("MemoryPressure", "True", false),
+    ] {
+        let mut n = node(true, false, &[]);
+        if let Some(c) = n.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c.push(NodeCondition {
+                type_: kind.into(),
+                status: status.into(),
+                ..Default::default()
+            });
+        }
+        assert_eq!(
+            unavailable(&n).is_some(),
+            unavailable_too,
+            "{kind}={status}: {:?}",
+            unavailable(&n)
+        );
+    }
 }
 
 #[test]

@@ -1,0 +1,213 @@
+//! One disruption budget with the cluster's own (issue 39), on the real control plane of
+//! tests/node_fleet.rs (etcd, kube-apiserver, controller-manager, scheduler of Kubernetes
+//! 1.34) with two real-CRI-O nodes and their real kubelets. The machine-config operator's
+//! side is played as its daemon plays it: its annotations
+//! (`machineconfiguration.openshift.io/{currentConfig,desiredConfig,state}`) set on the Node
+//! objects; an administrator's cordon is `kubectl cordon`; the pause is the DaemonSet's
+//! annotation `kata-live.io/paused`.
+//!
+//! The referee is the API server's audit log (tests/support/audit.rs), never kata-live's own
+//! account: the pool never had more nodes unavailable at once than the budget (kata-live's
+//! holders and the nodes unavailable by the MCO's rule, counted once each), and each node was
+//! cordoned by kata-live while its ticket was activating (so the MCO's rule counted it) and is
+//! not any more. The runs themselves are judged from the nodes' journals, as in node_fleet.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use support::audit::Audit;
+use support::fleet::*;
+
+const CURRENT: &str = "machineconfiguration.openshift.io/currentConfig";
+const DESIRED: &str = "machineconfiguration.openshift.io/desiredConfig";
+const MCD_STATE: &str = "machineconfiguration.openshift.io/state";
+const HOLD: Duration = Duration::from_secs(15);
+
+/// For `hold`, nothing starts: no ticket holds and neither node's install unit ran since
+/// `since_us`.
+fn nothing_starts(cp: &ControlPlane, nodes: &[&FleetNode], since_us: u64, why: &str) {
+    let until = Instant::now() + HOLD;
+    while Instant::now() < until {
+        assert_eq!(
+            holders(cp),
+            Vec::<String>::new(),
+            "{why}: a node took its turn"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    for f in nodes {
+        assert!(
+            runs(f.node(), "kata-live-install.service", since_us).is_empty(),
+            "{why}: {}'s run started",
+            f.name
+        );
+    }
+}
+
+fn mco(cp: &ControlPlane, node: &str, current: &str, desired: &str, state: &str) {
+    cp.kubectl(&[
+        "annotate",
+        "node",
+        node,
+        "--overwrite",
+        &format!("{CURRENT}={current}"),
+        &format!("{DESIRED}={desired}"),
+        &format!("{MCD_STATE}={state}"),
+    ]);
+}
+
+fn pause(cp: &ControlPlane, on: bool) {
+    let a = if on {
+        "kata-live.io/paused=true"
+    } else {
+        "kata-live.io/paused-"
+    };
+    cp.kubectl(&["-n", NS, "annotate", "daemonset", "kata-live-install", a]);
+}
+
+/// Budget 1 (the manifests' default), B ahead of A in the queue. Node A is mid-MCO-update:
+/// A does not start, and B waits, naming A. Paused, then A's update done: still nothing starts
+/// (B says paused). Unpaused, an administrator's cordon on B holds the budget: B does not
+/// start, nor A behind it. Uncordoned: both run, one at a time, each cordoned by kata-live
+/// during its run only.
+#[test]
+fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
+    let _one = support::kata::serial();
+    let cp = ControlPlane::start(&["kl-fleet-a", "kl-fleet-b"]);
+    let a = join(&cp, "kl-fleet-a", "10.99.0.10");
+    let b = join(&cp, "kl-fleet-b", "10.99.0.11");
+    let both = [&a, &b];
+    let wait = |what: &str, deadline: Duration, check: &dyn Fn(&ControlPlane) -> bool| {
+        cp.wait_or(what, deadline, check, || fleet_logs(&both))
+    };
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&manifest("kata-live-pacing.yaml")),
+    );
+    // The MCO is updating A (its daemon's annotations mid-update).
+    mco(
+        &cp,
+        &a.name,
+        "rendered-worker-1",
+        "rendered-worker-2",
+        "Working",
+    );
+    // B eligible first, then A: B is ahead of A in the queue (arrival order), so which pod
+    // says what below is known.
+    cp.kubectl(&["label", "node", &b.name, &format!("{PICK}=yes")]);
+    let t0 = now_us();
+    // The pool as a MachineConfigPool selects it (the workers), not as the DaemonSet does:
+    // A is in the pool before its pod exists.
+    let mut ds: serde_json::Value =
+        serde_json::from_str(&daemonset("kata-live-install.yaml")).unwrap();
+    ds["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "name": "KATA_LIVE_POOL_SELECTOR", "value": "node-role.kubernetes.io/worker="}));
+    cp.kubectl_in(&["apply", "-f", "-"], Some(&ds.to_string()));
+    wait("B's ticket queued", Duration::from_secs(120), &|cp| {
+        ticket(cp, &b.name).0.as_deref() == Some("waiting")
+    });
+    cp.kubectl(&["label", "node", &a.name, &format!("{PICK}=yes")]);
+    wait(
+        "B's pod names A's MCO update as what uses the budget",
+        Duration::from_secs(120),
+        &|_| {
+            pod_logs(b.node(), "install").contains(&format!(
+                "{}: the machine-config operator is updating it",
+                a.name
+            ))
+        },
+    );
+    // A's pod waits too, behind B in the queue: it says only its place (a pod with the
+    // budget's count of nodes ahead reads no Node).
+    wait("A's pod waits behind B", Duration::from_secs(60), &|_| {
+        pod_logs(a.node(), "install").contains("waiting for its turn: 1 node(s) ahead")
+    });
+    nothing_starts(&cp, &both, t0, "while the MCO updated A");
+
+    // Paused; then the MCO is done with A: still nothing starts.
+    pause(&cp, true);
+    // Said by the pod at the head of the queue (the one the budget would let start); a pod
+    // behind it waits on its place and reads no DaemonSet.
+    wait("B's pod says paused", Duration::from_secs(60), &|_| {
+        pod_logs(b.node(), "install").contains("the rollout is paused")
+    });
+    mco(
+        &cp,
+        &a.name,
+        "rendered-worker-2",
+        "rendered-worker-2",
+        "Done",
+    );
+    nothing_starts(&cp, &both, t0, "while paused");
+
+    // An administrator cordons B, and the pause is lifted: B's cordon uses the budget.
+    cp.kubectl(&["cordon", &b.name]);
+    pause(&cp, false);
+    wait(
+        "B's pod says its node is cordoned",
+        Duration::from_secs(60),
+        &|_| {
+            pod_logs(b.node(), "install")
+                .contains("this node is unavailable (cordoned (unschedulable))")
+        },
+    );
+    nothing_starts(&cp, &both, t0, "while B was cordoned");
+
+    // B uncordoned: the rollout goes on, one node at a time.
+    let go = Instant::now();
+    cp.kubectl(&["uncordon", &b.name]);
+    wait("both install pods Ready", ROLLOUT, &|cp| {
+        ready_and_true(cp, &a, "install") && ready_and_true(cp, &b, "install")
+    });
+    eprintln!(
+        "fleet budget: both nodes proven {:.1} s after the uncordon",
+        go.elapsed().as_secs_f64()
+    );
+    wait(
+        "the last proven node ends its turn",
+        Duration::from_secs(30),
+        &|cp| holders(cp).is_empty(),
+    );
+    turn_lines(&both, "install");
+    judge(&both, "kata-live-install.service", t0);
+    for f in both {
+        assert!(
+            pod_logs(f.node(), "install").contains("cordoned node"),
+            "{}: the pod does not say it cordoned its node:\n{}",
+            f.name,
+            pod_logs(f.node(), "install")
+        );
+        let n = cp.json(&["get", "node", &f.name]);
+        assert_ne!(n["spec"]["unschedulable"], true, "{} left cordoned", f.name);
+        assert!(
+            n["metadata"]["annotations"]["kata-live.io/cordoned"].is_null(),
+            "{}: {}",
+            f.name,
+            n["metadata"]["annotations"]
+        );
+    }
+
+    // The referee.
+    let audit = Audit::read(cp.dir().join("audit.log"));
+    let peak = audit.peak_unavailable(&[&a.name, &b.name]);
+    eprintln!("fleet budget: audit: most unavailable at once: {peak:?}");
+    assert_eq!(
+        peak.count, 1,
+        "the pool had more nodes unavailable at once than its budget (1): {peak:?}"
+    );
+    let cordons = audit.kata_cordons();
+    eprintln!("fleet budget: audit: kata-live's cordons (during a turn, at the end): {cordons:?}");
+    for f in both {
+        assert_eq!(
+            cordons.get(&f.name),
+            Some(&(true, false)),
+            "{}: cordoned by kata-live while activating, and not at the end",
+            f.name
+        );
+    }
+    assert!(audit.max_holders() <= 1, "{:?}", audit.peak_holders());
+}
