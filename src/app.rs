@@ -127,6 +127,7 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         crio_restarts: Default::default(),
         json: cli.global.json,
         cluster_by_pod: cli.global.cluster_by_pod,
+        rollout_namespace: cli.global.rollout_namespace.clone(),
     };
     match &cli.command {
         Command::Install(a) => {

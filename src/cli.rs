@@ -76,6 +76,17 @@ pub struct Global {
     /// (the node's label and Events) with its service account.
     #[arg(long, global = true, hide = true, env = "KATA_LIVE_CLUSTER_BY_POD")]
     pub cluster_by_pod: bool,
+    /// Set by the units the DaemonSet pod writes: the namespace of the rollout's own pods.
+    /// Their sandboxes are not counted as pods lost: a pod deleted while its node activates
+    /// goes by its DaemonSet's will, and its replacement adopts the run.
+    #[arg(
+        long,
+        global = true,
+        hide = true,
+        value_name = "NAMESPACE",
+        env = "KATA_LIVE_ROLLOUT_NAMESPACE"
+    )]
+    pub rollout_namespace: Option<String>,
 }
 
 impl Cli {

@@ -45,6 +45,23 @@ fn nothing_starts(cp: &ControlPlane, nodes: &[&FleetNode], since_us: u64, why: &
     }
 }
 
+/// A plain pod (no toleration: a cordon keeps it off) on `node`'s default runtime.
+fn pinned_pod(name: &str, node: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "hostNetwork": true,
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+        }
+    })
+    .to_string()
+}
+
 fn mco(cp: &ControlPlane, node: &str, current: &str, desired: &str, state: &str) {
     cp.kubectl(&[
         "annotate",
@@ -160,6 +177,23 @@ fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
     // B uncordoned: the rollout goes on, one node at a time.
     let go = Instant::now();
     cp.kubectl(&["uncordon", &b.name]);
+    // The cordon's cost: a plain pod (no toleration) pinned to A while A's turn lasts waits
+    // Pending until its turn ends instead of landing on a node whose runtime restarts.
+    let mut created = None;
+    let until = Instant::now() + ROLLOUT;
+    while Instant::now() < until {
+        if ticket(&cp, &a.name).0.as_deref() == Some("activating") {
+            cp.kubectl_in(
+                &["apply", "-f", "-"],
+                Some(&pinned_pod("pinned-a", &a.name)),
+            );
+            let cordoned = cp.json(&["get", "node", &a.name])["spec"]["unschedulable"] == true;
+            created = Some((Instant::now(), cordoned));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (created, cordoned) = created.expect("A's turn seen");
     wait("both install pods Ready", ROLLOUT, &|cp| {
         ready_and_true(cp, &a, "install") && ready_and_true(cp, &b, "install")
     });
@@ -190,6 +224,43 @@ fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
             n["metadata"]["annotations"]
         );
     }
+
+    wait("the pinned pod Running", Duration::from_secs(120), &|cp| {
+        pod_place(cp, "pinned-a").1 == "Running"
+    });
+    let running = created.elapsed();
+    let pod = cp.json(&["-n", "default", "get", "pod", "pinned-a"]);
+    let scheduled = pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "PodScheduled")
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let ended = cp.json(&[
+        "-n",
+        NS,
+        "get",
+        "lease",
+        &format!("kata-live-turn-{}", a.name),
+    ])["spec"]["renewTime"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    eprintln!(
+        "fleet budget: a pod pinned to A created during A's turn (A cordoned then: {cordoned}): \
+         scheduled at {scheduled}, A's turn ended at {ended}, Running {:.1} s after its creation",
+        running.as_secs_f64()
+    );
+    if cordoned {
+        // Second precision (PodScheduled) against microseconds: compare the seconds.
+        assert!(
+            scheduled.get(..19) >= ended.get(..19),
+            "the pod was scheduled onto A ({scheduled}) before its turn ended ({ended})"
+        );
+    }
+    cp.kubectl(&["-n", "default", "delete", "pod", "pinned-a", "--wait=false"]);
 
     // The referee.
     let audit = Audit::read(cp.dir().join("audit.log"));

@@ -28,6 +28,7 @@ mod node_deadlines;
 mod node_failures;
 mod node_fleet;
 mod node_fleet_budget;
+mod node_fleet_faults;
 mod node_handler_kinds;
 mod node_handoff;
 mod node_handoff_codes;

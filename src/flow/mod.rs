@@ -62,6 +62,9 @@ pub struct Ctx {
     /// The run was started by the DaemonSet pod, which tells the cluster itself (with its
     /// service account): this run does not.
     pub cluster_by_pod: bool,
+    /// The DaemonSet pods' namespace (a run they started): their sandboxes are not counted
+    /// as pods lost (see [`crate::cli::Global::rollout_namespace`]).
+    pub rollout_namespace: Option<String>,
 }
 
 impl Ctx {

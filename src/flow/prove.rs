@@ -94,6 +94,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
                         .lost
                         .iter()
                         .chain(diff.stopped.iter())
+                        .filter(|p| ctx.rollout_namespace.as_deref() != Some(&p.pod.namespace))
                         .map(|p| format!("{}/{}", p.pod.namespace, p.pod.name))
                         .filter(|p| !spec.expendable.contains(p))
                         .collect();

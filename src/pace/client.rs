@@ -35,6 +35,9 @@ const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
 /// While the pause or a node's state (which no ticket event announces) holds a node at the
 /// head of the queue, it reads them again this often. Only the head's few pods do.
 const RECHECK: Duration = Duration::from_secs(10);
+/// How often the head of the queue looks again while only holders keep it waiting (one of
+/// them may have lost its Node).
+const HEAD_RECHECK: Duration = Duration::from_secs(30);
 /// How often a waiting pod says again why it waits, when only the figures changed.
 const REMIND: Duration = Duration::from_secs(60);
 const CONFLICT_RETRIES: usize = 10;
@@ -462,6 +465,11 @@ impl Pacer {
                             voice.say(&words);
                             if outside {
                                 recheck = Some(Instant::now() + RECHECK);
+                            } else if ahead == 0 {
+                                // A holder whose Node was deleted (a machine scaled down)
+                                // is announced by no ticket event: the head looks again
+                                // now and then, to free it.
+                                recheck = Some(Instant::now() + HEAD_RECHECK);
                             }
                         }
                     }

@@ -16,7 +16,10 @@ pub(super) struct Artifact {
 
 /// The image's files: kata-live, its two units, the default configuration and, with
 /// `rpm_dir`, the RPMs it carries and the fragment that makes the host unit install them.
-pub(super) fn artifacts(rpm_dir: Option<&Path>) -> Result<Vec<Artifact>, PodError> {
+pub(super) fn artifacts(
+    rpm_dir: Option<&Path>,
+    namespace: &str,
+) -> Result<Vec<Artifact>, PodError> {
     let exe = PathBuf::from("/proc/self/exe");
     let bin = std::fs::read(&exe).map_err(|source| PodError::SelfExe { path: exe, source })?;
     let mut v = vec![
@@ -28,13 +31,13 @@ pub(super) fn artifacts(rpm_dir: Option<&Path>) -> Result<Vec<Artifact>, PodErro
         },
         Artifact {
             host_path: Path::new(HOST_UNIT_DIR).join(Operation::Install.unit()),
-            bytes: render_unit(INSTALL_UNIT, HOST_BIN).into_bytes(),
+            bytes: render_unit(INSTALL_UNIT, HOST_BIN, namespace).into_bytes(),
             mode: 0o644,
             executable: false,
         },
         Artifact {
             host_path: Path::new(HOST_UNIT_DIR).join(Operation::Uninstall.unit()),
-            bytes: render_unit(UNINSTALL_UNIT, HOST_BIN).into_bytes(),
+            bytes: render_unit(UNINSTALL_UNIT, HOST_BIN, namespace).into_bytes(),
             mode: 0o644,
             executable: false,
         },

@@ -14,7 +14,7 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
     let root = &a.paths.host_root;
     let host = Host::new(root, "/proc");
     let cfg = config::load(&host)?.config;
-    let arts = artifact::artifacts(a.rpm_dir.as_deref())?;
+    let arts = artifact::artifacts(a.rpm_dir.as_deref(), &a.pace.namespace)?;
     let state = &a.paths.pod_state;
     let outcome = runtime()?.block_on(async {
         let pacer = match (a.pace.pace, &a.pace.node_name) {

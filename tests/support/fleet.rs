@@ -45,6 +45,8 @@ pub struct ControlPlane {
     dir: tempfile::TempDir,
     bin: PathBuf,
     script: PathBuf,
+    /// control-plane.sh's environment for `start`, kept for [`ControlPlane::restart`].
+    env: Vec<(&'static str, String)>,
 }
 
 impl ControlPlane {
@@ -67,15 +69,29 @@ impl ControlPlane {
             .tempdir()
             .expect("a directory for the control plane");
         let script = repo().join("tests/fleet/control-plane.sh");
+        let env = vec![
+            ("KATA_LIVE_KUBE_BIN", bin.display().to_string()),
+            ("KATA_LIVE_FLEET_NODES", nodes.join(" ")),
+            ("KATA_LIVE_FLEET_API_PORT", api_port.to_string()),
+            ("KATA_LIVE_FLEET_ETCD_PORT", etcd_port.to_string()),
+            ("KATA_LIVE_FLEET_OWNER", owner.to_string()),
+        ];
+        let cp = ControlPlane {
+            dir,
+            bin,
+            script,
+            env,
+        };
+        cp.run_start();
+        cp
+    }
+
+    fn run_start(&self) {
         let t = Instant::now();
-        let o = Command::new(&script)
+        let o = Command::new(&self.script)
             .arg("start")
-            .arg(dir.path())
-            .env("KATA_LIVE_KUBE_BIN", &bin)
-            .env("KATA_LIVE_FLEET_NODES", nodes.join(" "))
-            .env("KATA_LIVE_FLEET_API_PORT", api_port.to_string())
-            .env("KATA_LIVE_FLEET_ETCD_PORT", etcd_port.to_string())
-            .env("KATA_LIVE_FLEET_OWNER", owner.to_string())
+            .arg(self.dir.path())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
             .expect("run tests/fleet/control-plane.sh");
         assert!(
@@ -86,9 +102,23 @@ impl ControlPlane {
         eprintln!(
             "fleet: control plane up in {:.1} s ({})",
             t.elapsed().as_secs_f64(),
-            dir.path().display()
+            self.dir.path().display()
         );
-        ControlPlane { dir, bin, script }
+    }
+
+    /// Stops the whole control plane (etcd, kube-apiserver, controller-manager, scheduler),
+    /// keeps it down for `down`, and starts it again on the same data (control-plane.sh's
+    /// second start: the same CA, tokens and etcd data; its audit log appended to).
+    pub fn restart(&self, down: Duration) {
+        let o = Command::new(&self.script)
+            .arg("stop")
+            .arg(self.dir.path())
+            .output()
+            .expect("control-plane.sh stop");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        eprintln!("fleet: control plane stopped for {} s", down.as_secs());
+        std::thread::sleep(down);
+        self.run_start();
     }
 
     pub fn dir(&self) -> &Path {
