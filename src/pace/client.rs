@@ -419,23 +419,74 @@ impl Pacer {
             Budget::Count(_) => self.cfg.budget.of(0),
             Budget::Percent(_) => self.cfg.budget.of(self.pool_size().await?.max(view.len())),
         };
-        let mut stream: Option<BoxStream<'static, kube::Result<WatchEvent<Lease>>>> = None;
+        let mut stream: Option<TicketStream> = None;
         let mut recheck: Option<Instant> = None;
         let mut look = true;
+        // The pool as this node last read it, and whether a timer calls for a read now.
+        let mut known: Option<turn::Pool> = None;
+        let mut due = false;
         loop {
             if look {
+                look = false;
                 let Some(mine) = view.get(&self.ticket).filter(|t| t.waiting()) else {
                     return Ok(false);
                 };
                 let ahead = turn::ahead_of(mine, view.values());
-                recheck = None;
-                if ahead >= bound {
-                    voice.say(&format!(
-                        "waiting for its turn: {ahead} node(s) ahead in the queue (the budget is {})",
-                        self.cfg.budget
-                    ));
+                let timed = std::mem::take(&mut due);
+                // Within the budget's reach, the pool is read only by the few the tickets
+                // and the pool as last read say could be next (and by a timer's call).
+                let next = ahead < bound
+                    && (timed
+                        || known
+                            .as_ref()
+                            .is_none_or(|k| turn::could_take(mine, view.values(), k, bound)));
+                if !next {
+                    if ahead >= bound {
+                        recheck = None;
+                    } else if ahead == 0 && recheck.is_none() {
+                        recheck = Some(Instant::now() + HEAD_RECHECK);
+                    }
+                    // The head's last words (from its read of the pool) still say why.
+                    if ahead > 0 {
+                        voice.say(&format!(
+                            "waiting for its turn: {ahead} node(s) ahead in the queue (the \
+                             budget is {})",
+                            self.cfg.budget
+                        ));
+                    }
                 } else {
-                    let (pool, paused) = self.read_pool().await?;
+                    recheck = None;
+                    // The tickets' events go on feeding the view while the pool is read: a
+                    // decision is made on the tickets as they are when the read ends, never
+                    // on a view that fell behind by the read's length (at a thousand nodes,
+                    // a busy API server's read takes long, and the hand-offs go on).
+                    let read = self.read_pool();
+                    tokio::pin!(read);
+                    let mut lost = None;
+                    let (pool, paused) = loop {
+                        let Some(s) = stream.as_mut().filter(|_| lost.is_none()) else {
+                            break read.await?;
+                        };
+                        tokio::select! {
+                            biased;
+                            r = &mut read => break r?,
+                            n = s.next() => {
+                                if let Err(l) = feed(&mut view, &mut rv, &None, n) {
+                                    lost = Some(l);
+                                }
+                            }
+                        }
+                    };
+                    if let Some(l) = lost {
+                        stream = None;
+                        if l == Lost::Broken {
+                            (view, rv) = self.relist().await?;
+                        }
+                    }
+                    let Some(mine) = view.get(&self.ticket).filter(|t| t.waiting()) else {
+                        return Ok(false);
+                    };
+                    let ahead = turn::ahead_of(mine, view.values());
                     bound = self.cfg.budget.of(pool.len());
                     let tickets: Vec<Ticket> = view.values().cloned().collect();
                     if ahead == 0 {
@@ -473,6 +524,7 @@ impl Pacer {
                             }
                         }
                     }
+                    known = Some(pool);
                 }
             }
             if stream.is_none() {
@@ -496,57 +548,46 @@ impl Pacer {
                     Ok(n) => n,
                     Err(_) => {
                         look = true;
+                        due = true;
                         continue;
                     }
                 },
                 None => s.next().await,
             };
             // This event and every one already arrived: one look for a burst.
-            let mut batch = vec![next];
-            while let Some(n) = s.next().now_or_never() {
-                let end = n.is_none();
-                batch.push(n);
-                if end {
-                    break;
-                }
-            }
-            look = false;
             let mine = view.get(&self.ticket).map(|t| (t.order, t.name.clone()));
-            for n in batch {
-                match n {
-                    // The API server ended the watch: watch again from where it was.
-                    None => stream = None,
-                    Some(Ok(WatchEvent::Bookmark(b))) => rv = b.metadata.resource_version,
-                    Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
-                        rv = l.metadata.resource_version.clone().unwrap_or(rv);
-                        let name = l.metadata.name.clone().unwrap_or_default();
-                        let new = Ticket::from_lease(&l);
-                        let old = view.remove(&name);
-                        look |= matters(&mine, old.as_ref()) || matters(&mine, new.as_ref());
-                        if let Some(t) = new {
-                            view.insert(name, t);
-                        }
+            let mut n = Some(next);
+            while let Some(ev) = n.take() {
+                match feed(&mut view, &mut rv, &mine, ev) {
+                    Ok(matters) => look |= matters,
+                    Err(Lost::Ended) => {
+                        stream = None;
+                        break;
                     }
-                    Some(Ok(WatchEvent::Deleted(l))) => {
-                        rv = l.metadata.resource_version.clone().unwrap_or(rv);
-                        let old = view.remove(&l.metadata.name.clone().unwrap_or_default());
-                        look |= matters(&mine, old.as_ref());
-                    }
-                    // 410 Gone (the revision was compacted) or any other end: list again.
-                    Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => {
-                        tokio::time::sleep(jitter(Duration::from_secs(2))).await;
-                        (view, rv) = self.list_tickets().await?;
+                    Err(Lost::Broken) => {
+                        (view, rv) = self.relist().await?;
                         stream = None;
                         look = true;
                         break;
                     }
                 }
+                n = stream.as_mut().and_then(|s| s.next().now_or_never());
             }
         }
     }
 
+    /// The tickets listed again after a watch broke (410 Gone: its revision was compacted;
+    /// or any error), after a jittered pause so that a thousand pods do not list at once.
+    async fn relist(&self) -> Result<(BTreeMap<String, Ticket>, String), PaceError> {
+        tokio::time::sleep(jitter(Duration::from_secs(2))).await;
+        self.list_tickets().await
+    }
+
     /// The pool's nodes (their states) and the pause, read now.
     async fn read_pool(&self) -> Result<(turn::Pool, bool), PaceError> {
+        // A consistent read, not resourceVersion 0: a busy API server's watch cache lags by
+        // seconds, and a node whose run ended would still look cordoned (measured: the
+        // budget a fifth unused at 1,000 nodes).
         let lp = ListParams::default().labels(&self.selector);
         let nodes = self
             .nodes
@@ -799,6 +840,55 @@ impl Pacer {
             .await
             .map(|_| ())
             .map_err(|e| self.err("setting the readiness gate of", "pod", pod, &e))
+    }
+}
+
+type TicketStream = BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
+
+/// Why the tickets' watch stopped feeding the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    /// The API server ended it (its timeout): watch again from the last revision.
+    Ended,
+    /// 410 Gone or an error: list again.
+    Broken,
+}
+
+/// Applies one event of the tickets' watch to `view` and `rv`. Ok: whether it can change
+/// the turn of the node whose ticket is `mine` (None: any change can).
+fn feed(
+    view: &mut BTreeMap<String, Ticket>,
+    rv: &mut String,
+    mine: &Option<(u64, String)>,
+    ev: Option<kube::Result<WatchEvent<Lease>>>,
+) -> Result<bool, Lost> {
+    match ev {
+        None => Err(Lost::Ended),
+        Some(Ok(WatchEvent::Bookmark(b))) => {
+            *rv = b.metadata.resource_version;
+            Ok(false)
+        }
+        Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
+            if let Some(v) = &l.metadata.resource_version {
+                rv.clone_from(v);
+            }
+            let name = l.metadata.name.clone().unwrap_or_default();
+            let new = Ticket::from_lease(&l);
+            let old = view.remove(&name);
+            let m = matters(mine, old.as_ref()) || matters(mine, new.as_ref());
+            if let Some(t) = new {
+                view.insert(name, t);
+            }
+            Ok(m)
+        }
+        Some(Ok(WatchEvent::Deleted(l))) => {
+            if let Some(v) = &l.metadata.resource_version {
+                rv.clone_from(v);
+            }
+            let old = view.remove(&l.metadata.name.clone().unwrap_or_default());
+            Ok(matters(mine, old.as_ref()))
+        }
+        Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => Err(Lost::Broken),
     }
 }
 

@@ -153,6 +153,37 @@ pub fn ahead_of<'a>(mine: &Ticket, all: impl Iterator<Item = &'a Ticket>) -> usi
         .count()
 }
 
+/// Whether a fresh read of the pool could let `mine` (waiting) take its turn now, judged
+/// from the live tickets and the pool as last read (`known`), with `bound` the budget's
+/// count: only if fewer of `known`'s available nodes wait ahead of it than the budget has
+/// room beside the holders of `known`'s nodes. So of a thousand waiting nodes only the next
+/// few read the pool on a hand-off, not all those within the budget of the head.
+///
+/// It over-estimates, never under: a node of `known` that turned unavailable since leaves
+/// the queue ahead and uses a place of the budget, which cancels out; a node not in `known`
+/// (joined since, or another pool's) counts neither ahead nor as a holder. What it can miss,
+/// a holder whose node left the pool since or a pool grown under a percentage, the head of
+/// the queue catches on its own timed read.
+pub fn could_take<'a>(
+    mine: &Ticket,
+    tickets: impl Iterator<Item = &'a Ticket>,
+    known: &Pool,
+    bound: usize,
+) -> bool {
+    let (mut ahead, mut holders) = (0, 0);
+    for t in tickets {
+        let Some(why) = known.get(&t.node) else {
+            continue;
+        };
+        if t.holds() {
+            holders += 1;
+        } else if t.waiting() && why.is_none() && (t.order, &t.name) < (mine.order, &mine.name) {
+            ahead += 1;
+        }
+    }
+    ahead < bound.saturating_sub(holders)
+}
+
 /// A waiting node's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Turn {

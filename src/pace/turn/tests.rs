@@ -290,6 +290,55 @@ proptest! {
     }
 }
 
+proptest! {
+    /// The gate that spares most waiters a read of the pool never spares one that the read
+    /// would have let take its turn, with the pool read now (`now`) differing from the one
+    /// read before (`before`) in any node's availability.
+    #[test]
+    fn the_gate_never_keeps_a_taker_from_reading_the_pool(
+        states in prop::collection::vec((0u8..5, any::<bool>(), any::<bool>(), 0u64..50), 1..30),
+        budget in 1usize..5,
+    ) {
+        let all = [State::Waiting, State::Activating, State::Failed, State::Done, State::Freed];
+        let tickets: Vec<Ticket> = states
+            .iter()
+            .enumerate()
+            .map(|(i, (s, _, _, o))| t(&format!("n{i}"), all[*s as usize], *o))
+            .collect();
+        let read = |pick: fn(&(u8, bool, bool, u64)) -> bool| -> Pool {
+            states
+                .iter()
+                .enumerate()
+                .map(|(i, st)| (format!("n{i}"), (!pick(st)).then(|| "cordoned".to_string())))
+                .collect()
+        };
+        let (before, now) = (read(|s| s.1), read(|s| s.2));
+        let b = Budget::Count(budget);
+        for x in tickets.iter().filter(|x| x.waiting()) {
+            if decide(&seen(&x.node, &tickets, &now, b)) == Turn::Take {
+                prop_assert!(could_take(x, tickets.iter(), &before, budget));
+            }
+        }
+    }
+}
+
+#[test]
+fn the_gate_lets_only_the_next_read_the_pool() {
+    let mut tk: Vec<Ticket> = (0..5)
+        .map(|i| t(&format!("h{i}"), State::Activating, i))
+        .collect();
+    tk.extend((5..20).map(|i| t(&format!("w{i}"), State::Waiting, i)));
+    let p: Pool = tk.iter().map(|x| (x.node.clone(), None)).collect();
+    let gate = |me: &str| {
+        let mine = tk.iter().find(|x| x.node == me).unwrap();
+        could_take(mine, tk.iter(), &p, 6)
+    };
+    // Budget 6, five holders: one place, the head's.
+    assert!(gate("w5"));
+    assert!(!gate("w6"));
+    assert!(!gate("w19"));
+}
+
 fn takers_sorted<'a>(v: &[&'a Ticket]) -> Vec<&'a Ticket> {
     let mut v = v.to_vec();
     v.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
