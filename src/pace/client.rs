@@ -202,9 +202,9 @@ impl Pacer {
         self.err(verb, "the Lease", &self.ticket, e)
     }
 
-    /// Waits (without a deadline: every request has its own timeout, `REQUEST_TIMEOUT`) until this node holds its turn,
-    /// saying why it waits. API errors are said and retried after a jittered back-off.
-    /// Returns the ticket's name.
+    /// Waits (without a deadline: every request has its own, `REQUEST_TIMEOUT`) until this
+    /// node holds its turn, saying why it waits. API errors are said and retried after a
+    /// jittered back-off. Returns the ticket's name.
     pub async fn acquire(&self, operation: &str, say: &dyn Fn(&str)) -> String {
         let mut voice = Voice {
             say,

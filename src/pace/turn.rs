@@ -149,8 +149,12 @@ pub fn ahead(me: &str, tickets: &[Ticket]) -> Option<usize> {
 
 /// How many waiting tickets are ahead of `mine` (itself waiting).
 pub fn ahead_of<'a>(mine: &Ticket, all: impl Iterator<Item = &'a Ticket>) -> usize {
-    all.filter(|t| t.waiting() && (t.order, &t.name) < (mine.order, &mine.name))
-        .count()
+    all.filter(|t| t.waiting() && precedes(t, mine)).count()
+}
+
+/// Whether `a` is before `b` in the queue's order (place, then name).
+fn precedes(a: &Ticket, b: &Ticket) -> bool {
+    (a.order, &a.name) < (b.order, &b.name)
 }
 
 /// Whether a fresh read of the pool could let `mine` (waiting) take its turn now, judged
@@ -177,7 +181,7 @@ pub fn could_take<'a>(
         };
         if t.holds() {
             holders += 1;
-        } else if t.waiting() && why.is_none() && (t.order, &t.name) < (mine.order, &mine.name) {
+        } else if t.waiting() && why.is_none() && precedes(t, mine) {
             ahead += 1;
         }
     }
