@@ -83,11 +83,13 @@
 
 #[path = "../support/audit.rs"]
 mod audit;
+#[path = "../support/kube_bin.rs"]
+mod kube_bin;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -187,8 +189,7 @@ fn runs() -> Vec<Run> {
 /// The directory of tests/crio-real/build.sh's binaries; never starts a build here (one takes
 /// twenty minutes): says how instead.
 fn kube_bin() -> PathBuf {
-    let build = repo().join("tests/crio-real/build.sh");
-    let current = Command::new(&build)
+    let current = Command::new(repo().join("tests/crio-real/build.sh"))
         .arg("--check")
         .status()
         .expect("run tests/crio-real/build.sh --check");
@@ -196,18 +197,7 @@ fn kube_bin() -> PathBuf {
         current.success(),
         "the control plane's binaries are not built: run tests/crio-real/build.sh first"
     );
-    let o = Command::new(&build)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run tests/crio-real/build.sh");
-    assert!(o.status.success(), "tests/crio-real/build.sh failed");
-    let out = String::from_utf8_lossy(&o.stdout);
-    PathBuf::from(
-        out.lines()
-            .last()
-            .expect("build.sh prints its output directory")
-            .trim(),
-    )
+    kube_bin::kube_bin()
 }
 
 /// Soft and hard limits of open files ("Max open files" of /proc/self/limits).

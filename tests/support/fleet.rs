@@ -16,28 +16,13 @@ use std::time::{Duration, Instant};
 
 use super::crio_real::{OCI_CONFIG, OCI_PACKAGE};
 use super::kata::KataNode;
+use super::kube_bin::kube_bin;
 use super::node::{Node, NodeOptions};
 
 pub const API_PORT: u16 = 16443;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The directory of tests/crio-real/build.sh's binaries (building them if needed).
-pub fn kube_bin() -> PathBuf {
-    let o = Command::new(repo().join("tests/crio-real/build.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run tests/crio-real/build.sh");
-    assert!(o.status.success(), "tests/crio-real/build.sh failed");
-    let out = String::from_utf8_lossy(&o.stdout);
-    PathBuf::from(
-        out.lines()
-            .last()
-            .expect("build.sh prints its output directory")
-            .trim(),
-    )
 }
 
 /// A running control plane; dropping it stops it.

@@ -7,6 +7,7 @@ pub mod fleet;
 pub mod hold;
 pub mod image;
 pub mod kata;
+pub mod kube_bin;
 pub mod kubelet_node;
 pub mod node;
 pub mod referee;
