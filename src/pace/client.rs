@@ -2,8 +2,8 @@
 //! settle it. Decisions are [`super::turn`]'s; this file only reads, watches and writes.
 
 use super::ticket::{
-    ticket_name, State, Ticket, DETAIL_ANNOTATION, OPERATION_ANNOTATION, STATE_ANNOTATION,
-    TICKET_LABEL,
+    ticket_name, State, Ticket, DETAIL_ANNOTATION, OPERATION_ANNOTATION, PLACE_ANNOTATION,
+    STATE_ANNOTATION, TICKET_LABEL,
 };
 use super::turn::{self, Budget, Seen, Turn};
 use super::{PaceError, CORDON_ANNOTATION, PAUSE_ANNOTATION, PROVEN_CONDITION};
@@ -501,8 +501,7 @@ impl Pacer {
                     };
                     match turn::decide(&seen) {
                         Turn::Take => {
-                            let rv = Some(mine.order.to_string());
-                            return match self.take(rv, operation).await {
+                            return match self.take(mine.order, operation).await {
                                 Ok(()) => Ok(true),
                                 Err(PaceError::Api { detail, .. })
                                     if detail.starts_with("HTTP 409") =>
@@ -671,16 +670,19 @@ impl Pacer {
         }
     }
 
-    /// This node's turn: its ticket to activating, refused if it changed since read. The
-    /// ticket's owner is dropped: the garbage collector must not free a holder with its pod.
-    async fn take(&self, rv: Option<String>, operation: &str) -> Result<(), PaceError> {
+    /// This node's turn: its ticket (waiting at `place`, its resourceVersion) to activating,
+    /// refused if it changed since read; the place is kept ([`PLACE_ANNOTATION`]) so that
+    /// every pod can count who passed whom. The ticket's owner is dropped: the garbage
+    /// collector must not free a holder with its pod.
+    async fn take(&self, place: u64, operation: &str) -> Result<(), PaceError> {
         self.patch_own(
-            rv,
+            Some(place.to_string()),
             json!({
                 "metadata": {
                     "ownerReferences": null,
                     "annotations": {
                         STATE_ANNOTATION: State::Activating.as_str(),
+                        PLACE_ANNOTATION: place.to_string(),
                         OPERATION_ANNOTATION: operation,
                         DETAIL_ANNOTATION: null}},
                 "spec": {"acquireTime": now(), "renewTime": now()}

@@ -22,6 +22,11 @@
 //! - **No herd.** When a turn ends (its ticket `done`), only the node whose turn it now is
 //!   writes: its own ticket, `waiting` → `activating`, conditional on the resourceVersion it
 //!   read. Nobody else writes that Lease; no 409 storm.
+//! - **No node passed by more than the budget.** A node takes when fewer available nodes
+//!   wait ahead of it than the budget has free places, so several near the head may take at
+//!   once, in any order. A taken ticket keeps the place it waited at (`kata-live.io/place`),
+//!   so every pod counts who passed a waiting node; once the budget's count has passed one
+//!   (its pod slow to act), the nodes behind it wait for it.
 //! - **One budget** ([`turn::decide`]): the pool's nodes that use it are the holders (tickets
 //!   `activating` or `failed`) and the nodes the machine-config operator counts unavailable
 //!   (not Ready, cordoned, being updated: [`turn::unavailable`]); a node starts only while

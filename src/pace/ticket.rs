@@ -15,6 +15,9 @@ pub const OPERATION_ANNOTATION: &str = "kata-live.io/operation";
 pub const STATE_ANNOTATION: &str = "kata-live.io/state";
 /// Why a run failed, or why a ticket was freed, in words.
 pub const DETAIL_ANNOTATION: &str = "kata-live.io/detail";
+/// On a ticket that took its turn: its place while it waited (the revision at which it
+/// entered the queue), so that every pod can count the nodes that passed a waiting one.
+pub const PLACE_ANNOTATION: &str = "kata-live.io/place";
 
 /// A Lease name is a DNS subdomain: at most 253 characters.
 const NAME_MAX: usize = 253;
@@ -75,6 +78,9 @@ pub struct Ticket {
     /// opaque, but every etcd3-backed API server serves it as a decimal and compares it as one
     /// in its own watch cache). One that does not parse sorts last.
     pub order: u64,
+    /// The revision at which it entered the queue: its order while waiting, then
+    /// [`PLACE_ANNOTATION`] (None: not recorded, a ticket from before it was).
+    pub place: Option<u64>,
     pub operation: Option<String>,
     pub detail: Option<String>,
     pub since: Option<String>,
@@ -116,15 +122,22 @@ impl Ticket {
         }
         let ann = meta.annotations.as_ref();
         let get = |k: &str| ann.and_then(|a| a.get(k)).cloned();
+        let state = get(STATE_ANNOTATION).as_deref().and_then(State::parse);
+        let order = meta
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX);
+        let place = match state {
+            Some(State::Waiting) => Some(order),
+            _ => get(PLACE_ANNOTATION).and_then(|p| p.parse().ok()),
+        };
         Some(Ticket {
             name: meta.name.clone().unwrap_or_default(),
             node,
-            state: get(STATE_ANNOTATION).as_deref().and_then(State::parse),
-            order: meta
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(u64::MAX),
+            state,
+            order,
+            place,
             operation: get(OPERATION_ANNOTATION),
             detail: get(DETAIL_ANNOTATION),
             since: spec.acquire_time.as_ref().map(|t| t.0.to_string()),
@@ -142,6 +155,12 @@ impl Ticket {
 
     pub fn failed(&self) -> bool {
         self.state == Some(State::Failed)
+    }
+
+    /// Whether this ticket took its turn while `waiting` (a waiting ticket) waited: it
+    /// entered the queue after it and is no longer waiting.
+    pub fn passed(&self, waiting: &Ticket) -> bool {
+        !self.waiting() && self.place.is_some_and(|p| p > waiting.order)
     }
 
     /// The holder in words, for a waiting pod's log.
@@ -198,8 +217,29 @@ mod tests {
             ("w1", Some(State::Waiting), 42)
         );
         assert!(t.waiting() && !t.holds());
+        assert_eq!(t.place, Some(42), "a waiting ticket's place is its order");
         assert!(Ticket::from_lease(&lease("w1", "waiting", "42", false)).is_none());
         assert!(Ticket::from_lease(&lease("", "waiting", "42", true)).is_none());
+    }
+
+    #[test]
+    fn a_taken_ticket_keeps_its_place_and_counts_as_passing_those_queued_before_it() {
+        let mut l = lease("w2", "activating", "90", true);
+        let ann = l.metadata.annotations.as_mut().unwrap();
+        ann.insert(PLACE_ANNOTATION.into(), "50".into());
+        let taken = Ticket::from_lease(&l).unwrap();
+        assert_eq!((taken.order, taken.place), (90, Some(50)));
+        let before = Ticket::from_lease(&lease("w1", "waiting", "42", true)).unwrap();
+        let after = Ticket::from_lease(&lease("w3", "waiting", "60", true)).unwrap();
+        assert!(taken.passed(&before));
+        assert!(!taken.passed(&after), "it entered the queue before w3");
+        assert!(!after.passed(&before), "a waiting ticket passes nobody");
+        let old = Ticket::from_lease(&lease("w4", "done", "95", true)).unwrap();
+        assert_eq!(old.place, None);
+        assert!(
+            !old.passed(&before),
+            "a place not recorded counts as no passing"
+        );
     }
 
     #[test]

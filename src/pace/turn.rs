@@ -264,7 +264,23 @@ pub fn decide(s: &Seen) -> Turn {
         return outside("this node's ticket is not waiting in the view read".into());
     };
     if place < free {
-        return Turn::Take;
+        // No node is passed by more than the budget: a node that is slow to take its turn
+        // (its pod's CPU, a late event) is waited for once that many have passed it. Each
+        // node between it and this one could take at the same moment, so they count too.
+        // Outside: what holds that node may be its own read of the pool, which no ticket
+        // event announces, so this one looks again on the timer too.
+        let held = q[..place].iter().enumerate().find_map(|(i, x)| {
+            let k = s.tickets.iter().filter(|t| t.passed(x)).count();
+            (k + place - i > budget).then_some((x, k))
+        });
+        let Some((x, k)) = held else {
+            return Turn::Take;
+        };
+        return outside(format!(
+            "waiting for node {} to take its turn first: it is ahead in the queue and {k} \
+             node(s) passed it already (a node is passed by at most the budget, {budget})",
+            x.node
+        ));
     }
     let mut words = format!(
         "waiting for its turn: {place} node(s) ahead in the queue; {} of the budget of {budget} \

@@ -9,6 +9,7 @@ fn t(node: &str, state: State, order: u64) -> Ticket {
         node: node.into(),
         state: Some(state),
         order,
+        place: (state == State::Waiting).then_some(order),
         operation: Some("install".into()),
         detail: None,
         since: None,
@@ -317,6 +318,87 @@ proptest! {
         for x in tickets.iter().filter(|x| x.waiting()) {
             if decide(&seen(&x.node, &tickets, &now, b)) == Turn::Take {
                 prop_assert!(could_take(x, tickets.iter(), &before, budget));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_node_passed_by_the_budget_is_waited_for() {
+    // a was passed by b and c (they queued after it and took first, and are done).
+    let mut b = t("b", State::Done, 20);
+    b.place = Some(2);
+    let mut c = t("c", State::Done, 21);
+    c.place = Some(3);
+    let tk = [
+        t("a", State::Waiting, 1),
+        b,
+        c,
+        t("d", State::Waiting, 4),
+        t("e", State::Waiting, 5),
+    ];
+    let p: Pool = tk.iter().map(|x| (x.node.clone(), None)).collect();
+    assert_eq!(decide(&seen("a", &tk, &p, Budget::Count(2))), Turn::Take);
+    let w = decide(&seen("d", &tk, &p, Budget::Count(2)));
+    assert!(
+        matches!(&w, Turn::Wait { words, outside: true }
+            if words.contains("node a to take its turn first") && words.contains("2 node(s) passed it")),
+        "{w:?}"
+    );
+    assert_eq!(
+        decide(&seen("d", &tk, &p, Budget::Count(3))),
+        Turn::Take,
+        "a passed twice, by d once more: 3, within 3"
+    );
+    assert_ne!(
+        decide(&seen("e", &tk, &p, Budget::Count(3))),
+        Turn::Take,
+        "d and e at once would make 4"
+    );
+    // a unavailable: it does not hold the ones behind it.
+    let mut p2 = p.clone();
+    p2.insert("a".into(), Some("not Ready".into()));
+    assert_eq!(decide(&seen("d", &tk, &p2, Budget::Count(2))), Turn::Take);
+}
+
+proptest! {
+    /// A rollout played in steps: at each, every waiting node decides on the same view, and
+    /// only some of the takers act (the others are slow: their pods' CPU, a late event);
+    /// holders end their turns at random; a few nodes are unavailable (they use the budget
+    /// and are passed, as they must be). No available node is passed by more than the budget.
+    #[test]
+    fn no_waiting_node_is_passed_by_more_than_the_budget(
+        down in prop::collection::vec(prop::bool::weighted(0.05), 4..25),
+        budget in 1usize..5,
+        steps in prop::collection::vec((any::<u64>(), any::<u64>()), 1..60),
+    ) {
+        let mut tk: Vec<Ticket> = (0..down.len())
+            .map(|i| t(&format!("n{i:02}"), State::Waiting, i as u64))
+            .collect();
+        let p: Pool = down
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (format!("n{i:02}"), d.then(|| "not Ready".to_string())))
+            .collect();
+        let b = Budget::Count(budget);
+        for (step, (act, end)) in steps.iter().enumerate() {
+            let takers: Vec<usize> = (0..tk.len())
+                .filter(|&i| tk[i].waiting() && decide(&seen(&tk[i].node, &tk, &p, b)) == Turn::Take)
+                .collect();
+            for (k, &i) in takers.iter().enumerate() {
+                if act >> (k % 64) & 1 == 1 {
+                    tk[i].state = Some(State::Activating);
+                    tk[i].order = 1000 + step as u64;
+                }
+            }
+            for (i, x) in tk.iter_mut().enumerate() {
+                if x.state == Some(State::Activating) && end >> (i % 64) & 1 == 1 {
+                    x.state = Some(State::Done);
+                }
+            }
+            for x in tk.iter().filter(|x| x.waiting() && p[&x.node].is_none()) {
+                let passed = tk.iter().filter(|y| y.passed(x)).count();
+                prop_assert!(passed <= budget, "{} passed by {passed} (budget {budget})", x.node);
             }
         }
     }
