@@ -367,8 +367,8 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
                 );
                 assert_eq!(
                     rules[0].verbs,
-                    ["get", "list", "patch"],
-                    "list: the pool's states; no watch, update, create or delete"
+                    ["get", "list", "watch", "patch"],
+                    "list and watch: the pool's states; no update, create or delete"
                 );
                 seen += 1;
             }

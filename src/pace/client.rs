@@ -68,6 +68,7 @@ pub struct Pacer {
     leases: Api<Lease>,
     watch: Api<Lease>,
     nodes: Api<Node>,
+    watch_nodes: Api<Node>,
     /// As JSON, like the DaemonSet: the typed Pod's decoder (every volume source, container
     /// and status field) is the largest single piece a patch_status would pull into the
     /// shipped binary, for a response nobody reads (docs/figures.md, "Size").
@@ -161,8 +162,9 @@ impl Pacer {
         let ns = cfg.namespace.as_str();
         let mut p = Pacer {
             leases: Api::namespaced(client.clone(), ns),
-            watch: Api::namespaced(watcher, ns),
+            watch: Api::namespaced(watcher.clone(), ns),
             nodes: Api::all(client.clone()),
+            watch_nodes: Api::all(watcher),
             pods: Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<Pod>(&())),
             sets: Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<DaemonSet>(&())),
             events: Api::namespaced(client, EVENT_NAMESPACE),
@@ -408,9 +410,10 @@ impl Pacer {
         }
     }
 
-    /// Waits in the queue, on a watch of the tickets, until this node's turn; takes it.
-    /// Ok(false): this node's ticket is no longer waiting (deleted, or written by someone
-    /// else): enqueue again.
+    /// Waits in the queue until this node's turn; takes it. Far from the head it watches one
+    /// ticket ([`turn::sentinel`]); within the budget's reach, every ticket and the pool's
+    /// nodes, and decides on each change that can make it next. Ok(false): this node's ticket
+    /// is no longer waiting (deleted, or written by someone else): enqueue again.
     async fn wait_turn(&self, operation: &str, voice: &mut Voice<'_>) -> Result<bool, PaceError> {
         let (mut view, mut rv) = self.list_tickets().await?;
         // An upper bound of the budget: a node with that many ahead cannot be next, whatever
@@ -420,10 +423,14 @@ impl Pacer {
             Budget::Percent(_) => self.cfg.budget.of(self.pool_size().await?.max(view.len())),
         };
         let mut stream: Option<TicketStream> = None;
+        // Too far back to be next: the one ticket this node watches, not the queue. A
+        // thousand far nodes then hear nothing of the hand-offs at the head.
+        let mut far: Option<String> = None;
+        // Within reach: the pool's nodes, watched.
+        let mut pool: Option<PoolView> = None;
         let mut recheck: Option<Instant> = None;
+        let mut freed_at: Option<Instant> = None;
         let mut look = true;
-        // The pool as this node last read it, and whether a timer calls for a read now.
-        let mut known: Option<turn::Pool> = None;
         let mut due = false;
         loop {
             if look {
@@ -433,144 +440,198 @@ impl Pacer {
                 };
                 let ahead = turn::ahead_of(mine, view.values());
                 let timed = std::mem::take(&mut due);
-                // Within the budget's reach, the pool is read only by the few the tickets
-                // and the pool as last read say could be next (and by a timer's call).
-                let next = ahead < bound
-                    && (timed
-                        || known
-                            .as_ref()
-                            .is_none_or(|k| turn::could_take(mine, view.values(), k, bound)));
-                if !next {
-                    if ahead >= bound {
-                        recheck = None;
-                    } else if ahead == 0 && recheck.is_none() {
-                        recheck = Some(Instant::now() + HEAD_RECHECK);
+                if ahead >= bound {
+                    pool = None;
+                    recheck = None;
+                    let one = turn::sentinel(mine, view.values(), bound).map(|t| t.name.clone());
+                    if one != far {
+                        far = one;
+                        stream = None;
                     }
-                    // The head's last words (from its read of the pool) still say why.
-                    if ahead > 0 {
+                    voice.say(&format!(
+                        "waiting for its turn: {ahead} node(s) ahead in the queue (the budget \
+                         is {})",
+                        self.cfg.budget
+                    ));
+                } else {
+                    if far.take().is_some() {
+                        // Its view is the list's, read when it woke: watch every ticket
+                        // from there.
+                        stream = None;
+                    }
+                    let p = match pool.take() {
+                        Some(p) => p,
+                        None => self.list_pool().await?,
+                    };
+                    let p = pool.insert(p);
+                    bound = self.cfg.budget.of(p.nodes.len());
+                    if ahead >= bound {
+                        look = true;
+                        continue;
+                    }
+                    // At the head: a holder whose Node is gone is freed (at most every
+                    // HEAD_RECHECK: each is a read of that Node).
+                    if ahead == 0
+                        && view
+                            .values()
+                            .any(|t| t.holds() && !p.nodes.contains_key(&t.node))
+                        && freed_at.is_none_or(|at| at.elapsed() >= HEAD_RECHECK)
+                    {
+                        freed_at = Some(Instant::now());
+                        let tickets: Vec<&Ticket> = view.values().collect();
+                        self.free_deleted(&tickets, &p.nodes, voice).await;
+                    }
+                    // Only the few the tickets and the pool say could be next decide (and a
+                    // timer's call): a hundred near nodes do not sort the queue per event.
+                    if timed || turn::could_take(mine, view.values(), &p.nodes, bound) {
+                        let owned: Vec<Ticket> = view.values().cloned().collect();
+                        let mut seen = Seen {
+                            me: &self.cfg.node,
+                            tickets: &owned,
+                            pool: &p.nodes,
+                            budget: self.cfg.budget,
+                            paused: false,
+                        };
+                        let mut turn = turn::decide(&seen);
+                        // The pause is read before a take, and on the timer while something
+                        // outside the tickets holds this node (so that it says so).
+                        if (turn == Turn::Take || timed) && self.read_pause().await? {
+                            seen.paused = true;
+                            turn = turn::decide(&seen);
+                        }
+                        match turn {
+                            Turn::Take => {
+                                return match self.take(mine.order, operation).await {
+                                    Ok(()) => Ok(true),
+                                    Err(PaceError::Api { detail, .. })
+                                        if detail.starts_with("HTTP 409") =>
+                                    {
+                                        Ok(false)
+                                    }
+                                    Err(e) => Err(e),
+                                };
+                            }
+                            Turn::Wait { words, outside } => {
+                                voice.say(&words);
+                                // The pause, or what another node read: looked at again.
+                                recheck = outside.then(|| Instant::now() + RECHECK);
+                            }
+                        }
+                    } else {
+                        // Figures only: a hundred nodes near the head hear every hand-off, and
+                        // say again only when the words change in more than their figures.
+                        recheck = None;
                         voice.say(&format!(
-                            "waiting for its turn: {ahead} node(s) ahead in the queue (the \
-                             budget is {})",
-                            self.cfg.budget
+                            "waiting for its turn: {ahead} node(s) ahead in the queue; the \
+                             budget ({}: {bound} of {} node(s)) is in use",
+                            self.cfg.budget,
+                            p.nodes.len(),
                         ));
                     }
-                } else {
-                    recheck = None;
-                    // The tickets' events go on feeding the view while the pool is read: a
-                    // decision is made on the tickets as they are when the read ends, never
-                    // on a view that fell behind by the read's length (at a thousand nodes,
-                    // a busy API server's read takes long, and the hand-offs go on).
-                    let read = self.read_pool();
-                    tokio::pin!(read);
-                    let mut lost = None;
-                    let (pool, paused) = loop {
-                        let Some(s) = stream.as_mut().filter(|_| lost.is_none()) else {
-                            break read.await?;
-                        };
-                        tokio::select! {
-                            biased;
-                            r = &mut read => break r?,
-                            n = s.next() => {
-                                if let Err(l) = feed(&mut view, &mut rv, &None, n) {
-                                    lost = Some(l);
-                                }
-                            }
-                        }
-                    };
-                    if let Some(l) = lost {
-                        stream = None;
-                        if l == Lost::Broken {
-                            (view, rv) = self.relist().await?;
-                        }
-                    }
-                    let Some(mine) = view.get(&self.ticket).filter(|t| t.waiting()) else {
-                        return Ok(false);
-                    };
-                    let ahead = turn::ahead_of(mine, view.values());
-                    bound = self.cfg.budget.of(pool.len());
-                    let tickets: Vec<Ticket> = view.values().cloned().collect();
-                    if ahead == 0 {
-                        self.free_deleted(&tickets, &pool, voice).await;
-                    }
-                    let seen = Seen {
-                        me: &self.cfg.node,
-                        tickets: &tickets,
-                        pool: &pool,
-                        budget: self.cfg.budget,
-                        paused,
-                    };
-                    match turn::decide(&seen) {
-                        Turn::Take => {
-                            return match self.take(mine.order, operation).await {
-                                Ok(()) => Ok(true),
-                                Err(PaceError::Api { detail, .. })
-                                    if detail.starts_with("HTTP 409") =>
-                                {
-                                    Ok(false)
-                                }
-                                Err(e) => Err(e),
-                            };
-                        }
-                        Turn::Wait { words, outside } => {
-                            voice.say(&words);
-                            if outside {
-                                recheck = Some(Instant::now() + RECHECK);
-                            } else if ahead == 0 {
-                                // A holder whose Node was deleted (a machine scaled down)
-                                // is announced by no ticket event: the head looks again
-                                // now and then, to free it.
-                                recheck = Some(Instant::now() + HEAD_RECHECK);
-                            }
-                        }
-                    }
-                    known = Some(pool);
                 }
             }
             if stream.is_none() {
-                let wp = WatchParams::default()
-                    .labels(&format!("{TICKET_LABEL}=true"))
-                    .timeout(
-                        WATCH_SECONDS * 3 / 4
-                            + jitter(Duration::from_secs(u64::from(WATCH_SECONDS / 4))).as_secs()
-                                as u32,
-                    );
+                let wp = match &far {
+                    Some(name) => WatchParams::default().fields(&format!("metadata.name={name}")),
+                    None => WatchParams::default().labels(&format!("{TICKET_LABEL}=true")),
+                };
                 let s = self
                     .watch
-                    .watch(&wp, &rv)
+                    .watch(&wp.timeout(watch_seconds()), &rv)
                     .await
                     .map_err(|e| self.err("watching", "the tickets", TICKET_LABEL, &e))?;
                 stream = Some(s.boxed());
             }
-            let Some(s) = stream.as_mut() else { continue };
-            let next = match recheck {
-                Some(at) => match tokio::time::timeout_at(at, s.next()).await {
-                    Ok(n) => n,
-                    Err(_) => {
-                        look = true;
-                        due = true;
-                        continue;
-                    }
-                },
-                None => s.next().await,
+            if let Some(p) = pool.as_mut().filter(|p| p.stream.is_none()) {
+                let wp = WatchParams::default()
+                    .labels(&self.selector)
+                    .timeout(watch_seconds());
+                let s =
+                    self.watch_nodes.watch(&wp, &p.rv).await.map_err(|e| {
+                        self.err("watching", "the pool's nodes", &self.selector, &e)
+                    })?;
+                p.stream = Some(s.boxed());
+            }
+            let ev = {
+                let tickets = stream.as_mut();
+                let nodes = pool.as_mut().and_then(|p| p.stream.as_mut());
+                tokio::select! {
+                    biased;
+                    n = next_of(tickets) => Woke::Tickets(Box::new(n)),
+                    n = next_of(nodes) => Woke::Nodes(Box::new(n)),
+                    () = sleep_until(recheck) => Woke::Timer,
+                }
             };
-            // This event and every one already arrived: one look for a burst.
-            let mine = view.get(&self.ticket).map(|t| (t.order, t.name.clone()));
-            let mut n = Some(next);
-            while let Some(ev) = n.take() {
-                match feed(&mut view, &mut rv, &mine, ev) {
-                    Ok(matters) => look |= matters,
-                    Err(Lost::Ended) => {
-                        stream = None;
-                        break;
-                    }
-                    Err(Lost::Broken) => {
-                        (view, rv) = self.relist().await?;
-                        stream = None;
-                        look = true;
-                        break;
+            match ev {
+                Woke::Timer => {
+                    recheck = None;
+                    look = true;
+                    due = true;
+                }
+                Woke::Nodes(n) => {
+                    let Some(p) = pool.as_mut() else { continue };
+                    let mut n = Some(*n);
+                    while let Some(ev) = n.take() {
+                        match feed_pool(&mut p.nodes, &mut p.rv, ev) {
+                            Ok(changed) => look |= changed,
+                            Err(Lost::Ended) => {
+                                p.stream = None;
+                                break;
+                            }
+                            Err(Lost::Broken) => {
+                                tokio::time::sleep(jitter(Duration::from_secs(2))).await;
+                                *p = self.list_pool().await?;
+                                look = true;
+                                break;
+                            }
+                        }
+                        n = p.stream.as_mut().and_then(|s| s.next().now_or_never());
                     }
                 }
-                n = stream.as_mut().and_then(|s| s.next().now_or_never());
+                Woke::Tickets(next) if far.is_some() => {
+                    // The watched ticket left its place (took its turn, or was deleted), or
+                    // the watch ended: count again. Each far node watches another ticket, so
+                    // these lists come one at a time, not as a herd. Ending (every 217-290 s)
+                    // counts again too: the watched ticket may be a node that cannot take
+                    // (unavailable) while others pass it.
+                    let wake = match *next {
+                        Some(Ok(WatchEvent::Bookmark(_))) => false,
+                        Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
+                            !Ticket::from_lease(&l).is_some_and(|t| t.waiting())
+                        }
+                        Some(Ok(WatchEvent::Deleted(_))) | None => true,
+                        Some(Ok(WatchEvent::Error(_)) | Err(_)) => {
+                            tokio::time::sleep(jitter(Duration::from_secs(2))).await;
+                            true
+                        }
+                    };
+                    if wake {
+                        (view, rv) = self.list_tickets().await?;
+                        stream = None;
+                        look = true;
+                    }
+                }
+                Woke::Tickets(next) => {
+                    // This event and every one already arrived: one look for a burst.
+                    let mine = view.get(&self.ticket).map(|t| (t.order, t.name.clone()));
+                    let mut n = Some(*next);
+                    while let Some(ev) = n.take() {
+                        match feed(&mut view, &mut rv, &mine, ev) {
+                            Ok(matters) => look |= matters,
+                            Err(Lost::Ended) => {
+                                stream = None;
+                                break;
+                            }
+                            Err(Lost::Broken) => {
+                                (view, rv) = self.relist().await?;
+                                stream = None;
+                                look = true;
+                                break;
+                            }
+                        }
+                        n = stream.as_mut().and_then(|s| s.next().now_or_never());
+                    }
+                }
             }
         }
     }
@@ -582,39 +643,46 @@ impl Pacer {
         self.list_tickets().await
     }
 
-    /// The pool's nodes (their states) and the pause, read now.
-    async fn read_pool(&self) -> Result<(turn::Pool, bool), PaceError> {
+    /// The pool's nodes (their states), listed to be watched from there.
+    async fn list_pool(&self) -> Result<PoolView, PaceError> {
         // A consistent read, not resourceVersion 0: a busy API server's watch cache lags by
         // seconds, and a node whose run ended would still look cordoned (measured: the
         // budget a fifth unused at 1,000 nodes).
         let lp = ListParams::default().labels(&self.selector);
-        let nodes = self
+        let list = self
             .nodes
             .list(&lp)
             .await
             .map_err(|e| self.err("listing", "the pool's nodes", &self.selector, &e))?;
-        let paused = match &self.cfg.daemonset {
-            None => false,
-            Some(ds) => {
-                let set = self
-                    .sets
-                    .get(ds)
-                    .await
-                    .map_err(|e| self.err("reading", "the DaemonSet", ds, &e))?;
-                set.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(PAUSE_ANNOTATION))
-                    .is_some_and(|v| v == "true")
-            }
+        Ok(PoolView {
+            nodes: turn::pool_of(&list.items),
+            rv: list.metadata.resource_version.unwrap_or_default(),
+            stream: None,
+        })
+    }
+
+    /// Whether the DaemonSet's pause annotation is set (false when no DaemonSet is known).
+    async fn read_pause(&self) -> Result<bool, PaceError> {
+        let Some(ds) = &self.cfg.daemonset else {
+            return Ok(false);
         };
-        Ok((turn::pool_of(&nodes.items), paused))
+        let set = self
+            .sets
+            .get(ds)
+            .await
+            .map_err(|e| self.err("reading", "the DaemonSet", ds, &e))?;
+        Ok(set
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PAUSE_ANNOTATION))
+            .is_some_and(|v| v == "true"))
     }
 
     /// At the head of the queue: a ticket that holds its place for a node whose Node object
     /// is gone (a machine scaled down) is freed, with an Event saying so. Only the head does
     /// it, so two nodes never free the same place; best effort, said when it fails.
-    async fn free_deleted(&self, tickets: &[Ticket], pool: &turn::Pool, voice: &mut Voice<'_>) {
+    async fn free_deleted(&self, tickets: &[&Ticket], pool: &turn::Pool, voice: &mut Voice<'_>) {
         for t in tickets
             .iter()
             .filter(|t| t.holds() && !pool.contains_key(&t.node))
@@ -846,6 +914,78 @@ impl Pacer {
 }
 
 type TicketStream = BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
+type NodeStream = BoxStream<'static, kube::Result<WatchEvent<Node>>>;
+
+/// The pool's nodes as a node within the budget's reach keeps them: listed, then watched.
+struct PoolView {
+    nodes: turn::Pool,
+    rv: String,
+    stream: Option<NodeStream>,
+}
+
+/// What woke a waiting node.
+enum Woke {
+    Tickets(Box<Option<kube::Result<WatchEvent<Lease>>>>),
+    Nodes(Box<Option<kube::Result<WatchEvent<Node>>>>),
+    Timer,
+}
+
+/// The next item of `s`; never, when there is no stream.
+async fn next_of<S: futures_util::Stream + Unpin>(s: Option<&mut S>) -> Option<S::Item> {
+    match s {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A watch's length: jittered down to 3/4 of [`WATCH_SECONDS`] so that a thousand pods
+/// started together do not re-watch together.
+fn watch_seconds() -> u32 {
+    WATCH_SECONDS * 3 / 4
+        + jitter(Duration::from_secs(u64::from(WATCH_SECONDS / 4))).as_secs() as u32
+}
+
+/// Applies one event of the pool's watch. Ok: whether a node joined, left, or changed in
+/// availability (what the budget counts).
+fn feed_pool(
+    pool: &mut turn::Pool,
+    rv: &mut String,
+    ev: Option<kube::Result<WatchEvent<Node>>>,
+) -> Result<bool, Lost> {
+    match ev {
+        None => Err(Lost::Ended),
+        Some(Ok(WatchEvent::Bookmark(b))) => {
+            *rv = b.metadata.resource_version;
+            Ok(false)
+        }
+        Some(Ok(WatchEvent::Added(n) | WatchEvent::Modified(n))) => {
+            if let Some(v) = &n.metadata.resource_version {
+                rv.clone_from(v);
+            }
+            let Some(name) = n.metadata.name.clone() else {
+                return Ok(false);
+            };
+            let why = turn::unavailable(&n);
+            Ok(pool.insert(name, why.clone()) != Some(why))
+        }
+        Some(Ok(WatchEvent::Deleted(n))) => {
+            if let Some(v) = &n.metadata.resource_version {
+                rv.clone_from(v);
+            }
+            Ok(n.metadata
+                .name
+                .is_some_and(|name| pool.remove(&name).is_some()))
+        }
+        Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => Err(Lost::Broken),
+    }
+}
 
 /// Why the tickets' watch stopped feeding the view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

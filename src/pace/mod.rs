@@ -12,13 +12,15 @@
 //!   order is arrival, the same for every pod. Arrival, not node name or canary first: it is
 //!   the only order in which a node that arrives late (a new machine) cannot be passed by an
 //!   endless stream of earlier names, and the canary is the DaemonSet's own first node anyway.
-//! - **Watched, not polled.** Each waiting pod lists the tickets once and then watches them
+//! - **Watched, not polled.** A waiting pod lists the tickets once and then watches
 //!   (resourceVersion, bookmarks; a re-list after 410 Gone or an error, with jittered
-//!   back-off). A waiting pod with at least the budget's count of tickets ahead cannot be
-//!   next whatever the pool's state, and decides from its place alone: no request. Only the
-//!   few at the head read the pool's nodes and the pause, when a ticket ahead of them or one
-//!   that holds changes (and every 10 s while the pause or a node's state holds them: no
-//!   ticket event announces those).
+//!   back-off). A pod with at least the budget's count of tickets ahead cannot be next
+//!   whatever the pool's state: it watches one ticket only ([`turn::sentinel`], the one whose
+//!   turn brings it within reach; each far pod another one), and counts again when that one
+//!   leaves the queue or the watch ends (every 217-290 s). Within reach, a pod watches every
+//!   ticket; only the few the tickets say could be next ([`turn::could_take`]) read the pool's
+//!   nodes and the pause, when a ticket ahead of them or one that holds changes (and every
+//!   10 s while the pause or a node's state holds them: no ticket event announces those).
 //! - **No herd.** When a turn ends (its ticket `done`), only the node whose turn it now is
 //!   writes: its own ticket, `waiting` → `activating`, conditional on the resourceVersion it
 //!   read. Nobody else writes that Lease; no 409 storm.

@@ -157,6 +157,25 @@ fn precedes(a: &Ticket, b: &Ticket) -> bool {
     (a.order, &a.name) < (b.order, &b.name)
 }
 
+/// For a node too far back to be next (at least `bound` waiting tickets ahead of `mine`):
+/// the one ticket whose turn brings it within reach. Ahead of it are `bound` fewer than ahead
+/// of `mine`, so once it and those before it have left the queue, fewer than `bound` wait
+/// ahead of `mine`. A far node watches that one ticket, not the queue, so a hand-off is
+/// heard by the few near the head, not by a thousand (ZooKeeper's lock recipe, where each
+/// waiter watches the one before it). None: `mine` is within reach.
+pub fn sentinel<'a>(
+    mine: &Ticket,
+    tickets: impl Iterator<Item = &'a Ticket>,
+    bound: usize,
+) -> Option<&'a Ticket> {
+    let mut ahead: Vec<&Ticket> = tickets
+        .filter(|t| t.waiting() && precedes(t, mine))
+        .collect();
+    let at = ahead.len().checked_sub(bound)?;
+    ahead.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
+    Some(ahead[at])
+}
+
 /// Whether a fresh read of the pool could let `mine` (waiting) take its turn now, judged
 /// from the live tickets and the pool as last read (`known`), with `bound` the budget's
 /// count: only if fewer of `known`'s available nodes wait ahead of it than the budget has
@@ -174,14 +193,14 @@ pub fn could_take<'a>(
     known: &Pool,
     bound: usize,
 ) -> bool {
+    // Called on every ticket event by each node within reach: the pool is looked up only for
+    // the few tickets that count (holders, and those waiting ahead), not for the done ones
+    // and those behind, which are most of a thousand.
     let (mut ahead, mut holders) = (0, 0);
     for t in tickets {
-        let Some(why) = known.get(&t.node) else {
-            continue;
-        };
         if t.holds() {
-            holders += 1;
-        } else if t.waiting() && why.is_none() && precedes(t, mine) {
+            holders += usize::from(known.contains_key(&t.node));
+        } else if t.waiting() && precedes(t, mine) && known.get(&t.node) == Some(&None) {
             ahead += 1;
         }
     }
@@ -267,11 +286,17 @@ pub fn decide(s: &Seen) -> Turn {
         // No node is passed by more than the budget: a node that is slow to take its turn
         // (its pod's CPU, a late event) is waited for once that many have passed it. Each
         // node between it and this one could take at the same moment, so they count too.
+        // Between counts every waiting ticket, available or not here: this node's view of
+        // another's availability may differ from that node's own (a node that just took and
+        // cordoned itself looks unavailable and still waiting here, for a moment).
         // Outside: what holds that node may be its own read of the pool, which no ticket
         // event announces, so this one looks again on the timer too.
-        let held = q[..place].iter().enumerate().find_map(|(i, x)| {
+        let all = queue(s.tickets);
+        let at = |t: &Ticket| all.iter().position(|x| x.name == t.name).unwrap_or(0);
+        let me_at = at(q[place]);
+        let held = q[..place].iter().find_map(|x| {
             let k = s.tickets.iter().filter(|t| t.passed(x)).count();
-            (k + place - i > budget).then_some((x, k))
+            (k + me_at.saturating_sub(at(x)) > budget).then_some((x, k))
         });
         let Some((x, k)) = held else {
             return Turn::Take;

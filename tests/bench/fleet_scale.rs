@@ -40,16 +40,22 @@
 //! - `referee_watch_lag_p50_s` / `_p99_s` / `_max_s`: an independent watch of the tickets
 //!   (the admin's, on its own thread and connection): from each ticket write's response in
 //!   the audit log to its event's arrival; how stale any waiter's view must at least be;
-//! - `requests_per_waiting_node_per_min`: requests the API server counted (its /metrics
-//!   `apiserver_request_total`, after minus before the run) on the resources the pacing uses
-//!   (leases, nodes, events, daemonsets, pods/status; this includes the API server's own
-//!   identity-Lease renewals, one every 10 s), divided by the sum over the contenders of
-//!   their minutes in `acquire`. Every request of the run counts, the per-node fixed ones too
-//!   (enqueue, list, watch, take, release), so on short waits this is above the steady state;
-//!   `requests_per_node` and `requests_by` (verb, resource, code) say where they went, and
-//!   `waiting_requests_per_waiting_node_per_min` counts only the verbs a waiting node sends
-//!   (LIST and WATCH of leases, LIST of nodes: its first list and watch, its re-watches, and
-//!   the head's reads of the pool), from the same counters, over the same minutes;
+//! - `requests_per_waiting_node_per_min`: the steady state's cost of waiting, issue 38's
+//!   figure: the requests the API server counted (its /metrics `apiserver_request_total`)
+//!   between two reads of its counters at 20% and 60% of the ideal time (every node queued,
+//!   the rollout under way), of the verbs a waiting node sends (LIST and WATCH of leases
+//!   and of nodes, GET of daemonsets: its watches and their renewals, its counts, the near
+//!   nodes' list of the pool, the pause), divided by the contenders' minutes in `acquire` within
+//!   that window (`steady_waiting_node_min`). A WATCH is counted when it ends.
+//!   `steady_all_requests_per_waiting_node_per_min`: every request on the pacing's resources
+//!   (leases, nodes, events, daemonsets, pods/status) in that window, the holders' takes,
+//!   cordons and releases too (they grow with the hand-offs' rate, not with who waits; the
+//!   API server's own identity-Lease renewals, one every 10 s, count here too).
+//!   `run_requests_per_waiting_node_per_min` and `run_waiting_requests_per_waiting_node_per_min`:
+//!   the same over the whole run (after minus before), over every contender's minutes in
+//!   `acquire`: with the per-node fixed requests (enqueue, first list and watch, take,
+//!   cordon, release), above the steady state on short waits; `requests_per_node` and
+//!   `requests_by` (verb, resource, code) say where they went;
 //! - `conflicts_per_handoff`: 409s on tickets in the audit log / hand-offs;
 //! - `max_passed`: the most nodes that enqueued after a node and took before it (audit log);
 //! - `apiserver_cpu_s`, `etcd_cpu_s` (during the run), `apiserver_peak_rss_kib`,
@@ -470,7 +476,7 @@ async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
     let mut cr = ClusterRole::default();
     cr.metadata.name = Some("kata-live-bench".into());
     cr.rules = Some(vec![
-        rule(&[""], &["nodes"], &["get", "list", "patch"]),
+        rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
         rule(&[""], &["events"], &["create"]),
     ]);
     Api::<ClusterRole>::all(admin.clone())
@@ -547,7 +553,7 @@ async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
     }
 }
 
-async fn metrics(admin: &kube::Client) -> BTreeMap<(String, String, u16), f64> {
+async fn metrics(admin: &kube::Client) -> Totals {
     let req = hyper::Request::get("/metrics")
         .body(Vec::new())
         .expect("a GET /metrics request");
@@ -558,9 +564,54 @@ async fn metrics(admin: &kube::Client) -> BTreeMap<(String, String, u16), f64> {
     audit::request_totals(&text)
 }
 
+/// Requests the API server counted between two reads of its counters, on the pacing's
+/// resources.
+struct Counted {
+    all: f64,
+    /// The verbs a waiting node sends: LIST and WATCH of the tickets, LIST of the pool's
+    /// nodes, GET of the DaemonSet (the pause).
+    waiting: f64,
+    /// Every 429, whatever the resource.
+    throttled: f64,
+}
+
+type Totals = BTreeMap<(String, String, u16), f64>;
+
+fn count(before: &Totals, after: &Totals, mut by: Option<&mut BTreeMap<String, f64>>) -> Counted {
+    let mut c = Counted {
+        all: 0.0,
+        waiting: 0.0,
+        throttled: 0.0,
+    };
+    for (k, v) in after {
+        let d = v - before.get(k).copied().unwrap_or(0.0);
+        if d <= 0.0 {
+            continue;
+        }
+        if k.2 == 429 {
+            c.throttled += d;
+        }
+        if PACING_RESOURCES.contains(&k.1.as_str()) {
+            c.all += d;
+            if matches!(
+                (k.0.as_str(), k.1.as_str()),
+                ("LIST" | "WATCH", "leases" | "nodes") | ("GET", "daemonsets")
+            ) {
+                c.waiting += d;
+            }
+            if let Some(by) = by.as_deref_mut() {
+                *by.entry(format!("{} {} {}", k.0, k.1, k.2)).or_default() += d;
+            }
+        }
+    }
+    c
+}
+
 /// One contender's account of its turn.
 struct Outcome {
     node: String,
+    /// When it entered `acquire`, and how long it stayed there.
+    began: Instant,
     waited: Duration,
     acquire_errors: usize,
     release_errors: usize,
@@ -626,6 +677,7 @@ async fn contend(pacer: Pacer, node: String, run: Duration, progress: Arc<Progre
     drop(pacer);
     Outcome {
         node,
+        began: t,
         waited,
         acquire_errors: errors.get(),
         release_errors,
@@ -936,7 +988,15 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     let mut outcomes = Vec::with_capacity(run.nodes);
     let mut said = Instant::now();
     let mut moved = (Instant::now(), 0, 0);
+    // The steady state: the API server's counters read at 20% and 60% of the ideal time,
+    // when every node has queued and the rollout is under way (it lasts at least the ideal).
+    let window = (run.ideal_s() * 0.2, run.ideal_s() * 0.6);
+    let mut steady: Vec<(Instant, Totals)> = Vec::new();
     while outcomes.len() < run.nodes {
+        let at = [window.0, window.1][steady.len().min(1)];
+        if steady.len() < 2 && t0.elapsed().as_secs_f64() >= at {
+            steady.push((Instant::now(), rt.block_on(metrics(&admin))));
+        }
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(o) => outcomes.push(o),
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -1007,29 +1067,30 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     lag.sort_by(f64::total_cmp);
 
     let mut requests_by: BTreeMap<String, f64> = BTreeMap::new();
-    let (mut requests, mut throttled, mut waiting_requests) = (0.0, 0.0, 0.0);
-    for (k, v) in &after {
-        let d = v - before.get(k).copied().unwrap_or(0.0);
-        if d <= 0.0 {
-            continue;
-        }
-        if k.2 == 429 {
-            throttled += d;
-        }
-        if PACING_RESOURCES.contains(&k.1.as_str()) {
-            requests += d;
-            if matches!(
-                (k.0.as_str(), k.1.as_str()),
-                ("LIST" | "WATCH", "leases") | ("LIST", "nodes")
-            ) {
-                waiting_requests += d;
-            }
-            *requests_by
-                .entry(format!("{} {} {}", k.0, k.1, k.2))
-                .or_default() += d;
-        }
-    }
+    let c = count(&before, &after, Some(&mut requests_by));
+    let (requests, throttled, waiting_requests) = (c.all, c.throttled, c.waiting);
     let waiting_min: f64 = outcomes.iter().map(|o| o.waited.as_secs_f64()).sum::<f64>() / 60.0;
+    // The steady state's figures: the requests counted between the two reads, over the
+    // contenders' minutes in `acquire` within that window.
+    let (steady_waiting, steady_all, steady_min) = match steady.as_slice() {
+        [(w0, m0), (w1, m1)] => {
+            let c = count(m0, m1, None);
+            let min: f64 = outcomes
+                .iter()
+                .map(|o| {
+                    let (a, b) = (o.began.max(*w0), (o.began + o.waited).min(*w1));
+                    b.saturating_duration_since(a).as_secs_f64()
+                })
+                .sum::<f64>()
+                / 60.0;
+            (Some(c.waiting), Some(c.all), min)
+        }
+        _ => (None, None, 0.0),
+    };
+    let per_min = |n: Option<f64>| match n {
+        Some(n) if steady_min > 0.0 => round(n / steady_min, 3),
+        _ => Value::Null,
+    };
     let (mut h, mut next) = handoffs(&a, slots);
     h.sort_by(f64::total_cmp);
     next.sort_by(f64::total_cmp);
@@ -1075,10 +1136,7 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         ("referee_watch_lag_p50_s", opt(percentile(&lag, 50.0), 3)),
         ("referee_watch_lag_p99_s", opt(percentile(&lag, 99.0), 3)),
         ("referee_watch_lag_max_s", opt(lag.last().copied(), 3)),
-        (
-            "requests_per_waiting_node_per_min",
-            round(requests / waiting_min, 3),
-        ),
+        ("requests_per_waiting_node_per_min", per_min(steady_waiting)),
         (
             "conflicts_per_handoff",
             if h.is_empty() {
@@ -1090,7 +1148,16 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         ("max_passed", json!(a.max_passed())),
         ("conflicts", json!(conflicts)),
         (
-            "waiting_requests_per_waiting_node_per_min",
+            "steady_all_requests_per_waiting_node_per_min",
+            per_min(steady_all),
+        ),
+        ("steady_waiting_node_min", round(steady_min, 2)),
+        (
+            "run_requests_per_waiting_node_per_min",
+            round(requests / waiting_min, 3),
+        ),
+        (
+            "run_waiting_requests_per_waiting_node_per_min",
             round(waiting_requests / waiting_min, 3),
         ),
         ("requests", json!(requests)),

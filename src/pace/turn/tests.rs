@@ -361,6 +361,32 @@ fn a_node_passed_by_the_budget_is_waited_for() {
     assert_eq!(decide(&seen("d", &tk, &p2, Budget::Count(2))), Turn::Take);
 }
 
+#[test]
+fn a_node_that_looks_unavailable_between_counts_as_one_that_may_pass() {
+    // a was passed twice (by b and e). c just took and cordoned itself: here its cordon is
+    // seen and its ticket still waiting. Budget 3, c's cordon uses one: d could take by the
+    // places, but c and d would pass a: 4 with b and e, beyond 3.
+    let mut b = t("b", State::Done, 20);
+    b.place = Some(2);
+    let mut e = t("e", State::Done, 21);
+    e.place = Some(5);
+    let tk = [
+        t("a", State::Waiting, 1),
+        b,
+        e,
+        t("c", State::Waiting, 3),
+        t("d", State::Waiting, 4),
+    ];
+    let mut p: Pool = tk.iter().map(|x| (x.node.clone(), None)).collect();
+    p.insert("c".into(), Some("cordoned by kata-live for its run".into()));
+    let w = decide(&seen("d", &tk, &p, Budget::Count(3)));
+    assert!(
+        matches!(&w, Turn::Wait { words, .. } if words.contains("node a to take its turn first")),
+        "{w:?}"
+    );
+    assert_eq!(decide(&seen("d", &tk, &p, Budget::Count(4))), Turn::Take);
+}
+
 proptest! {
     /// A rollout played in steps: at each, every waiting node decides on the same view, and
     /// only some of the takers act (the others are slow: their pods' CPU, a late event);
@@ -419,6 +445,35 @@ fn the_gate_lets_only_the_next_read_the_pool() {
     assert!(gate("w5"));
     assert!(!gate("w6"));
     assert!(!gate("w19"));
+}
+
+#[test]
+fn a_far_node_watches_the_ticket_that_brings_it_within_reach() {
+    let mut tk: Vec<Ticket> = (0..3)
+        .map(|i| t(&format!("h{i}"), State::Done, i))
+        .collect();
+    tk.extend((3..13).map(|i| t(&format!("w{i:02}"), State::Waiting, i)));
+    let me = |n: &str| tk.iter().find(|x| x.node == n).unwrap().clone();
+    // w12 has 9 waiting ahead (w03..w11); with a budget of 2 it is within reach once w10
+    // (7 ahead of it) has left the queue: then w11 alone waits ahead.
+    let s = sentinel(&me("w12"), tk.iter(), 2).map(|x| x.node.clone());
+    assert_eq!(s.as_deref(), Some("w10"));
+    assert_eq!(
+        sentinel(&me("w05"), tk.iter(), 2)
+            .map(|x| x.node.clone())
+            .as_deref(),
+        Some("w03")
+    );
+    assert!(
+        sentinel(&me("w04"), tk.iter(), 2).is_none(),
+        "1 ahead: within reach"
+    );
+    // Every far node watches a different ticket: no herd on any one.
+    let watched: std::collections::BTreeSet<String> = (5..13)
+        .filter_map(|i| sentinel(&me(&format!("w{i:02}")), tk.iter(), 2))
+        .map(|x| x.node.clone())
+        .collect();
+    assert_eq!(watched.len(), 8);
 }
 
 fn takers_sorted<'a>(v: &[&'a Ticket]) -> Vec<&'a Ticket> {
