@@ -481,9 +481,11 @@ impl Pacer {
                         let tickets: Vec<&Ticket> = view.values().collect();
                         self.free_deleted(&tickets, &p.nodes, voice).await;
                     }
-                    // Only the few the tickets and the pool say could be next decide (and a
-                    // timer's call): a hundred near nodes do not sort the queue per event.
-                    if timed || turn::could_take(mine, view.values(), &p.nodes, bound) {
+                    // Only the few the tickets and the pool say could be next decide, and the
+                    // head (its words name what holds the rollout), and a timer's call: a
+                    // hundred near nodes do not sort the queue per event.
+                    if timed || ahead == 0 || turn::could_take(mine, view.values(), &p.nodes, bound)
+                    {
                         let owned: Vec<Ticket> = view.values().cloned().collect();
                         let mut seen = Seen {
                             me: &self.cfg.node,
