@@ -28,10 +28,14 @@ use tokio::time::Instant;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// A watch is closed by the API server after at most this (jittered down to 3/4 so that a
 /// thousand pods started together do not re-watch together); bookmarks keep it current.
-const WATCH_SECONDS: u32 = 290;
+const WATCH_SECONDS: u32 = 600;
 /// A watch read waits this long for a byte: above the watch's own length, so only a dead
 /// connection trips it.
-const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(660);
+/// A node far back counts its place again at least this often (when its watch of one ticket
+/// ends past it), even if that ticket has not moved: it may be a node that cannot take
+/// (unavailable) while those behind it pass it. Between, its watch is renewed without a list.
+const FAR_RECOUNT: Duration = Duration::from_secs(900);
 /// While the pause or a node's state (which no ticket event announces) holds a node at the
 /// head of the queue, it reads them again this often. Only the head's few pods do.
 const RECHECK: Duration = Duration::from_secs(10);
@@ -426,6 +430,9 @@ impl Pacer {
         // Too far back to be next: the one ticket this node watches, not the queue. A
         // thousand far nodes then hear nothing of the hand-offs at the head.
         let mut far: Option<String> = None;
+        // Where that one ticket's watch resumes (its bookmarks), and since when it is watched.
+        let mut far_rv = String::new();
+        let mut far_since = Instant::now();
         // Within reach: the pool's nodes, watched.
         let mut pool: Option<PoolView> = None;
         let mut recheck: Option<Instant> = None;
@@ -444,9 +451,11 @@ impl Pacer {
                     pool = None;
                     recheck = None;
                     let one = turn::sentinel(mine, view.values(), bound).map(|t| t.name.clone());
-                    if one != far {
+                    if one != far || stream.is_none() {
                         far = one;
                         stream = None;
+                        far_rv.clone_from(&rv);
+                        far_since = Instant::now();
                     }
                     voice.say(&format!(
                         "waiting for its turn: {ahead} node(s) ahead in the queue (the budget \
@@ -537,9 +546,10 @@ impl Pacer {
                     Some(name) => WatchParams::default().fields(&format!("metadata.name={name}")),
                     None => WatchParams::default().labels(&format!("{TICKET_LABEL}=true")),
                 };
+                let from = if far.is_some() { &far_rv } else { &rv };
                 let s = self
                     .watch
-                    .watch(&wp.timeout(watch_seconds()), &rv)
+                    .watch(&wp.timeout(watch_seconds()), from)
                     .await
                     .map_err(|e| self.err("watching", "the tickets", TICKET_LABEL, &e))?;
                 stream = Some(s.boxed());
@@ -591,17 +601,26 @@ impl Pacer {
                     }
                 }
                 Woke::Tickets(next) if far.is_some() => {
-                    // The watched ticket left its place (took its turn, or was deleted), or
-                    // the watch ended: count again. Each far node watches another ticket, so
-                    // these lists come one at a time, not as a herd. Ending (every 217-290 s)
-                    // counts again too: the watched ticket may be a node that cannot take
-                    // (unavailable) while others pass it.
+                    // The watched ticket left its place (took its turn, or was deleted):
+                    // count again. Each far node watches another ticket, so these lists come
+                    // one at a time, not as a herd. The watch ended: renewed where it was,
+                    // or counted again past FAR_RECOUNT.
                     let wake = match *next {
-                        Some(Ok(WatchEvent::Bookmark(_))) => false,
+                        Some(Ok(WatchEvent::Bookmark(b))) => {
+                            far_rv = b.metadata.resource_version;
+                            false
+                        }
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
+                            if let Some(v) = &l.metadata.resource_version {
+                                far_rv.clone_from(v);
+                            }
                             !Ticket::from_lease(&l).is_some_and(|t| t.waiting())
                         }
-                        Some(Ok(WatchEvent::Deleted(_))) | None => true,
+                        Some(Ok(WatchEvent::Deleted(_))) => true,
+                        None => {
+                            stream = None;
+                            far_since.elapsed() >= FAR_RECOUNT
+                        }
                         Some(Ok(WatchEvent::Error(_)) | Err(_)) => {
                             tokio::time::sleep(jitter(Duration::from_secs(2))).await;
                             true

@@ -17,7 +17,8 @@
 //!   back-off). A pod with at least the budget's count of tickets ahead cannot be next
 //!   whatever the pool's state: it watches one ticket only ([`turn::sentinel`], the one whose
 //!   turn brings it within reach; each far pod another one), and counts again when that one
-//!   leaves the queue or the watch ends (every 217-290 s). Within reach, a pod watches every
+//!   leaves the queue, and at least every 15 minutes (its watch, 450-600 s, is renewed from
+//!   its bookmarks in between). Within reach, a pod watches every
 //!   ticket; only the few the tickets say could be next ([`turn::could_take`]) read the pool's
 //!   nodes and the pause, when a ticket ahead of them or one that holds changes (and every
 //!   10 s while the pause or a node's state holds them: no ticket event announces those).
