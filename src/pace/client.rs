@@ -287,22 +287,29 @@ impl Pacer {
 
     /// Puts this node's ticket in the queue, or finds it already there or holding.
     async fn enqueue(&self, operation: &str) -> Result<Enqueued, PaceError> {
+        // Most nodes have no ticket yet: created first (one request when a thousand pods start
+        // at once), read only when one exists.
+        match self
+            .leases
+            .create(&PostParams::default(), &self.fresh_ticket(operation))
+            .await
+        {
+            Ok(_) => Ok(Enqueued::Waiting),
+            Err(e) if is_status(&e, 409) => self.requeue(operation).await,
+            Err(e) => Err(self.lease_err("creating", &e)),
+        }
+    }
+
+    /// This node's ticket exists: follow it, or queue it again.
+    async fn requeue(&self, operation: &str) -> Result<Enqueued, PaceError> {
         let found = self
             .leases
             .get_opt(&self.ticket)
             .await
             .map_err(|e| self.lease_err("reading", &e))?;
         let Some(l) = found else {
-            return match self
-                .leases
-                .create(&PostParams::default(), &self.fresh_ticket(operation))
-                .await
-            {
-                Ok(_) => Ok(Enqueued::Waiting),
-                // Another pod of this node raced us: look again.
-                Err(e) if is_status(&e, 409) => Box::pin(self.enqueue(operation)).await,
-                Err(e) => Err(self.lease_err("creating", &e)),
-            };
+            // Deleted since: create it.
+            return Box::pin(self.enqueue(operation)).await;
         };
         let t = Ticket::from_lease(&l);
         let rv = l.metadata.resource_version.clone();
@@ -359,7 +366,7 @@ impl Pacer {
                     .await
                 {
                     Ok(_) => Ok(Enqueued::Waiting),
-                    Err(e) if is_status(&e, 409) => Box::pin(self.enqueue(operation)).await,
+                    Err(e) if is_status(&e, 409) => Box::pin(self.requeue(operation)).await,
                     Err(e) => Err(self.lease_err("queueing", &e)),
                 }
             }
@@ -398,7 +405,9 @@ impl Pacer {
 
     /// The pool's size for a percentage budget, from its nodes' metadata only.
     async fn pool_size(&self) -> Result<usize, PaceError> {
-        let mut lp = ListParams::default().labels(&self.selector).limit(500);
+        // Pages of 5,000: one request at the sizes kata-live is measured at, when a thousand
+        // pods start at once (metadata only: a few KB a Node).
+        let mut lp = ListParams::default().labels(&self.selector).limit(5000);
         let mut n = 0;
         loop {
             let page = self
