@@ -614,23 +614,17 @@ impl Pacer {
                     // count again. Each far node watches another ticket, so these lists come
                     // one at a time, not as a herd. The watch ended: renewed where it was,
                     // or counted again past FAR_RECOUNT.
-                    let wake = match *next {
-                        Some(Ok(WatchEvent::Bookmark(b))) => {
-                            far_rv = b.metadata.resource_version;
-                            false
-                        }
-                        Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
-                            if let Some(v) = &l.metadata.resource_version {
-                                far_rv.clone_from(v);
-                            }
+                    let wake = match step(&mut far_rv, *next) {
+                        Ok(None) => false,
+                        Ok(Some(Change::Applied(l))) => {
                             !Ticket::from_lease(&l).is_some_and(|t| t.waiting())
                         }
-                        Some(Ok(WatchEvent::Deleted(_))) => true,
-                        None => {
+                        Ok(Some(Change::Deleted(_))) => true,
+                        Err(Lost::Ended) => {
                             stream = None;
                             far_since.elapsed() >= FAR_RECOUNT
                         }
-                        Some(Ok(WatchEvent::Error(_)) | Err(_)) => {
+                        Err(Lost::Broken) => {
                             tokio::time::sleep(jitter(Duration::from_secs(2))).await;
                             true
                         }
@@ -982,6 +976,39 @@ fn watch_seconds() -> u32 {
         + jitter(Duration::from_secs(u64::from(WATCH_SECONDS / 4))).as_secs() as u32
 }
 
+/// One event of a watch, its resourceVersion kept in `rv` (where the watch resumes): an
+/// object changed or deleted, a bookmark (None), or why the watch stopped.
+fn step<K: kube::Resource>(
+    rv: &mut String,
+    ev: Option<kube::Result<WatchEvent<K>>>,
+) -> Result<Option<Change<K>>, Lost> {
+    let (change, at) = match ev {
+        None => return Err(Lost::Ended),
+        Some(Ok(WatchEvent::Bookmark(b))) => (None, Some(b.metadata.resource_version)),
+        Some(Ok(WatchEvent::Added(k) | WatchEvent::Modified(k))) => {
+            let at = k.meta().resource_version.clone();
+            (Some(Change::Applied(k)), at)
+        }
+        Some(Ok(WatchEvent::Deleted(k))) => {
+            let at = k.meta().resource_version.clone();
+            (Some(Change::Deleted(k)), at)
+        }
+        Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => return Err(Lost::Broken),
+    };
+    if let Some(at) = at {
+        *rv = at;
+    }
+    Ok(change)
+}
+
+/// An object a watch reported.
+enum Change<K> {
+    /// Added or modified: as it is now.
+    Applied(K),
+    /// Deleted: as it was.
+    Deleted(K),
+}
+
 /// Applies one event of the pool's watch. Ok: whether a node joined, left, or changed in
 /// availability (what the budget counts).
 fn feed_pool(
@@ -989,32 +1016,20 @@ fn feed_pool(
     rv: &mut String,
     ev: Option<kube::Result<WatchEvent<Node>>>,
 ) -> Result<bool, Lost> {
-    match ev {
-        None => Err(Lost::Ended),
-        Some(Ok(WatchEvent::Bookmark(b))) => {
-            *rv = b.metadata.resource_version;
-            Ok(false)
-        }
-        Some(Ok(WatchEvent::Added(n) | WatchEvent::Modified(n))) => {
-            if let Some(v) = &n.metadata.resource_version {
-                rv.clone_from(v);
+    Ok(match step(rv, ev)? {
+        None => false,
+        Some(Change::Applied(n)) => match n.metadata.name.clone() {
+            Some(name) => {
+                let why = turn::unavailable(&n);
+                pool.insert(name, why.clone()) != Some(why)
             }
-            let Some(name) = n.metadata.name.clone() else {
-                return Ok(false);
-            };
-            let why = turn::unavailable(&n);
-            Ok(pool.insert(name, why.clone()) != Some(why))
-        }
-        Some(Ok(WatchEvent::Deleted(n))) => {
-            if let Some(v) = &n.metadata.resource_version {
-                rv.clone_from(v);
-            }
-            Ok(n.metadata
-                .name
-                .is_some_and(|name| pool.remove(&name).is_some()))
-        }
-        Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => Err(Lost::Broken),
-    }
+            None => false,
+        },
+        Some(Change::Deleted(n)) => n
+            .metadata
+            .name
+            .is_some_and(|name| pool.remove(&name).is_some()),
+    })
 }
 
 /// Why the tickets' watch stopped feeding the view.
@@ -1034,16 +1049,9 @@ fn feed(
     mine: &Option<(u64, String)>,
     ev: Option<kube::Result<WatchEvent<Lease>>>,
 ) -> Result<bool, Lost> {
-    match ev {
-        None => Err(Lost::Ended),
-        Some(Ok(WatchEvent::Bookmark(b))) => {
-            *rv = b.metadata.resource_version;
-            Ok(false)
-        }
-        Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
-            if let Some(v) = &l.metadata.resource_version {
-                rv.clone_from(v);
-            }
+    Ok(match step(rv, ev)? {
+        None => false,
+        Some(Change::Applied(l)) => {
             let name = l.metadata.name.clone().unwrap_or_default();
             let new = Ticket::from_lease(&l);
             let old = view.remove(&name);
@@ -1051,17 +1059,13 @@ fn feed(
             if let Some(t) = new {
                 view.insert(name, t);
             }
-            Ok(m)
+            m
         }
-        Some(Ok(WatchEvent::Deleted(l))) => {
-            if let Some(v) = &l.metadata.resource_version {
-                rv.clone_from(v);
-            }
+        Some(Change::Deleted(l)) => {
             let old = view.remove(&l.metadata.name.clone().unwrap_or_default());
-            Ok(matters(mine, old.as_ref()))
+            matters(mine, old.as_ref())
         }
-        Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => Err(Lost::Broken),
-    }
+    })
 }
 
 /// Whether a change to ticket `t` can change the turn of the node whose own ticket is

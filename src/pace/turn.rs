@@ -137,7 +137,7 @@ pub fn pool_of(nodes: &[Node]) -> Pool {
 /// same from the same tickets).
 pub fn queue(tickets: &[Ticket]) -> Vec<&Ticket> {
     let mut q: Vec<&Ticket> = tickets.iter().filter(|t| t.waiting()).collect();
-    q.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
+    q.sort_by(|a, b| key(a).cmp(&key(b)));
     q
 }
 
@@ -152,9 +152,14 @@ pub fn ahead_of<'a>(mine: &Ticket, all: impl Iterator<Item = &'a Ticket>) -> usi
     all.filter(|t| t.waiting() && precedes(t, mine)).count()
 }
 
-/// Whether `a` is before `b` in the queue's order (place, then name).
+/// A ticket's position in the queue's order: place, then name.
+fn key(t: &Ticket) -> (u64, &str) {
+    (t.order, &t.name)
+}
+
+/// Whether `a` is before `b` in the queue's order.
 fn precedes(a: &Ticket, b: &Ticket) -> bool {
-    (a.order, &a.name) < (b.order, &b.name)
+    key(a) < key(b)
 }
 
 /// For a node too far back to be next (at least `bound` waiting tickets ahead of `mine`):
@@ -172,7 +177,7 @@ pub fn sentinel<'a>(
         .filter(|t| t.waiting() && precedes(t, mine))
         .collect();
     let at = ahead.len().checked_sub(bound)?;
-    ahead.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
+    ahead.sort_by(|a, b| key(a).cmp(&key(b)));
     Some(ahead[at])
 }
 
@@ -278,11 +283,13 @@ pub fn decide(s: &Seen) -> Turn {
     let budget = s.budget.of(s.pool.len());
     let using = using(s);
     let free = budget.saturating_sub(using.len());
-    let q: Vec<&Ticket> = queue(s.tickets)
-        .into_iter()
-        .filter(|t| s.pool.get(&t.node) == Some(&None))
+    // The whole queue, and the positions in it of the pool's available nodes: the queue this
+    // node's place counts in.
+    let all = queue(s.tickets);
+    let q: Vec<usize> = (0..all.len())
+        .filter(|&i| s.pool.get(&all[i].node) == Some(&None))
         .collect();
-    let Some(place) = q.iter().position(|t| t.node == s.me) else {
+    let Some(place) = q.iter().position(|&i| all[i].node == s.me) else {
         return outside("this node's ticket is not waiting in the view read".into());
     };
     if place < free {
@@ -294,12 +301,10 @@ pub fn decide(s: &Seen) -> Turn {
         // cordoned itself looks unavailable and still waiting here, for a moment).
         // Outside: what holds that node may be its own read of the pool, which no ticket
         // event announces, so this one looks again on the timer too.
-        let all = queue(s.tickets);
-        let at = |t: &Ticket| all.iter().position(|x| x.name == t.name).unwrap_or(0);
-        let me_at = at(q[place]);
-        let held = q[..place].iter().find_map(|x| {
+        let held = q[..place].iter().find_map(|&i| {
+            let x = all[i];
             let k = s.tickets.iter().filter(|t| t.passed(x)).count();
-            (k + me_at.saturating_sub(at(x)) > budget).then_some((x, k))
+            (k + q[place] - i > budget).then_some((x, k))
         });
         let Some((x, k)) = held else {
             return Turn::Take;

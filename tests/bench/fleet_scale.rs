@@ -568,7 +568,7 @@ async fn metrics(admin: &kube::Client) -> Totals {
 /// resources.
 struct Counted {
     all: f64,
-    /// The verbs a waiting node sends: LIST and WATCH of the tickets, LIST of the pool's
+    /// The verbs a waiting node sends: LIST and WATCH of the tickets and of the pool's
     /// nodes, GET of the DaemonSet (the pause).
     waiting: f64,
     /// Every 429, whatever the resource.
