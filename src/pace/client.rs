@@ -403,10 +403,35 @@ impl Pacer {
         Ok((view, list.metadata.resource_version.unwrap_or_default()))
     }
 
-    /// The pool's size for a percentage budget, from its nodes' metadata only.
+    /// At least the pool's size, for a percentage budget's bound, in one small request: every
+    /// Node of the cluster, counted by the API server (one item and `remainingItemCount`, which
+    /// it gives only for a list without a selector). A thousand pods that start at once would
+    /// otherwise each list the pool's thousand nodes just to count them. Without that count
+    /// (a server that does not give it), the pool's nodes are counted, in pages of 5,000.
+    async fn pool_size_bound(&self) -> Result<usize, PaceError> {
+        let page = self
+            .nodes
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map_err(|e| self.err("listing", "the cluster's", "nodes", &e))?;
+        let more = page
+            .metadata
+            .continue_
+            .as_deref()
+            .is_some_and(|c| !c.is_empty());
+        let rest = page
+            .metadata
+            .remaining_item_count
+            .and_then(|r| usize::try_from(r).ok());
+        match (more, rest) {
+            (false, _) => Ok(page.items.len()),
+            (true, Some(rest)) => Ok(page.items.len() + rest),
+            (true, None) => self.pool_size().await,
+        }
+    }
+
+    /// The pool's size, from its nodes' metadata only, in pages of 5,000.
     async fn pool_size(&self) -> Result<usize, PaceError> {
-        // Pages of 5,000: one request at the sizes kata-live is measured at, when a thousand
-        // pods start at once (metadata only: a few KB a Node).
         let mut lp = ListParams::default().labels(&self.selector).limit(5000);
         let mut n = 0;
         loop {
@@ -433,7 +458,10 @@ impl Pacer {
         // the pool's state, and waits on the tickets alone.
         let mut bound = match self.cfg.budget {
             Budget::Count(_) => self.cfg.budget.of(0),
-            Budget::Percent(_) => self.cfg.budget.of(self.pool_size().await?.max(view.len())),
+            Budget::Percent(_) => self
+                .cfg
+                .budget
+                .of(self.pool_size_bound().await?.max(view.len())),
         };
         let mut stream: Option<TicketStream> = None;
         // Too far back to be next: the one ticket this node watches, not the queue. A
