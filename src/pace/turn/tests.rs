@@ -476,8 +476,9 @@ fn a_far_node_watches_the_ticket_that_brings_it_within_reach() {
     assert_eq!(watched.len(), 8);
 }
 
+/// The takers in the queue's order (its one key), to compare with the queue's first ones.
 fn takers_sorted<'a>(v: &[&'a Ticket]) -> Vec<&'a Ticket> {
     let mut v = v.to_vec();
-    v.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
+    v.sort_by(|a, b| key(a).cmp(&key(b)));
     v
 }
