@@ -1,6 +1,7 @@
 //! The tickets through the API server: enqueue, watch until this node's turn, take it, and
 //! settle it. Decisions are [`super::turn`]'s; this file only reads, watches and writes.
 
+use super::pool;
 use super::ticket::{
     ticket_name, State, Ticket, DETAIL_ANNOTATION, OPERATION_ANNOTATION, PLACE_ANNOTATION,
     STATE_ANNOTATION, TICKET_LABEL,
@@ -45,6 +46,9 @@ const HEAD_RECHECK: Duration = Duration::from_secs(30);
 /// How often a waiting pod says again why it waits, when only the figures changed.
 const REMIND: Duration = Duration::from_secs(60);
 const CONFLICT_RETRIES: usize = 10;
+/// The pool's Nodes a list reads per request: a real Node is 10–30 KB of JSON, so a page is
+/// at most some 30 MB on the wire, whatever the pool's size.
+const POOL_PAGE: u32 = 1000;
 
 /// The pod this process runs in: its tickets' owner while they wait, so that the garbage
 /// collector deletes a waiting ticket whose pod is gone and the queue moves on.
@@ -69,6 +73,8 @@ pub struct PaceConfig {
 
 /// A connection to this node's ticket and the pool, as one node.
 pub struct Pacer {
+    /// For the pool's pages, read with [`super::pool`]'s few fields.
+    api: kube::Client,
     leases: Api<Lease>,
     watch: Api<Lease>,
     nodes: Api<Node>,
@@ -165,6 +171,7 @@ impl Pacer {
             kube::Client::try_from(watch_conf).map_err(|e| PaceError::Config(api_error(&e)))?;
         let ns = cfg.namespace.as_str();
         let mut p = Pacer {
+            api: client.clone(),
             leases: Api::namespaced(client.clone(), ns),
             watch: Api::namespaced(watcher.clone(), ns),
             nodes: Api::all(client.clone()),
@@ -695,22 +702,35 @@ impl Pacer {
         self.list_tickets().await
     }
 
-    /// The pool's nodes (their states), listed to be watched from there.
+    /// The pool's nodes (their states), listed to be watched from there: in pages of
+    /// [`POOL_PAGE`], each Node read for its availability only ([`super::pool`]), so that a
+    /// pod holds a few hundred bytes a Node, not the Node.
     async fn list_pool(&self) -> Result<PoolView, PaceError> {
         // A consistent read, not resourceVersion 0: a busy API server's watch cache lags by
         // seconds, and a node whose run ended would still look cordoned (measured: the
-        // budget a fifth unused at 1,000 nodes).
-        let lp = ListParams::default().labels(&self.selector);
-        let list = self
-            .nodes
-            .list(&lp)
-            .await
-            .map_err(|e| self.err("listing", "the pool's nodes", &self.selector, &e))?;
-        Ok(PoolView {
-            nodes: turn::pool_of(&list.items),
-            rv: list.metadata.resource_version.unwrap_or_default(),
-            stream: None,
-        })
+        // budget a fifth unused at 1,000 nodes). Every page is of the first one's revision.
+        let err = |e: &kube::Error| self.err("listing", "the pool's nodes", &self.selector, e);
+        let mut lp = ListParams::default()
+            .labels(&self.selector)
+            .limit(POOL_PAGE);
+        let mut nodes = turn::Pool::new();
+        loop {
+            let req = kube::core::Request::new("/api/v1/nodes")
+                .list(&lp)
+                .map_err(|e| err(&kube::Error::BuildRequest(e)))?;
+            let page: pool::PoolPage = self.api.request(req).await.map_err(|e| err(&e))?;
+            pool::add_page(&mut nodes, page.items);
+            match page.metadata.continue_ {
+                Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+                _ => {
+                    return Ok(PoolView {
+                        nodes,
+                        rv: page.metadata.resource_version.unwrap_or_default(),
+                        stream: None,
+                    })
+                }
+            }
+        }
     }
 
     /// Whether the DaemonSet's pause annotation is set (false when no DaemonSet is known).

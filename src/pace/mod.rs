@@ -18,10 +18,11 @@
 //!   whatever the pool's state: it watches one ticket only ([`turn::sentinel`], the one whose
 //!   turn brings it within reach; each far pod another one), and counts again when that one
 //!   leaves the queue, and at least every 15 minutes (its watch, 450-600 s, is renewed from
-//!   its bookmarks in between). Within reach, a pod watches every
-//!   ticket; only the few the tickets say could be next ([`turn::could_take`]) read the pool's
-//!   nodes and the pause, when a ticket ahead of them or one that holds changes (and every
-//!   10 s while the pause or a node's state holds them: no ticket event announces those).
+//!   its bookmarks in between). Within reach, a pod watches every ticket and the pool's
+//!   Nodes (one list, in pages read for each Node's availability only: [`pool`]); only the
+//!   few the tickets and the pool say could be next ([`turn::could_take`]) decide, when a
+//!   ticket ahead of them or one that holds changes, and read the pause before they take
+//!   (and every 10 s while the pause or a node's state holds them).
 //! - **No herd.** When a turn ends (its ticket `done`), only the node whose turn it now is
 //!   writes: its own ticket, `waiting` → `activating`, conditional on the resourceVersion it
 //!   read. Nobody else writes that Lease; no 409 storm.
@@ -51,6 +52,7 @@
 //! says which). One namespace's tickets make one queue: one pool per namespace.
 
 mod client;
+pub mod pool;
 pub mod ticket;
 pub mod turn;
 

@@ -126,13 +126,6 @@ pub fn cordoned_by_us(node: &Node) -> bool {
 /// The pool as read: every node's name and why it is unavailable (None: available).
 pub type Pool = BTreeMap<String, Option<String>>;
 
-pub fn pool_of(nodes: &[Node]) -> Pool {
-    nodes
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.clone()?, unavailable(n))))
-        .collect()
-}
-
 /// Waiting tickets in queue order: by place, then by name (one order every pod computes the
 /// same from the same tickets).
 pub fn queue(tickets: &[Ticket]) -> Vec<&Ticket> {
