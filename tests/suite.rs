@@ -47,6 +47,7 @@ mod node_upgrade;
 mod node_windows;
 mod openshift_api;
 mod operator_output;
+mod pace_api;
 mod packaging_catalog;
 mod packaging_config;
 mod packaging_daemonset;

@@ -48,6 +48,22 @@ impl ControlPlane {
     /// [`Self::start_on`], stopped by its guard once the process `owner` has exited (the test
     /// process itself, unless a test plays the killed one).
     pub fn start_owned(nodes: &[&str], api_port: u16, etcd_port: u16, owner: u32) -> ControlPlane {
+        Self::start_with(nodes, api_port, etcd_port, owner, None)
+    }
+
+    /// etcd and kube-apiserver only (`KATA_LIVE_FLEET_CONTROLLERS=none`): no controller marks
+    /// a Node without a kubelet NotReady, so tests can write simulated Nodes.
+    pub fn start_api_only(api_port: u16, etcd_port: u16) -> ControlPlane {
+        Self::start_with(&[], api_port, etcd_port, std::process::id(), Some("none"))
+    }
+
+    fn start_with(
+        nodes: &[&str],
+        api_port: u16,
+        etcd_port: u16,
+        owner: u32,
+        controllers: Option<&str>,
+    ) -> ControlPlane {
         let bin = kube_bin();
         let dir = tempfile::Builder::new()
             .prefix("kata-fleet-cp-")
@@ -61,6 +77,10 @@ impl ControlPlane {
             ("KATA_LIVE_FLEET_ETCD_PORT", etcd_port.to_string()),
             ("KATA_LIVE_FLEET_OWNER", owner.to_string()),
         ];
+        let mut env = env;
+        if let Some(c) = controllers {
+            env.push(("KATA_LIVE_FLEET_CONTROLLERS", c.to_string()));
+        }
         let cp = ControlPlane {
             dir,
             bin,
