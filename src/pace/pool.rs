@@ -102,8 +102,9 @@ impl PoolNode {
 /// Adds one page's Nodes to `pool` (name → why unavailable).
 pub fn add_page(pool: &mut Pool, items: Vec<PoolNode>) {
     for n in items {
-        let node = n.into_node();
-        if let Some(name) = node.metadata.name.clone() {
+        let mut node = n.into_node();
+        // The rule reads no name: moved out, not copied.
+        if let Some(name) = node.metadata.name.take() {
             pool.insert(name, turn::unavailable(&node));
         }
     }

@@ -70,14 +70,13 @@ impl ControlPlane {
             .tempdir()
             .expect("a directory for the control plane");
         let script = repo().join("tests/fleet/control-plane.sh");
-        let env = vec![
+        let mut env = vec![
             ("KATA_LIVE_KUBE_BIN", bin.display().to_string()),
             ("KATA_LIVE_FLEET_NODES", nodes.join(" ")),
             ("KATA_LIVE_FLEET_API_PORT", api_port.to_string()),
             ("KATA_LIVE_FLEET_ETCD_PORT", etcd_port.to_string()),
             ("KATA_LIVE_FLEET_OWNER", owner.to_string()),
         ];
-        let mut env = env;
         if let Some(c) = controllers {
             env.push(("KATA_LIVE_FLEET_CONTROLLERS", c.to_string()));
         }
