@@ -120,6 +120,43 @@ in_node() {
         TERM="${TERM:-dumb}" "$@"
 }
 
+# One process at a time handles a node: its boot, its teardown, gc's look at it. The lock is
+# flock(2) on the node's own directory, so it goes with the directory: a gc run by another
+# test's boot never takes a node that is still booting (before nspawn has exec'd, nspawn.pid
+# names a shell whose command line has no -D) and never tears down beside its owner's down.
+# Opens the directory on fd $node_lock; fails when it is gone (or, with -n, busy).
+lock_node() {
+    local dir=$1 wait=${2:--w 30}
+    { exec {node_lock}<"$dir"; } 2>/dev/null || return 1
+    # shellcheck disable=SC2086 # $wait is "-n" or "-w SECS"
+    if ! flock $wait "$node_lock"; then
+        exec {node_lock}<&-
+        return 1
+    fi
+    # A directory removed (and made again under the same name) while we waited is not ours.
+    [ "$dir" -ef "/proc/$BASHPID/fd/$node_lock" ] || { exec {node_lock}<&-; return 1; }
+}
+
+unlock_node() {
+    [ -n "${node_lock:-}" ] && exec {node_lock}<&-
+    node_lock=''
+}
+
+# `node.sh down NAME`: a node another process has taken down meanwhile is down, not an error.
+cmd_down_locked() {
+    local name=$1 dir
+    dir=$(node_dir "$name")
+    [ -d "$dir" ] || die "no node '$name' in $nodes"
+    if ! lock_node "$dir"; then
+        [ -d "$dir" ] && die "node '$name' is busy (another node.sh holds it for 30 s)"
+        log "$name: already down"
+        return 0
+    fi
+    cmd_down "$name"
+    unlock_node
+}
+
+# Tear down; the caller holds the node's lock.
 cmd_down() {
     local name=$1 dir pid leader start
     start=$(now)
@@ -275,7 +312,14 @@ cmd_boot() {
     cmd_gc
     dir=$(node_dir "$name")
     mkdir "$dir" 2>/dev/null || die "node '$name' exists already; tear it down first: $0 down $name"
-    if [ -n "$owner" ]; then echo "$owner" >"$dir/owner.pid"; fi
+    # Held until the node is up (gc leaves it alone meanwhile); a gc looking at the new
+    # directory can hold it for an instant.
+    lock_node "$dir" || die "cannot lock the new node directory $dir"
+    if [ -n "$owner" ]; then
+        echo "$owner" >"$dir/owner.pid"
+        # A pid means something only in its pid namespace: gc judges only its own.
+        readlink /proc/self/ns/pid >"$dir/owner.pidns"
+    fi
 
     # Tear down on any failure from here on.
     boot_name=$name boot_dir=$dir
@@ -358,6 +402,8 @@ cmd_boot() {
     t_boot=$(now)
     make_cgroups "$dir"
     (
+        # The node's lock stays with this script, not with the node's lifetime.
+        exec {node_lock}<&-
         # Enter the node's own cgroups, then become nspawn (same pid).
         while read -r cgdir; do
             echo "$BASHPID" >"$cgdir/cgroup.procs"
@@ -404,6 +450,7 @@ cmd_boot() {
         log "started ${start_units[*]} in $(since "$t_start")s"
     fi
     trap - EXIT
+    unlock_node
     log "node $name up in $(since "$t0")s; shell: $0 shell $name; down: $0 down $name"
     # Machine-readable summary for the Rust harness.
     printf 'NODE_DIR=%s\nNODE_ROOT=%s\nNODE_NSPAWN_PID=%s\nNODE_LEADER_PID=%s\nNODE_STATE=%s\nNODE_RUNTIME=%s\n' \
@@ -411,19 +458,28 @@ cmd_boot() {
 }
 
 cmd_gc() {
-    local dir name owner
+    local dir name owner pidns ours
     [ -d "$nodes" ] || return 0
+    ours=$(readlink /proc/self/ns/pid)
     for dir in "$nodes"/*/; do
         [ -d "$dir" ] || continue
         name=$(basename "$dir")
+        # Busy (booting, or being taken down by its owner): not gc's.
+        lock_node "${dir%/}" -n || continue
         owner=$(cat "$dir/owner.pid" 2>/dev/null || true)
+        pidns=$(cat "$dir/owner.pidns" 2>/dev/null || true)
+        if [ -n "$pidns" ] && [ "$pidns" != "$ours" ]; then
+            unlock_node
+            continue
+        fi
         if [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
             log "gc: $name: owner $owner is gone"
-            cmd_down "$name" || true
+            (cmd_down "$name") || true
         elif [ -e "$dir/nspawn.pid" ] && ! nspawn_pid "$name" >/dev/null; then
             log "gc: $name: nspawn is gone"
-            cmd_down "$name" || true
+            (cmd_down "$name") || true
         fi
+        unlock_node
     done
 }
 
@@ -482,12 +538,12 @@ case $sub in
     down)
         if [ "${1:-}" = --all ]; then
             for d in "$nodes"/*/; do
-                [ -d "$d" ] && cmd_down "$(basename "$d")"
+                [ -d "$d" ] && cmd_down_locked "$(basename "$d")"
             done
         else
             name=${1:-node}
             valid_name "$name"
-            cmd_down "$name"
+            cmd_down_locked "$name"
         fi
         ;;
     list) cmd_list ;;
