@@ -128,13 +128,12 @@ in_node() {
 lock_node() {
     local dir=$1 wait=${2:--w 30}
     { exec {node_lock}<"$dir"; } 2>/dev/null || return 1
+    # A directory removed (and made again under the same name) while we waited is not ours.
     # shellcheck disable=SC2086 # $wait is "-n" or "-w SECS"
-    if ! flock $wait "$node_lock"; then
+    if ! flock $wait "$node_lock" || ! [ "$dir" -ef "/proc/$BASHPID/fd/$node_lock" ]; then
         exec {node_lock}<&-
         return 1
     fi
-    # A directory removed (and made again under the same name) while we waited is not ours.
-    [ "$dir" -ef "/proc/$BASHPID/fd/$node_lock" ] || { exec {node_lock}<&-; return 1; }
 }
 
 unlock_node() {
@@ -469,10 +468,8 @@ cmd_gc() {
         owner=$(cat "$dir/owner.pid" 2>/dev/null || true)
         pidns=$(cat "$dir/owner.pidns" 2>/dev/null || true)
         if [ -n "$pidns" ] && [ "$pidns" != "$ours" ]; then
-            unlock_node
-            continue
-        fi
-        if [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
+            : # booted from another pid namespace: its owner's pid means nothing here
+        elif [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
             log "gc: $name: owner $owner is gone"
             (cmd_down "$name") || true
         elif [ -e "$dir/nspawn.pid" ] && ! nspawn_pid "$name" >/dev/null; then
