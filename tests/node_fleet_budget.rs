@@ -91,7 +91,9 @@ fn pause(cp: &ControlPlane, on: bool) {
 #[test]
 fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
     let _one = support::kata::serial();
-    let cp = ControlPlane::start(&["kl-fleet-a", "kl-fleet-b"]);
+    // Ports of this module's own (node_fleet's are the defaults): tests/run runs the fleet
+    // modules beside each other.
+    let cp = ControlPlane::start_on(&["kl-fleet-a", "kl-fleet-b"], 16743, 24090);
     let a = join(&cp, "kl-fleet-a", "10.99.0.10");
     let b = join(&cp, "kl-fleet-b", "10.99.0.11");
     let both = [&a, &b];

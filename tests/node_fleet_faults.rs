@@ -25,7 +25,9 @@ const POOL: &str = "node-role.kubernetes.io/worker=";
 #[test]
 fn the_rollout_rides_out_a_deleted_node_a_deleted_pod_and_a_control_plane_restart() {
     let _one = support::kata::serial();
-    let cp = ControlPlane::start(&["kl-fleet-a", "kl-fleet-b"]);
+    // Ports of this module's own (node_fleet's are the defaults): tests/run runs the fleet
+    // modules beside each other.
+    let cp = ControlPlane::start_on(&["kl-fleet-a", "kl-fleet-b"], 16843, 24190);
     let a = join(&cp, "kl-fleet-a", "10.99.0.10");
     let b = join(&cp, "kl-fleet-b", "10.99.0.11");
     let both = [&a, &b];

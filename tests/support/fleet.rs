@@ -19,6 +19,8 @@ use super::kata::KataNode;
 use super::kube_bin::kube_bin;
 use super::node::{Node, NodeOptions};
 
+/// The API server's port on each node's loopback (the relay's, see [`join_as`]), and the
+/// host's port of [`ControlPlane::start`]'s control plane.
 pub const API_PORT: u16 = 16443;
 
 fn repo() -> PathBuf {
@@ -32,6 +34,8 @@ pub struct ControlPlane {
     script: PathBuf,
     /// control-plane.sh's environment for `start`, kept for [`ControlPlane::restart`].
     env: Vec<(&'static str, String)>,
+    /// The API server's port on the host's loopback.
+    api_port: u16,
 }
 
 impl ControlPlane {
@@ -85,6 +89,7 @@ impl ControlPlane {
             bin,
             script,
             env,
+            api_port,
         };
         cp.run_start();
         cp
@@ -127,6 +132,11 @@ impl ControlPlane {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The API server's port on the host's loopback.
+    pub fn api_port(&self) -> u16 {
+        self.api_port
     }
 
     /// kubectl as the cluster's admin, no arguments yet.
@@ -406,10 +416,12 @@ pub fn join_as(cp: &ControlPlane, name: &str, ip: &str, config: &str, for_pods: 
             0o600,
         );
     let k = KataNode::boot_with(opts, config);
+    // The node's API_PORT leads to this control plane's port, whichever it is: modules with
+    // control planes of their own on other ports run beside each other (tests/run).
     let relay = Relay::into_node(
         &k.node,
         API_PORT,
-        SocketAddr::from(([127, 0, 0, 1], API_PORT)),
+        SocketAddr::from(([127, 0, 0, 1], cp.api_port())),
     );
     let o = std::process::Command::new("nsenter")
         .arg(format!("--net=/proc/{}/ns/net", k.node.leader_pid()))
