@@ -234,6 +234,15 @@ pub enum StateError {
     Corrupt { path: PathBuf, reason: String },
 }
 
+impl crate::files::NodeFaults for StateError {
+    fn node_fault(&self) -> Option<crate::files::NodeFault> {
+        match self {
+            StateError::Fs { source, .. } => source.node_fault(),
+            StateError::Corrupt { .. } => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

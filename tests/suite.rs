@@ -26,6 +26,7 @@ mod node_crio_facts;
 mod node_crio_real;
 mod node_deadlines;
 mod node_failures;
+mod node_faults;
 mod node_fleet;
 mod node_fleet_budget;
 mod node_fleet_faults;

@@ -5,9 +5,11 @@
 
 pub mod backup;
 pub mod drop_in;
+pub mod fault;
 
 pub use backup::{Backup, BackupStore};
 pub use drop_in::{classify, written_by_kata_live, Change, DropIn, DropInState, Outcome};
+pub use fault::{Condition, NodeFault};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -42,6 +44,43 @@ pub enum FsError {
         #[source]
         source: io::Error,
     },
+}
+
+impl FsError {
+    /// The node's filesystem fault behind this error, if it is one (not a bug).
+    pub fn node_fault(&self) -> Option<NodeFault> {
+        match self {
+            FsError::Io { op, path, source } => NodeFault::of(op, path, source),
+            _ => None,
+        }
+    }
+}
+
+impl FileError {
+    /// The node's filesystem fault behind this error, if it is one (not a bug).
+    pub fn node_fault(&self) -> Option<NodeFault> {
+        match self {
+            FileError::Fs { source, .. } => source.node_fault(),
+            FileError::BadBackup { .. } => None,
+        }
+    }
+}
+
+/// Errors that may be the node's filesystem failing rather than a bug.
+pub trait NodeFaults: std::fmt::Display {
+    fn node_fault(&self) -> Option<NodeFault>;
+}
+
+impl NodeFaults for FsError {
+    fn node_fault(&self) -> Option<NodeFault> {
+        FsError::node_fault(self)
+    }
+}
+
+impl NodeFaults for FileError {
+    fn node_fault(&self) -> Option<NodeFault> {
+        FileError::node_fault(self)
+    }
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> FsError + 'a {
@@ -139,7 +178,11 @@ pub fn write_atomic(root: &Path, path: &Path, bytes: &[u8], mode: u32) -> Result
         .permissions(fs::Permissions::from_mode(mode))
         .tempfile_in(dir)
         .map_err(io_err("create temp file in", dir))?;
-    tmp.write_all(bytes).map_err(io_err("write", tmp.path()))?;
+    // The file's own write: its errors keep the errno (tempfile's wrapper drops it), which
+    // tells a full or failing filesystem from a bug (fault.rs).
+    tmp.as_file_mut()
+        .write_all(bytes)
+        .map_err(io_err("write", tmp.path()))?;
     // The umask may have narrowed the mode given at creation.
     tmp.as_file()
         .set_permissions(fs::Permissions::from_mode(mode))

@@ -3,7 +3,7 @@
 //! is kata-live's, and the file put back from its backup by a rollback. The steps that edit
 //! it are in [`crate::steps`]; this is what the rollback needs of it.
 
-use super::{internal, Ctx, FlowError, Rollback};
+use super::{Ctx, FlowError, Rollback};
 use crate::files;
 use crate::report::Reporter;
 use crate::state::STATE_DIR;
@@ -34,7 +34,7 @@ pub(crate) fn set_record(ctx: &Ctx, on: bool) -> Result<(), FlowError> {
     } else {
         files::remove_file(&ctx.host.root, &p).map(|_| ())
     };
-    r.map_err(|e| internal("import record")(&e))
+    r.map_err(|e| crate::flow::node_file("recording the import")(&e))
 }
 
 /// Puts containerd's main file back as it was before this operation, byte for byte (no

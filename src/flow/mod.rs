@@ -130,7 +130,27 @@ pub enum FlowError {
     /// A stop was requested (SIGTERM/SIGINT); `state` says what the node was left with.
     #[error("stopped by {signal} {state}")]
     Stopped { signal: &'static str, state: String },
+    /// The node's own filesystem failed (full, read-only, denied, failing, gone) before the
+    /// runtime's configuration changed: `left` says what the node has (the runner fills it).
+    #[error("{fault}, while {what}; {left}. Next: {advice}", advice = fault.advice())]
+    Node {
+        what: String,
+        fault: crate::files::NodeFault,
+        left: &'static str,
+    },
+    /// The same once the runtime's configuration had changed: the change was undone
+    /// (`rollback` says how that ended); `activated`: the runtime had read the change.
+    #[error("{fault}, while {what}, after the runtime's configuration was changed; {rollback}. Next: {advice}", advice = fault.advice())]
+    NodeAfterChange {
+        what: String,
+        fault: crate::files::NodeFault,
+        rollback: Rollback,
+        activated: bool,
+    },
 }
+
+/// What a run that ends before changing anything leaves.
+pub const NOTHING_CHANGED: &str = "nothing was changed";
 
 /// What a rollback achieved.
 #[derive(Debug)]
@@ -166,6 +186,29 @@ impl FlowError {
             FlowError::Package(_) | FlowError::PackageAfterProof(_) => ExitCode::PackageStep,
             FlowError::Stopped { .. } => ExitCode::Stopped,
             FlowError::Staged { .. } => ExitCode::Staged,
+            // The node's condition, not a bug: refused while nothing changed; once the package
+            // step made the package live (the runtime untouched), that step's code.
+            FlowError::Node { left, .. } if *left == NOTHING_CHANGED => ExitCode::PreflightRefused,
+            FlowError::Node { .. } => ExitCode::PackageStep,
+            FlowError::NodeAfterChange {
+                rollback: Rollback::Done,
+                activated,
+                ..
+            } => {
+                if *activated {
+                    ExitCode::RolledBack
+                } else {
+                    ExitCode::Activation
+                }
+            }
+            FlowError::NodeAfterChange {
+                rollback: Rollback::Yielded(_),
+                ..
+            } => ExitCode::StoppedAtOnce,
+            FlowError::NodeAfterChange {
+                rollback: Rollback::Failed(_),
+                ..
+            } => ExitCode::RollbackFailed,
             FlowError::AfterUpgrade {
                 rollback: Rollback::Done,
                 ..
@@ -216,8 +259,20 @@ impl FlowError {
     }
 }
 
-pub fn internal(what: &str) -> impl FnOnce(&dyn std::fmt::Display) -> FlowError + '_ {
-    move |e| FlowError::Internal(format!("{what}: {e}"))
+/// An error of a file kata-live reads or writes while `doing` (e.g. "writing the drop-in"):
+/// the node's condition when its filesystem failed ([`FlowError::Node`]; the runner says
+/// what was left, or rolls a change back), else a bug.
+pub fn node_file<E: crate::files::NodeFaults + ?Sized>(
+    doing: &str,
+) -> impl FnOnce(&E) -> FlowError + '_ {
+    move |e| match e.node_fault() {
+        Some(fault) => FlowError::Node {
+            what: doing.to_string(),
+            fault,
+            left: NOTHING_CHANGED,
+        },
+        None => FlowError::Internal(format!("{doing}: {e}")),
+    }
 }
 
 impl Ctx {
@@ -323,7 +378,7 @@ pub fn save_backup_once(
                 existed: current.is_some(),
                 content: current.clone(),
             })
-            .map_err(|e| internal("backup")(&e))?;
+            .map_err(|e| node_file("saving the backup of the drop-in")(&e))?;
         journal.backup_saved = true;
     }
     Ok(())

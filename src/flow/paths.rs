@@ -141,13 +141,40 @@ fn check_one(root: &Path, path: &Path, kind: Kind) -> Result<(), FsError> {
     }
 }
 
-/// `problem` for this run, as the preflight's refusal.
+/// `problem` for this run, as the preflight's refusal; then each directory the run writes
+/// into (the nearest existing one on the way) probed with a real write, so that a full,
+/// read-only or failing filesystem, or a denied write, refuses the run before anything
+/// changes rather than stopping it half-way.
 pub fn refuse_unwritable(ctx: &Ctx) -> Result<(), FlowError> {
     let root = &ctx.host.root;
-    match problem(root, &written(ctx)).or_else(|| dir_problem(root, &written_dirs(ctx))) {
-        Some(why) => Err(FlowError::Refused(why)),
-        None => Ok(()),
+    let written = written(ctx);
+    let dirs = written_dirs(ctx);
+    if let Some(why) = problem(root, &written).or_else(|| dir_problem(root, &dirs)) {
+        return Err(FlowError::Refused(why));
     }
+    let mut probed: Vec<PathBuf> = Vec::new();
+    for (what, path) in written.iter().chain(&dirs) {
+        let Some(dir) = nearest_dir(root, path) else {
+            continue;
+        };
+        if probed.contains(&dir) {
+            continue;
+        }
+        files::fault::probe(&dir)
+            .map_err(|e| node_file(&format!("checking that {what} can be written"))(&e))?;
+        probed.push(dir);
+    }
+    Ok(())
+}
+
+/// The directory a write of `path` lands in, or the nearest one that exists on the way
+/// (the write would create the rest there), below `root`.
+fn nearest_dir(root: &Path, path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .skip(1)
+        .take_while(|d| d.starts_with(root))
+        .find(|d| d.is_dir())
+        .map(Path::to_path_buf)
 }
 
 #[cfg(test)]

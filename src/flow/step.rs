@@ -168,7 +168,7 @@ impl Run {
     pub fn save_journal(&self) -> Result<(), FlowError> {
         self.journals
             .save(&self.journal)
-            .map_err(|e| internal("state journal")(&e))
+            .map_err(|e| node_file("writing the state journal")(&e))
     }
 }
 
@@ -257,7 +257,7 @@ async fn run_steps(
     let loaded = journals.load().map_err(|e| {
         match super::paths::problem(&ctx.host.root, &super::paths::written(ctx)) {
             Some(why) => FlowError::Refused(why),
-            None => internal("state journal")(&e),
+            None => node_file("reading the state journal")(&e),
         }
     })?;
     let (journal, interrupted) = Journal::resume(loaded, operation);
@@ -301,7 +301,7 @@ async fn drive(
     rep: &mut Reporter,
     run: &mut Run,
 ) -> Result<String, FlowError> {
-    let mut left: &'static str = "nothing was changed";
+    let mut left: &'static str = NOTHING_CHANGED;
     let mut config_changed = false;
     for i in 0..steps.len() {
         let (done_steps, rest) = steps.split_at_mut(i);
@@ -324,10 +324,15 @@ async fn drive(
         }
         extend_unit_timeout(ctx);
         if !ctx.dry_run {
-            step.prepare(ctx, run)?;
-            if let Some(phase) = step.phase() {
-                run.journal.phase = phase;
-                run.save_journal()?;
+            let prepared = step.prepare(ctx, run).and_then(|()| match step.phase() {
+                Some(phase) => {
+                    run.journal.phase = phase;
+                    run.save_journal()
+                }
+                None => Ok(()),
+            });
+            if let Err(e) = prepared {
+                return Err(settle(ctx, rep, run, done_steps, e, left, config_changed).await);
             }
         }
         let self_reported = step.reports_itself();
@@ -367,7 +372,9 @@ async fn drive(
                             rollback,
                         }
                     }
-                    Failure::End(e) => e,
+                    Failure::End(e) => {
+                        settle(ctx, rep, run, done_steps, e, left, config_changed).await
+                    }
                     Failure::Activation(error) => {
                         let rollback = roll_back(ctx, rep, run, done_steps).await;
                         FlowError::Activation { error, rollback }
@@ -394,7 +401,7 @@ async fn drive(
     }
     run.journals
         .clear()
-        .map_err(|e| internal("state journal")(&e))?;
+        .map_err(|e| node_file("removing the state journal")(&e))?;
     if let Some(signal) = note_stop_during_activation(rep) {
         run.summary.push(format!(
             "{signal} came during the activation, which was finished"
@@ -414,6 +421,59 @@ async fn drive(
     }
 }
 
+/// A step's error, as the run ends with it. The node's own filesystem failing is its
+/// condition, not a bug: before the runtime's configuration changed it says what the node
+/// was left with; after, the change is rolled back first (the backup loaded if the
+/// activation's preparation did not get to it: without it the drop-in would stay).
+async fn settle(
+    ctx: &Ctx,
+    rep: &mut Reporter,
+    run: &mut Run,
+    applied: &mut [Box<dyn Step + '_>],
+    e: FlowError,
+    left: &'static str,
+    config_changed: bool,
+) -> FlowError {
+    let FlowError::Node { what, fault, .. } = e else {
+        return e;
+    };
+    if !config_changed {
+        return FlowError::Node { what, fault, left };
+    }
+    if run.backup.is_none() {
+        match ctx.backups().load() {
+            Ok(b) => run.backup = b,
+            Err(e) => {
+                let runs = if run.activated.is_some() {
+                    "runs with it"
+                } else {
+                    "was not restarted with it"
+                };
+                let why = format!(
+                    "the backup of the previous drop-in cannot be read ({e}); {} holds the new \
+                     content and {} {runs}",
+                    ctx.drop_in().path().display(),
+                    ctx.rt.unit()
+                );
+                return FlowError::NodeAfterChange {
+                    what,
+                    fault,
+                    rollback: Rollback::Failed(why),
+                    activated: run.activated.is_some(),
+                };
+            }
+        }
+    }
+    let activated = run.activated.is_some();
+    let rollback = roll_back(ctx, rep, run, applied).await;
+    FlowError::NodeAfterChange {
+        what,
+        fault,
+        rollback,
+        activated,
+    }
+}
+
 /// The rollback: the applied steps undone in reverse (the drop-in restored), then the
 /// runtime activated again with the previous configuration and the node proven back to its
 /// preflight state.
@@ -426,7 +486,11 @@ async fn roll_back(
     extend_unit_timeout(ctx);
     run.journal.phase = Phase::Rollback;
     if let Err(e) = run.save_journal() {
-        tracing::warn!("the state journal could not record the rollback: {e}");
+        let why = match e {
+            FlowError::Node { fault, .. } => fault.to_string(),
+            e => e.to_string(),
+        };
+        tracing::warn!("the state journal could not record the rollback: {why}");
     }
     let Some(base) = run.base.clone() else {
         return Rollback::Failed("no preflight baseline to roll back to".into());

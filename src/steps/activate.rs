@@ -46,7 +46,10 @@ impl Step for Activate {
     }
     /// The backup is loaded before anything is activated: a rollback must be possible.
     fn prepare(&mut self, ctx: &Ctx, run: &mut Run) -> Result<(), FlowError> {
-        run.backup = ctx.backups().load().map_err(|e| internal("backup")(&e))?;
+        run.backup = ctx
+            .backups()
+            .load()
+            .map_err(|e| node_file("reading the backup of the drop-in")(&e))?;
         Ok(())
     }
     fn plan<'a>(
@@ -168,10 +171,12 @@ impl Step for Prove {
                 rep.end(crate::report::StepOutcome::Failed, why.clone());
             }
             proof?;
-            ctx.backups().clear().map_err(|e| internal("backup")(&e))?;
+            ctx.backups()
+                .clear()
+                .map_err(|e| node_file("removing the backup of the drop-in")(&e))?;
             ctx.main_backups()
                 .clear()
-                .map_err(|e| internal("backup")(&e))?;
+                .map_err(|e| node_file("removing the backup of the main file")(&e))?;
             let h = &ctx.cfg.handler.name;
             let rt = ctx.rt.name();
             let restart = if restarted {

@@ -11,7 +11,9 @@ use crate::state::Phase;
 /// resuming an interrupted one keeps that run's backup: it holds the true pre-change state).
 fn keep_backup(ctx: &Ctx, run: &mut Run) -> Result<Option<Vec<u8>>, FlowError> {
     let drop_in = ctx.drop_in();
-    let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
+    let current = drop_in
+        .read()
+        .map_err(|e| node_file("reading the drop-in")(&e))?;
     run.journal.adopt_backup(
         run.interrupted.as_ref(),
         files::written_by_kata_live(current.as_deref()),
@@ -61,7 +63,9 @@ impl Step for WriteDropIn {
         Box::pin(async move {
             let desired = Self::desired(ctx, run)?;
             let drop_in = ctx.drop_in();
-            let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
+            let current = drop_in
+                .read()
+                .map_err(|e| node_file("reading the drop-in")(&e))?;
             let state = files::classify(current.as_deref(), &desired);
             run.drop_in_changed = state != DropInState::Ours;
             run.wrote = ctx.rt.written_table(&ctx.host, &desired);
@@ -84,7 +88,7 @@ impl Step for WriteDropIn {
             let drop_in = ctx.drop_in();
             let change = drop_in
                 .write(&desired)
-                .map_err(|e| internal("drop-in")(&e))?;
+                .map_err(|e| node_file("writing the drop-in")(&e))?;
             run.drop_in_changed = change.outcome.changed();
             run.wrote = ctx.rt.written_table(&ctx.host, &desired);
             Ok(Done::ran_if(
@@ -131,7 +135,9 @@ impl Step for RemoveDropIn {
     ) -> StepResult<'a> {
         Box::pin(async move {
             let drop_in = ctx.drop_in();
-            let current = drop_in.read().map_err(|e| internal("drop-in")(&e))?;
+            let current = drop_in
+                .read()
+                .map_err(|e| node_file("reading the drop-in")(&e))?;
             run.drop_in_changed = current.is_some();
             Ok(Done::skipped(format!(
                 "dry run: would remove {} ({})",
@@ -152,7 +158,9 @@ impl Step for RemoveDropIn {
     ) -> StepResult<'a> {
         Box::pin(async move {
             let drop_in = ctx.drop_in();
-            let change = drop_in.remove().map_err(|e| internal("drop-in")(&e))?;
+            let change = drop_in
+                .remove()
+                .map_err(|e| node_file("removing the drop-in")(&e))?;
             run.drop_in_changed = change.outcome.changed();
             Ok(Done::ran_if(
                 run.drop_in_changed,

@@ -50,7 +50,7 @@ fn read_main(ctx: &Ctx, main: &Path) -> Result<Main, FlowError> {
 /// Atomically, with the file's own mode; first removes what a killed earlier write left
 /// beside it.
 fn write_main(ctx: &Ctx, m: &Main, text: &str) -> Result<(), FlowError> {
-    let err = |e: files::FsError| internal("containerd's main configuration")(&e);
+    let err = |e: files::FsError| node_file("writing containerd's main configuration")(&e);
     for name in files::remove_stale_temps(&ctx.host.root, &m.path).map_err(err)? {
         tracing::warn!(path = %m.shown.display(), "removed {name}, left beside it by an interrupted write");
     }
@@ -61,14 +61,18 @@ fn write_main(ctx: &Ctx, m: &Main, text: &str) -> Result<(), FlowError> {
 /// killed run's backup: it holds the true previous state).
 fn keep_backup(ctx: &Ctx, m: &Main) -> Result<(), FlowError> {
     let store = ctx.main_backups();
-    if store.load().map_err(|e| internal("backup")(&e))?.is_none() {
+    if store
+        .load()
+        .map_err(|e| node_file("reading the backup of the main file")(&e))?
+        .is_none()
+    {
         store
             .save(&Backup {
                 path: m.shown.clone(),
                 existed: true,
                 content: Some(m.text.clone().into_bytes()),
             })
-            .map_err(|e| internal("backup")(&e))?;
+            .map_err(|e| node_file("saving the backup of the main file")(&e))?;
     }
     Ok(())
 }

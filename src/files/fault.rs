@@ -1,0 +1,280 @@
+//! The node's own filesystem faults (a full disk, a read-only remount, a denied write, a
+//! failing disk, a directory gone), told apart from kata-live's bugs: they are the node's
+//! condition, named in words with what to do next, and never exit 1.
+
+use super::FsError;
+use std::fmt;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// A filesystem fault of the node, by what the operator must do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    /// `ENOSPC`: the filesystem is full.
+    NoSpace,
+    /// `EDQUOT`: a disk quota is exhausted.
+    Quota,
+    /// `EROFS`: the filesystem is mounted read-only (ext4 and xfs remount so after an I/O
+    /// error).
+    ReadOnly,
+    /// `EACCES`/`EPERM` where root must be able to write: on RHCOS, an SELinux denial.
+    Denied,
+    /// `EIO`: the disk or the filesystem failed.
+    Io,
+    /// `ENOENT`/`ENOTDIR`: a directory kata-live needs is gone.
+    Vanished,
+}
+
+impl Condition {
+    /// The condition an error of the node's filesystem shows, if it is one.
+    pub fn of(e: &io::Error) -> Option<Condition> {
+        use nix::errno::Errno;
+        let Some(errno) = e.raw_os_error() else {
+            return Condition::of_kind(e.kind());
+        };
+        Some(match Errno::from_raw(errno) {
+            Errno::ENOSPC => Condition::NoSpace,
+            Errno::EDQUOT => Condition::Quota,
+            Errno::EROFS => Condition::ReadOnly,
+            Errno::EACCES | Errno::EPERM => Condition::Denied,
+            Errno::EIO => Condition::Io,
+            Errno::ENOENT | Errno::ENOTDIR => Condition::Vanished,
+            _ => return None,
+        })
+    }
+
+    /// By the error's kind alone, where a library wrapped the errno away (tempfile adds the
+    /// path to its errors, keeping the kind; `EIO` has no kind of its own and is missed).
+    fn of_kind(kind: io::ErrorKind) -> Option<Condition> {
+        use io::ErrorKind as K;
+        Some(match kind {
+            K::StorageFull => Condition::NoSpace,
+            K::QuotaExceeded => Condition::Quota,
+            K::ReadOnlyFilesystem => Condition::ReadOnly,
+            K::PermissionDenied => Condition::Denied,
+            K::NotFound | K::NotADirectory => Condition::Vanished,
+            _ => return None,
+        })
+    }
+
+    /// What to do next, in one sentence.
+    pub fn advice(self) -> &'static str {
+        match self {
+            Condition::NoSpace => "free space on that filesystem, then run kata-live again",
+            Condition::Quota => {
+                "raise the quota or free space on that filesystem, then run kata-live again"
+            }
+            Condition::ReadOnly => {
+                "find why it went read-only (the kernel log: an I/O error remounts ext4 and xfs \
+                 read-only), repair and remount it read-write, then run kata-live again"
+            }
+            Condition::Denied => {
+                "check the SELinux audit log (ausearch -m avc -ts recent) and the path's owner \
+                 and mode, then run kata-live again"
+            }
+            Condition::Io => {
+                "check the disk (the kernel log, the disk's health) before anything else; run \
+                 kata-live again once the filesystem is sound"
+            }
+            Condition::Vanished => {
+                "find what removed it (another tool, an unmount), put it back, then run \
+                 kata-live again"
+            }
+        }
+    }
+}
+
+/// A fault of the node's filesystem met while kata-live read or wrote `path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFault {
+    pub condition: Condition,
+    /// What kata-live was doing there ("write", "create temp file in", ...).
+    pub op: &'static str,
+    pub path: PathBuf,
+}
+
+impl NodeFault {
+    pub fn of(op: &'static str, path: &Path, e: &io::Error) -> Option<NodeFault> {
+        Condition::of(e).map(|condition| NodeFault {
+            condition,
+            op,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The directory whose filesystem failed: the path's own for a directory operation,
+    /// else its parent (a temp file's name says nothing to the operator).
+    fn place(&self) -> &Path {
+        if self.op.ends_with("directory") || self.op.ends_with(" in") || self.op == "list" {
+            // The operation named the directory itself.
+            return &self.path;
+        }
+        self.path.parent().unwrap_or(&self.path)
+    }
+
+    pub fn advice(&self) -> &'static str {
+        self.condition.advice()
+    }
+}
+
+impl fmt::Display for NodeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let place = self.place().display();
+        match self.condition {
+            Condition::NoSpace => write!(f, "no space left on the filesystem holding {place}"),
+            Condition::Quota => write!(
+                f,
+                "the disk quota is exhausted on the filesystem holding {place}"
+            ),
+            Condition::ReadOnly => write!(f, "the filesystem holding {place} is read-only"),
+            Condition::Denied => write!(
+                f,
+                "permission denied to {} {} (root was refused: on RHCOS, most likely SELinux)",
+                self.op,
+                self.path.display()
+            ),
+            Condition::Io => write!(f, "an I/O error on the filesystem holding {place}"),
+            Condition::Vanished => write!(f, "{place} is gone"),
+        }
+    }
+}
+
+/// The name prefix of [`probe`]'s files.
+const PROBE_PREFIX: &str = ".kata-live-probe.";
+
+/// What a probe writes: more than any file kata-live writes there (a drop-in, a backup, the
+/// state journal: a few KiB each), as TOML comments, harmless to a runtime that reads every
+/// file of its drop-in directory should it start while the probe exists.
+const PROBE_LINE: &[u8] = b"# kata-live: checking that this directory can be written\n";
+const PROBE_LINES: usize = 1024;
+
+/// Checks, before anything changes, that `dir` takes kata-live's writes: a probe file
+/// written there, fsynced and removed (with any a killed run left). A full, read-only or
+/// failing filesystem, or a denied write, is met here rather than half-way through a run.
+pub fn probe(dir: &Path) -> Result<(), FsError> {
+    let io = |op: &'static str| {
+        move |source| FsError::Io {
+            op,
+            path: dir.to_path_buf(),
+            source,
+        }
+    };
+    for entry in std::fs::read_dir(dir).map_err(io("list"))? {
+        let entry = entry.map_err(io("list"))?;
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(PROBE_PREFIX)
+        {
+            std::fs::remove_file(entry.path()).map_err(io("remove an old probe file in"))?;
+        }
+    }
+    let mut f = tempfile::Builder::new()
+        .prefix(PROBE_PREFIX)
+        .tempfile_in(dir)
+        .map_err(io("create a probe file in"))?;
+    // The file's own writes: their errors keep the errno (the wrapper's lose it).
+    for _ in 0..PROBE_LINES {
+        f.as_file_mut()
+            .write_all(PROBE_LINE)
+            .map_err(io("write a probe file in"))?;
+    }
+    f.as_file()
+        .sync_all()
+        .map_err(io("write a probe file in"))?;
+    f.close().map_err(io("remove the probe file in"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(errno: i32) -> io::Error {
+        io::Error::from_raw_os_error(errno)
+    }
+
+    #[test]
+    fn every_node_condition_is_named_and_others_are_not() {
+        use nix::errno::Errno::*;
+        for (errno, want) in [
+            (ENOSPC, Condition::NoSpace),
+            (EDQUOT, Condition::Quota),
+            (EROFS, Condition::ReadOnly),
+            (EACCES, Condition::Denied),
+            (EPERM, Condition::Denied),
+            (EIO, Condition::Io),
+            (ENOENT, Condition::Vanished),
+            (ENOTDIR, Condition::Vanished),
+        ] {
+            assert_eq!(Condition::of(&err(errno as i32)), Some(want), "{errno}");
+        }
+        for errno in [EINVAL, EBADF, EEXIST, EISDIR] {
+            assert_eq!(Condition::of(&err(errno as i32)), None, "{errno}");
+        }
+        assert_eq!(Condition::of(&io::Error::other("not an errno")), None);
+        // tempfile's errors carry the path around the original one.
+        let d = tempfile::tempdir().unwrap();
+        let wrapped = tempfile::Builder::new()
+            .tempfile_in(d.path().join("gone"))
+            .unwrap_err();
+        assert_eq!(wrapped.raw_os_error(), None, "{wrapped}");
+        assert_eq!(Condition::of(&wrapped), Some(Condition::Vanished));
+    }
+
+    #[test]
+    fn a_probe_leaves_nothing_and_clears_a_killed_runs() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(".kata-live-probe.old"), "x").unwrap();
+        std::fs::write(d.path().join("00-default"), "keep").unwrap();
+        probe(d.path()).unwrap();
+        let left: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["00-default"]);
+        let gone = d.path().join("gone");
+        let e = probe(&gone).unwrap_err();
+        let f = e.node_fault().expect("a vanished directory is the node's");
+        assert_eq!(f.condition, Condition::Vanished);
+        assert_eq!(f.to_string(), format!("{} is gone", gone.display()));
+    }
+
+    #[test]
+    fn words_name_the_directory_once_and_never_a_bug() {
+        let tmp = Path::new("/etc/crio/crio.conf.d/.99-kata-live.toml.tmpXYZ");
+        let f = NodeFault::of("write", tmp, &err(nix::libc::ENOSPC)).unwrap();
+        let words = format!("{f}; {}", f.advice());
+        assert_eq!(
+            words,
+            "no space left on the filesystem holding /etc/crio/crio.conf.d; free space on that \
+             filesystem, then run kata-live again"
+        );
+        let d = NodeFault::of(
+            "create temp file in",
+            Path::new("/var/lib/kata-live"),
+            &err(nix::libc::EROFS),
+        )
+        .unwrap();
+        assert_eq!(
+            d.to_string(),
+            "the filesystem holding /var/lib/kata-live is read-only"
+        );
+        for e in [
+            nix::libc::EACCES,
+            nix::libc::EIO,
+            nix::libc::ENOENT,
+            nix::libc::EDQUOT,
+        ] {
+            let f = NodeFault::of("write", tmp, &err(e)).unwrap();
+            let words = format!("{f}; {}", f.advice());
+            assert!(
+                !words.contains("bug") && !words.contains("os error"),
+                "{words}"
+            );
+            assert!(
+                !words.contains("tmpXYZ") || e == nix::libc::EACCES,
+                "{words}"
+            );
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The node's own filesystem faults on a booted test node (issue 53): a full drop-in
+//! directory, a read-only state directory, and a state journal that fills up once the
+//! drop-in is written. Each fault is made real inside the node (a small tmpfs filled to the
+//! last block, a read-only bind mount) and each run is judged by its exit code, its words,
+//! the files byte for byte, CRI-O's restarts and the node's health; then the fault is
+//! cleared and the next run converges with one restart.
+
+use crate::support;
+use std::time::Duration;
+use support::hold::OpenHold;
+use support::kata::{serial, show, KataNode, Run};
+
+const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
+const STATE_DIR: &str = "/var/lib/kata-live";
+
+/// Runs a shell script inside the node (fixed test text, no operator input), asserting
+/// it succeeded.
+fn sh(k: &KataNode, script: &str) {
+    let o = k.node.sh(script);
+    assert!(
+        o.status.success(),
+        "{script}\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Mounts a 1 MiB tmpfs over `dir` inside the node, holding a copy of what `dir` held.
+fn small_tmpfs_over(k: &KataNode, dir: &str) {
+    sh(
+        k,
+        &format!(
+            "set -e; mkdir -p {dir} /run/kl-copy; cp -a {dir}/. /run/kl-copy/; \
+             mount -t tmpfs -o size=1m kl-fault {dir}; cp -a /run/kl-copy/. {dir}/; rm -rf /run/kl-copy"
+        ),
+    );
+}
+
+/// Fills the filesystem holding `dir` to its last block with a file of TOML comments
+/// (harmless to a runtime that reads every file there).
+fn fill(k: &KataNode, dir: &str) {
+    // `yes` ends with an error once the filesystem is full: that is the point.
+    let _ = k
+        .node
+        .sh(&format!("yes '# kl-fill' > {dir}/zz-kl-fill 2>/dev/null"));
+    let o = k.node.sh(&format!("echo more >> {dir}/zz-kl-fill"));
+    assert!(!o.status.success(), "{dir} is not full");
+}
+
+/// kata-live's own last lines (the outcome, its code, what next), not the steps' progress.
+fn outcome(run: &Run) -> String {
+    run.stderr
+        .lines()
+        .filter(|l| l.starts_with("kata-live: "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The words of a node fault: the condition with its path once, what to do, and never a
+/// bug or a raw errno.
+fn assert_words(run: &Run, condition: &str, advice: &str) {
+    let words = outcome(run);
+    assert!(words.contains(condition), "{}", show(run));
+    assert!(words.contains(advice), "{}", show(run));
+    for never in [
+        "bug",
+        "os error",
+        "internal error",
+        "Os {",
+        "kind:",
+        ".tmp",
+        "probe",
+    ] {
+        assert!(!words.contains(never), "'{never}' in: {}", show(run));
+    }
+    let path = condition
+        .split_whitespace()
+        .find(|w| w.starts_with('/'))
+        .map(|w| w.trim_end_matches([',', ';']))
+        .expect("a path in the condition");
+    let first = words.lines().next().unwrap_or_default();
+    assert_eq!(first.matches(path).count(), 1, "{path} named once: {first}");
+}
+
+/// The names in a directory of the node, sorted.
+fn names(k: &KataNode, dir: &str) -> Vec<String> {
+    let o = k.node.exec(&["ls", "-A", dir]);
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// A full drop-in directory refuses the install before anything changes: exit 10, the
+/// filesystem named once in words with what to do, no package step, no drop-in, no temp
+/// file, CRI-O not restarted. Freed, the next run converges with one restart.
+#[test]
+fn a_full_drop_in_directory_refuses_the_install_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    small_tmpfs_over(&k, CRIO_CONF_D);
+    fill(&k, CRIO_CONF_D);
+    let before = names(&k, CRIO_CONF_D);
+
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert_words(
+        &run,
+        "no space left on the filesystem holding /etc/crio/crio.conf.d",
+        "free space on that filesystem, then run kata-live again",
+    );
+    assert!(
+        outcome(&run).contains("nothing was changed"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(names(&k, CRIO_CONF_D), before, "no drop-in, no temp file");
+    assert_eq!(k.drop_in_bytes(), None);
+    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
+    let st = k.status_json();
+    assert_eq!(st["result"], "refused", "{st:#}");
+    k.assert_no_leftover_state();
+    k.assert_healthy();
+
+    sh(&k, &format!("rm {CRIO_CONF_D}/zz-kl-fill"));
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(k.drop_in_bytes().is_some());
+    assert_eq!(k.crio_starts(), 2, "one restart");
+}
+
+/// A read-only state directory (ext4 and xfs remount so after an I/O error) refuses the
+/// install before anything changes, in words; remounted read-write, the next run converges.
+#[test]
+fn a_read_only_state_directory_refuses_the_install_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    sh(
+        &k,
+        &format!("set -e; mkdir -p {STATE_DIR}; mount --bind {STATE_DIR} {STATE_DIR}; mount -o remount,bind,ro {STATE_DIR}"),
+    );
+
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert_words(
+        &run,
+        "the filesystem holding /var/lib/kata-live is read-only",
+        "remount it read-write, then run kata-live again",
+    );
+    assert_eq!(k.drop_in_bytes(), None);
+    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
+    k.assert_healthy();
+
+    sh(&k, &format!("umount {STATE_DIR}"));
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(k.crio_starts(), 2, "one restart");
+}
+
+/// The state directory fills up after the drop-in is written and before CRI-O restarts (the
+/// run held in its drop-in write while the filesystem is filled): the journal save fails,
+/// the change is rolled back and proven (exit 12), the words name the filesystem and say
+/// the change is undone, and nothing of the run is left. Freed, the next run converges.
+#[test]
+fn a_state_directory_full_after_the_drop_in_rolls_back_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    small_tmpfs_over(&k, STATE_DIR);
+    let conf_d = k.node.host_path(CRIO_CONF_D).expect("crio.conf.d");
+    let hold = OpenHold::start(&conf_d, 1, |name| {
+        name.starts_with(".50-kata-remote.") && name.ends_with(".tmp")
+    });
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let _held = hold.wait(Duration::from_secs(120));
+    fill(&k, STATE_DIR);
+    hold.release();
+    let run = k.wait_run(child, Duration::from_secs(240));
+
+    assert_eq!(run.code, 12, "{}", show(&run));
+    assert_words(
+        &run,
+        "no space left on the filesystem holding /var/lib/kata-live, while writing the state journal",
+        "free space on that filesystem, then run kata-live again",
+    );
+    assert!(
+        outcome(&run).contains("rolled back: the previous configuration is restored and proven"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(k.drop_in_bytes(), None, "the drop-in is undone");
+    assert!(
+        !names(&k, CRIO_CONF_D).iter().any(|n| n.contains("kata")),
+        "{:?}",
+        names(&k, CRIO_CONF_D)
+    );
+    assert_eq!(k.crio_starts(), 2, "the rollback's one restart");
+    k.assert_healthy();
+
+    sh(&k, &format!("rm {STATE_DIR}/zz-kl-fill"));
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(k.drop_in_bytes().is_some());
+    assert_eq!(k.crio_starts(), 3, "one restart");
+}
