@@ -204,3 +204,84 @@ fn a_state_directory_full_after_the_drop_in_rolls_back_in_words() {
     assert!(k.drop_in_bytes().is_some());
     assert_eq!(k.crio_starts(), 3, "one restart");
 }
+
+/// The worst case: the state directory fills after the drop-in is written (the rollback
+/// starts), and CRI-O's drop-in directory fills while the rollback puts the operator's
+/// drop-in back. Exit 14, and the words say exactly what is on disk (ours, the original
+/// saved) and what CRI-O runs (the previous configuration: it never read ours). Freed, the
+/// next run resumes from the state journal and converges with one restart.
+#[test]
+fn a_full_drop_in_directory_during_the_rollback_ends_at_14_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    const THEIRS: &[u8] = b"# the operator's own kata-remote drop-in\n";
+    k.node
+        .write_file(support::kata::DROP_IN, THEIRS)
+        .expect("the operator's drop-in");
+    small_tmpfs_over(&k, CRIO_CONF_D);
+    small_tmpfs_over(&k, STATE_DIR);
+    // The mounts are inside the node: marked through its root, the hold sees their files.
+    let conf_d =
+        std::path::PathBuf::from(format!("/proc/{}/root{CRIO_CONF_D}", k.node.leader_pid()));
+    let drop_in_tmp = |name: &str| name.starts_with(".50-kata-remote.") && name.ends_with(".tmp");
+    let install_write = OpenHold::start(&conf_d, 1, drop_in_tmp);
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let held = install_write.wait(Duration::from_secs(120));
+    fill(&k, STATE_DIR);
+    // The install's own open, once released, may be shown to this second group too: it
+    // holds the next write of another temp file, the rollback's.
+    let install_tmp = held
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let rollback_write = OpenHold::start(&conf_d, 1, move |name| {
+        drop_in_tmp(name) && name != install_tmp
+    });
+    install_write.release();
+    let _held = rollback_write.wait(Duration::from_secs(120));
+    fill(&k, CRIO_CONF_D);
+    rollback_write.release();
+    let run = k.wait_run(child, Duration::from_secs(240));
+
+    assert_eq!(run.code, 14, "{}", show(&run));
+    let words = outcome(&run);
+    for said in [
+        "no space left on the filesystem holding /var/lib/kata-live, while writing the state journal",
+        "the previous drop-in could not be restored (no space left on the filesystem holding /etc/crio/crio.conf.d",
+        "/etc/crio/crio.conf.d/50-kata-remote holds the new content",
+        "crio.service still runs the previous configuration",
+        "the saved original is under /var/lib/kata-live/backup/",
+    ] {
+        assert!(words.contains(said), "'{said}' not in: {}", show(&run));
+    }
+    for never in ["bug", "os error", "internal error", ".tmp"] {
+        assert!(!words.contains(never), "'{never}' in: {}", show(&run));
+    }
+    let ours = k.drop_in_bytes().expect("a drop-in");
+    assert!(ours.starts_with(b"# Managed by kata-live"), "ours on disk");
+    let saved = k
+        .node
+        .read_file("/var/lib/kata-live/backup/drop-in.orig")
+        .expect("the original saved");
+    assert_eq!(saved, THEIRS);
+    assert_eq!(
+        k.crio_starts(),
+        1,
+        "CRI-O not restarted: it runs the previous configuration"
+    );
+    assert!(
+        !names(&k, CRIO_CONF_D).iter().any(|n| n.ends_with(".tmp")),
+        "{:?}",
+        names(&k, CRIO_CONF_D)
+    );
+
+    sh(
+        &k,
+        &format!("rm {STATE_DIR}/zz-kl-fill {CRIO_CONF_D}/zz-kl-fill"),
+    );
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(k.crio_starts(), 2, "one restart");
+    k.assert_healthy();
+}

@@ -185,6 +185,31 @@ pub fn probe(dir: &Path) -> Result<(), FsError> {
     f.close().map_err(io("remove the probe file in"))
 }
 
+/// [`probe`] without writing, for a directory a runtime watches (CRI-O's drop-in directory:
+/// any write there changes the directory's time, which says the runtime's configuration
+/// changed after it started, and so asks for a restart): the filesystem's read-only flag,
+/// its free blocks and inodes against a probe's size, and whether root may write there.
+/// An I/O error shows only at a real write: [`FsError`]s met later are still classified.
+pub fn look(dir: &Path) -> Result<(), FsError> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    use nix::unistd::{access, AccessFlags};
+    let fault = |op: &'static str, errno: nix::errno::Errno| FsError::Io {
+        op,
+        path: dir.to_path_buf(),
+        source: io::Error::from_raw_os_error(errno as i32),
+    };
+    let st = statvfs(dir).map_err(|e| fault("inspect the filesystem of", e))?;
+    if st.flags().contains(FsFlags::ST_RDONLY) {
+        return Err(fault("write in", nix::errno::Errno::EROFS));
+    }
+    let room = u64::from(st.blocks_available()).saturating_mul(st.fragment_size());
+    let need = (PROBE_LINE.len() * PROBE_LINES) as u64;
+    if room < need || st.files_available() == 0 {
+        return Err(fault("write in", nix::errno::Errno::ENOSPC));
+    }
+    access(dir, AccessFlags::W_OK).map_err(|e| fault("write in", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,7 +257,10 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(left, ["00-default"]);
+        look(d.path()).unwrap();
         let gone = d.path().join("gone");
+        let looked = look(&gone).unwrap_err().node_fault().expect("the node's");
+        assert_eq!(looked.condition, Condition::Vanished);
         let e = probe(&gone).unwrap_err();
         let f = e.node_fault().expect("a vanished directory is the node's");
         assert_eq!(f.condition, Condition::Vanished);

@@ -152,6 +152,15 @@ pub fn refuse_unwritable(ctx: &Ctx) -> Result<(), FlowError> {
     if let Some(why) = problem(root, &written).or_else(|| dir_problem(root, &dirs)) {
         return Err(FlowError::Refused(why));
     }
+    // Directories a runtime reads are looked at, never written: a write there would change
+    // the directory's time, which the activation reads as a configuration newer than the
+    // running runtime (a needless restart).
+    let watched: Vec<PathBuf> = [Some(ctx.drop_in().path().to_path_buf())]
+        .into_iter()
+        .chain([ctx.rt.import().map(|i| ctx.host.path(i.main))])
+        .flatten()
+        .filter_map(|p| p.parent().map(Path::to_path_buf))
+        .collect();
     let mut probed: Vec<PathBuf> = Vec::new();
     for (what, path) in written.iter().chain(&dirs) {
         let Some(dir) = nearest_dir(root, path) else {
@@ -160,8 +169,12 @@ pub fn refuse_unwritable(ctx: &Ctx) -> Result<(), FlowError> {
         if probed.contains(&dir) {
             continue;
         }
-        files::fault::probe(&dir)
-            .map_err(|e| node_file(&format!("checking that {what} can be written"))(&e))?;
+        let checked = if watched.contains(&dir) {
+            files::fault::look(&dir)
+        } else {
+            files::fault::probe(&dir)
+        };
+        checked.map_err(|e| node_file(&format!("checking that {what} can be written"))(&e))?;
         probed.push(dir);
     }
     Ok(())

@@ -11,7 +11,8 @@ pub async fn rollback(
 ) -> Rollback {
     // Restore, restart CRI-O, prove back (and start kubelet again if it went down).
     rep.begin_rollback(3);
-    if let Err(failed) = restore_drop_in(ctx, rep, backup) {
+    // CRI-O restarted meanwhile: it may have read the new drop-in.
+    if let Err(failed) = restore_drop_in(ctx, rep, backup, true) {
         return failed;
     }
     if let Err(failed) = super::main_file::restore_main(ctx, rep) {
@@ -54,13 +55,25 @@ pub fn restore_drop_in(
     ctx: &Ctx,
     rep: &mut Reporter,
     backup: Option<&Backup>,
+    runtime_read_it: bool,
 ) -> Result<(), Rollback> {
     rep.begin("rollback", "restoring the previous drop-in");
     let drop_in = ctx.drop_in();
     if let Err(e) = drop_in.restore_backup(backup) {
+        // The node's own filesystem failing is said in its words, with what to do.
+        let why = match e.node_fault() {
+            Some(f) => format!("{f}: {}", f.advice()),
+            None => e.to_string(),
+        };
+        let unit = ctx.rt.unit();
+        let runs = if runtime_read_it {
+            format!("{unit} was restarted with the new content")
+        } else {
+            format!("{unit} still runs the previous configuration (it never read the new one; its next restart would)")
+        };
         let msg = format!(
-            "the previous drop-in could not be restored ({e}); {} holds the new content; \
-             the saved original is under {}/backup/",
+            "the previous drop-in could not be restored ({why}); {} holds the new content and \
+             {runs}; the saved original is under {}/backup/",
             drop_in.path().display(),
             ctx.host.path(STATE_DIR).display()
         );

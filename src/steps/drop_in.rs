@@ -52,7 +52,7 @@ impl Step for WriteDropIn {
     }
     /// The previous content back, byte for byte (or no file).
     fn undo(&mut self, ctx: &Ctx, run: &Run, rep: &mut Reporter) -> Result<(), Rollback> {
-        crate::flow::restore_drop_in(ctx, rep, run.backup.as_ref())
+        crate::flow::restore_drop_in(ctx, rep, run.backup.as_ref(), run.activated.is_some())
     }
     fn plan<'a>(
         &'a mut self,
@@ -125,7 +125,7 @@ impl Step for RemoveDropIn {
     }
     /// The previous content back, byte for byte (or no file).
     fn undo(&mut self, ctx: &Ctx, run: &Run, rep: &mut Reporter) -> Result<(), Rollback> {
-        crate::flow::restore_drop_in(ctx, rep, run.backup.as_ref())
+        crate::flow::restore_drop_in(ctx, rep, run.backup.as_ref(), run.activated.is_some())
     }
     fn plan<'a>(
         &'a mut self,
