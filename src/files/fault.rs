@@ -202,7 +202,7 @@ pub fn look(dir: &Path) -> Result<(), FsError> {
     if st.flags().contains(FsFlags::ST_RDONLY) {
         return Err(fault("write in", nix::errno::Errno::EROFS));
     }
-    let room = u64::from(st.blocks_available()).saturating_mul(st.fragment_size());
+    let room = st.blocks_available().saturating_mul(st.fragment_size());
     let need = (PROBE_LINE.len() * PROBE_LINES) as u64;
     if room < need || st.files_available() == 0 {
         return Err(fault("write in", nix::errno::Errno::ENOSPC));

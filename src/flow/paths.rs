@@ -169,7 +169,8 @@ pub fn refuse_unwritable(ctx: &Ctx) -> Result<(), FlowError> {
         if probed.contains(&dir) {
             continue;
         }
-        let checked = if watched.contains(&dir) {
+        // A dry run writes nothing anywhere.
+        let checked = if ctx.dry_run || watched.contains(&dir) {
             files::fault::look(&dir)
         } else {
             files::fault::probe(&dir)

@@ -50,6 +50,19 @@ pub fn rollback_cut_off(rep: &mut Reporter, why: String) -> Rollback {
     Rollback::Failed(why)
 }
 
+/// What the runtime runs while its drop-in holds new content a rollback could not take back.
+pub(super) fn what_runs(ctx: &Ctx, runtime_read_it: bool) -> String {
+    let unit = ctx.rt.unit();
+    if runtime_read_it {
+        format!("{unit} was restarted with the new content")
+    } else {
+        format!(
+            "{unit} still runs the previous configuration (it never read the new one; its next \
+             restart would)"
+        )
+    }
+}
+
 /// The drop-in step's undo: its content before this operation, byte for byte (or no file).
 pub fn restore_drop_in(
     ctx: &Ctx,
@@ -65,16 +78,11 @@ pub fn restore_drop_in(
             Some(f) => format!("{f}: {}", f.advice()),
             None => e.to_string(),
         };
-        let unit = ctx.rt.unit();
-        let runs = if runtime_read_it {
-            format!("{unit} was restarted with the new content")
-        } else {
-            format!("{unit} still runs the previous configuration (it never read the new one; its next restart would)")
-        };
         let msg = format!(
             "the previous drop-in could not be restored ({why}); {} holds the new content and \
-             {runs}; the saved original is under {}/backup/",
+             {}; the saved original is under {}/backup/",
             drop_in.path().display(),
+            what_runs(ctx, runtime_read_it),
             ctx.host.path(STATE_DIR).display()
         );
         rep.end(StepOutcome::Failed, msg.clone());

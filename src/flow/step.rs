@@ -440,31 +440,26 @@ async fn settle(
     if !config_changed {
         return FlowError::Node { what, fault, left };
     }
+    let activated = run.activated.is_some();
     if run.backup.is_none() {
         match ctx.backups().load() {
             Ok(b) => run.backup = b,
             Err(e) => {
-                let runs = if run.activated.is_some() {
-                    "runs with it"
-                } else {
-                    "was not restarted with it"
-                };
                 let why = format!(
                     "the backup of the previous drop-in cannot be read ({e}); {} holds the new \
-                     content and {} {runs}",
+                     content and {}",
                     ctx.drop_in().path().display(),
-                    ctx.rt.unit()
+                    super::rollback::what_runs(ctx, activated)
                 );
                 return FlowError::NodeAfterChange {
                     what,
                     fault,
                     rollback: Rollback::Failed(why),
-                    activated: run.activated.is_some(),
+                    activated,
                 };
             }
         }
     }
-    let activated = run.activated.is_some();
     let rollback = roll_back(ctx, rep, run, applied).await;
     FlowError::NodeAfterChange {
         what,
