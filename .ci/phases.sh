@@ -10,23 +10,21 @@
 # a step, timed by the step's own script: shown, never on the path).
 
 phase() {
-    local name=$1
-    shift
-    local start rc=0
-    start=$(date +%s.%N)
-    "$@" || rc=$?
-    phase_record "$name" "$start" "$rc" "" "${KATA_PHASE_KIND:-step}"
-    return "$rc"
+    timed "${KATA_PHASE_KIND:-step}" "$@"
 }
 
 # `span NAME CMD...`: `phase` for a phase that holds others (tests/run as a whole).
 span() {
-    local name=$1
-    shift
+    timed span "$@"
+}
+
+timed() {
+    local kind=$1 name=$2
+    shift 2
     local start rc=0
     start=$(date +%s.%N)
     "$@" || rc=$?
-    phase_record "$name" "$start" "$rc" "" span
+    phase_record "$name" "$start" "$rc" "" "$kind"
     return "$rc"
 }
 

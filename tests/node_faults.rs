@@ -7,8 +7,10 @@
 
 use crate::support;
 use std::time::Duration;
+use support::containerd as ctd;
 use support::hold::OpenHold;
 use support::kata::{serial, show, KataNode, Run};
+use support::node::NodeOptions;
 
 const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
 const STATE_DIR: &str = "/var/lib/kata-live";
@@ -284,4 +286,69 @@ fn a_full_drop_in_directory_during_the_rollback_ends_at_14_in_words() {
     assert_eq!(run.code, 0, "{}", show(&run));
     assert_eq!(k.crio_starts(), 2, "one restart");
     k.assert_healthy();
+}
+
+/// containerd, its handler backed by runc (tests/node_containerd.rs), no package step.
+const CTD_CONFIG: &str = r#"
+[package]
+skip = true
+
+[handler.containerd]
+runtime_type = "io.containerd.runc.v2"
+options = { BinaryName = "/usr/local/bin/runc-node-limits" }
+pod_annotations = []
+privileged_without_host_devices = false
+"#;
+
+/// On containerd, a read-only `/etc/containerd` (where kata-live adds the import to the
+/// main file and creates its drop-in directory) refuses the install before anything
+/// changes: the main file byte for byte, no drop-in, containerd and kubelet the same
+/// processes. Remounted read-write, the next run converges with one restart.
+#[test]
+fn containerd_a_read_only_configuration_directory_refuses_the_install_in_words() {
+    let _one = serial();
+    let k = KataNode::boot_with(NodeOptions::containerd(), CTD_CONFIG);
+    let main_before = k.node.read_file(ctd::CONFIG).expect("the main file");
+    let containerd_before = ctd::main_pid(&k.node, "containerd.service");
+    let kubelet_before = ctd::main_pid(&k.node, "kubelet.service");
+    sh(
+        &k,
+        "set -e; mount --bind /etc/containerd /etc/containerd; \
+         mount -o remount,bind,ro /etc/containerd",
+    );
+
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert_words(
+        &run,
+        "the filesystem holding /etc/containerd is read-only",
+        "remount it read-write, then run kata-live again",
+    );
+    assert_eq!(
+        k.node.read_file(ctd::CONFIG).expect("the main file"),
+        main_before
+    );
+    assert!(
+        !k.node.exists("/etc/containerd/conf.d").expect("stat"),
+        "no drop-in directory"
+    );
+    assert_eq!(
+        ctd::main_pid(&k.node, "containerd.service"),
+        containerd_before
+    );
+    assert_eq!(ctd::main_pid(&k.node, "kubelet.service"), kubelet_before);
+    k.assert_no_leftover_state();
+
+    sh(&k, "umount /etc/containerd");
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_ne!(
+        ctd::main_pid(&k.node, "containerd.service"),
+        containerd_before,
+        "one restart"
+    );
+    assert!(k
+        .node
+        .exists("/etc/containerd/conf.d/50-kata-remote.toml")
+        .expect("stat"));
 }
