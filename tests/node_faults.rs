@@ -207,6 +207,49 @@ fn a_state_directory_full_after_the_drop_in_rolls_back_in_words() {
     assert_eq!(k.crio_starts(), 3, "one restart");
 }
 
+/// The state directory fills once CRI-O runs with the change, while the journal records
+/// the proof's phase (its fifth save of an install: the package phase, before the
+/// transaction, the drop-in, the activation, the proof): the change is rolled back, CRI-O
+/// restarted with the previous configuration and the node proven back (exit 13), in words.
+/// Freed, the next run converges with one restart.
+#[test]
+fn a_state_directory_full_after_the_restart_rolls_back_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    small_tmpfs_over(&k, STATE_DIR);
+    // The tmpfs is inside the node: marked through its root, the hold sees its files.
+    let state = std::path::PathBuf::from(format!("/proc/{}/root{STATE_DIR}", k.node.leader_pid()));
+    let hold = OpenHold::start(&state, 5, |name| {
+        name.starts_with(".state.json.") && name.ends_with(".tmp")
+    });
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let _held = hold.wait(Duration::from_secs(120));
+    assert_eq!(k.crio_starts(), 2, "held after the activation's restart");
+    fill(&k, STATE_DIR);
+    hold.release();
+    let run = k.wait_run(child, Duration::from_secs(240));
+
+    assert_eq!(run.code, 13, "{}", show(&run));
+    assert_words(
+        &run,
+        "no space left on the filesystem holding /var/lib/kata-live, while writing the state journal",
+        "free space on that filesystem, then run kata-live again",
+    );
+    assert!(
+        outcome(&run).contains("rolled back: the previous configuration is restored and proven"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(k.drop_in_bytes(), None, "the drop-in is undone");
+    assert_eq!(k.crio_starts(), 3, "the rollback's restart");
+    k.assert_healthy();
+
+    sh(&k, &format!("rm {STATE_DIR}/zz-kl-fill"));
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(k.crio_starts(), 4, "one restart");
+}
+
 /// The worst case: the state directory fills after the drop-in is written (the rollback
 /// starts), and CRI-O's drop-in directory fills while the rollback puts the operator's
 /// drop-in back. Exit 14, and the words say exactly what is on disk (ours, the original

@@ -278,6 +278,7 @@ impl KataNode {
     /// kata-live's journal records carrying this MESSAGE_ID. A journalctl that fails fails
     /// the test (a count of 0 from a broken journalctl would pass "nothing logged" checks).
     pub fn journal_count(&self, message_id: &str) -> usize {
+        self.node.sync_journal();
         // One JSON object per record: a multi-line message is still one record.
         let o = self.node.exec(&[
             "journalctl",

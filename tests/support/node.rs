@@ -634,9 +634,26 @@ impl Node {
         self.journal_args(&args)
     }
 
+    /// Waits until journald has written every record sent to it before this call: records
+    /// reach journald over a datagram socket and are written when it gets to them, so a
+    /// count read right after a run may miss the run's last records (seen: a run's
+    /// SUCCEEDED record counted 0 under load). `journalctl --sync` returns once journald
+    /// has processed what was queued before it.
+    pub fn sync_journal(&self) {
+        let out = self.exec_timeout(&["journalctl", "--sync"], Duration::from_secs(30));
+        assert!(
+            out.status.success(),
+            "journalctl --sync failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The journal of one unit this boot, for counting: a journalctl that fails fails the
-    /// test (a count from its empty output would pass a "no restart" check).
+    /// test (a count from its empty output would pass a "no restart" check). Every record
+    /// sent before the call is in it ([`Self::sync_journal`]).
     pub fn journal_unit_strict(&self, unit: &str) -> String {
+        self.sync_journal();
         let out = self.exec_timeout(
             &[
                 "journalctl",
