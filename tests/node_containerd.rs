@@ -27,16 +27,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const RERUN_KUBELET_DEADLINE: f64 = 60.0;
 
 /// The handler as runc behind the node's wrapper; no package step (the shim is Debian's).
-const CONFIG: &str = r#"
-[package]
-skip = true
-
-[handler.containerd]
-runtime_type = "io.containerd.runc.v2"
-options = { BinaryName = "/usr/local/bin/runc-node-limits" }
-pod_annotations = []
-privileged_without_host_devices = false
-"#;
+const CONFIG: &str = ctd::RUNC_HANDLER_CONFIG;
 
 fn boot(extra: &str) -> (KataNode, CtdCri) {
     let k = KataNode::boot_with(NodeOptions::containerd(), &format!("{CONFIG}\n{extra}"));

@@ -161,6 +161,51 @@ fn a_read_only_state_directory_refuses_the_install_in_words() {
     assert_eq!(k.crio_starts(), 2, "one restart");
 }
 
+/// Fills the state directory (a small tmpfs) while `hold` holds the install's open (CRI-O
+/// then started `held_starts` times), then judges what the run ends with: `code`, the
+/// words, the drop-in undone and `starts` CRI-O starts in all (the rollback's restart
+/// included), the node healthy. Freed, the next run converges with one restart.
+fn state_directory_full_at(
+    k: &KataNode,
+    hold: OpenHold,
+    held_starts: usize,
+    code: i32,
+    starts: usize,
+) {
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let _held = hold.wait(Duration::from_secs(120));
+    assert_eq!(k.crio_starts(), held_starts, "CRI-O's starts when held");
+    fill(k, STATE_DIR);
+    hold.release();
+    let run = k.wait_run(child, Duration::from_secs(240));
+
+    assert_eq!(run.code, code, "{}", show(&run));
+    assert_words(
+        &run,
+        "no space left on the filesystem holding /var/lib/kata-live, while writing the state journal",
+        "free space on that filesystem, then run kata-live again",
+    );
+    assert!(
+        outcome(&run).contains("rolled back: the previous configuration is restored and proven"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(k.drop_in_bytes(), None, "the drop-in is undone");
+    assert!(
+        !names(k, CRIO_CONF_D).iter().any(|n| n.contains("kata")),
+        "{:?}",
+        names(k, CRIO_CONF_D)
+    );
+    assert_eq!(k.crio_starts(), starts, "the rollback's one restart");
+    k.assert_healthy();
+
+    sh(k, &format!("rm {STATE_DIR}/zz-kl-fill"));
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(k.drop_in_bytes().is_some());
+    assert_eq!(k.crio_starts(), starts + 1, "one restart");
+}
+
 /// The state directory fills up after the drop-in is written and before CRI-O restarts (the
 /// run held in its drop-in write while the filesystem is filled): the journal save fails,
 /// the change is rolled back and proven (exit 12), the words name the filesystem and say
@@ -174,37 +219,7 @@ fn a_state_directory_full_after_the_drop_in_rolls_back_in_words() {
     let hold = OpenHold::start(&conf_d, 1, |name| {
         name.starts_with(".50-kata-remote.") && name.ends_with(".tmp")
     });
-    let child = k.spawn_kata(&["install", "--no-detach"]);
-    let _held = hold.wait(Duration::from_secs(120));
-    fill(&k, STATE_DIR);
-    hold.release();
-    let run = k.wait_run(child, Duration::from_secs(240));
-
-    assert_eq!(run.code, 12, "{}", show(&run));
-    assert_words(
-        &run,
-        "no space left on the filesystem holding /var/lib/kata-live, while writing the state journal",
-        "free space on that filesystem, then run kata-live again",
-    );
-    assert!(
-        outcome(&run).contains("rolled back: the previous configuration is restored and proven"),
-        "{}",
-        show(&run)
-    );
-    assert_eq!(k.drop_in_bytes(), None, "the drop-in is undone");
-    assert!(
-        !names(&k, CRIO_CONF_D).iter().any(|n| n.contains("kata")),
-        "{:?}",
-        names(&k, CRIO_CONF_D)
-    );
-    assert_eq!(k.crio_starts(), 2, "the rollback's one restart");
-    k.assert_healthy();
-
-    sh(&k, &format!("rm {STATE_DIR}/zz-kl-fill"));
-    let run = k.install();
-    assert_eq!(run.code, 0, "{}", show(&run));
-    assert!(k.drop_in_bytes().is_some());
-    assert_eq!(k.crio_starts(), 3, "one restart");
+    state_directory_full_at(&k, hold, 1, 12, 2);
 }
 
 /// The state directory fills once CRI-O runs with the change, while the journal records
@@ -222,32 +237,7 @@ fn a_state_directory_full_after_the_restart_rolls_back_in_words() {
     let hold = OpenHold::start(&state, 5, |name| {
         name.starts_with(".state.json.") && name.ends_with(".tmp")
     });
-    let child = k.spawn_kata(&["install", "--no-detach"]);
-    let _held = hold.wait(Duration::from_secs(120));
-    assert_eq!(k.crio_starts(), 2, "held after the activation's restart");
-    fill(&k, STATE_DIR);
-    hold.release();
-    let run = k.wait_run(child, Duration::from_secs(240));
-
-    assert_eq!(run.code, 13, "{}", show(&run));
-    assert_words(
-        &run,
-        "no space left on the filesystem holding /var/lib/kata-live, while writing the state journal",
-        "free space on that filesystem, then run kata-live again",
-    );
-    assert!(
-        outcome(&run).contains("rolled back: the previous configuration is restored and proven"),
-        "{}",
-        show(&run)
-    );
-    assert_eq!(k.drop_in_bytes(), None, "the drop-in is undone");
-    assert_eq!(k.crio_starts(), 3, "the rollback's restart");
-    k.assert_healthy();
-
-    sh(&k, &format!("rm {STATE_DIR}/zz-kl-fill"));
-    let run = k.install();
-    assert_eq!(run.code, 0, "{}", show(&run));
-    assert_eq!(k.crio_starts(), 4, "one restart");
+    state_directory_full_at(&k, hold, 2, 13, 3);
 }
 
 /// The worst case: the state directory fills after the drop-in is written (the rollback
@@ -331,18 +321,6 @@ fn a_full_drop_in_directory_during_the_rollback_ends_at_14_in_words() {
     k.assert_healthy();
 }
 
-/// containerd, its handler backed by runc (tests/node_containerd.rs), no package step.
-const CTD_CONFIG: &str = r#"
-[package]
-skip = true
-
-[handler.containerd]
-runtime_type = "io.containerd.runc.v2"
-options = { BinaryName = "/usr/local/bin/runc-node-limits" }
-pod_annotations = []
-privileged_without_host_devices = false
-"#;
-
 /// On containerd, a read-only `/etc/containerd` (where kata-live adds the import to the
 /// main file and creates its drop-in directory) refuses the install before anything
 /// changes: the main file byte for byte, no drop-in, containerd and kubelet the same
@@ -350,7 +328,7 @@ privileged_without_host_devices = false
 #[test]
 fn containerd_a_read_only_configuration_directory_refuses_the_install_in_words() {
     let _one = serial();
-    let k = KataNode::boot_with(NodeOptions::containerd(), CTD_CONFIG);
+    let k = KataNode::boot_with(NodeOptions::containerd(), ctd::RUNC_HANDLER_CONFIG);
     let main_before = k.node.read_file(ctd::CONFIG).expect("the main file");
     let containerd_before = ctd::main_pid(&k.node, "containerd.service");
     let kubelet_before = ctd::main_pid(&k.node, "kubelet.service");

@@ -27,6 +27,20 @@ use kata_live_standins::cri_api as cri;
 pub const SOCKET: &str = "/run/containerd/containerd.sock";
 /// containerd's main configuration (version 3, no `imports` line as booted).
 pub const CONFIG: &str = "/etc/containerd/config.toml";
+
+/// kata-live's configuration on a containerd node whose handler is backed by runc behind the
+/// node's wrapper (the judge of an install is a real sandbox on it); no package step (the
+/// shim is Debian's).
+pub const RUNC_HANDLER_CONFIG: &str = r#"
+[package]
+skip = true
+
+[handler.containerd]
+runtime_type = "io.containerd.runc.v2"
+options = { BinaryName = "/usr/local/bin/runc-node-limits" }
+pod_annotations = []
+privileged_without_host_devices = false
+"#;
 /// The drop-in directory kata-live imports (`imports = ["/etc/containerd/conf.d/*.toml"]`).
 pub const DROP_IN_DIR: &str = "/etc/containerd/conf.d";
 /// The test-only OCI runtime wrapper (BinaryName of the `runc` handler): drops what the node
