@@ -72,16 +72,7 @@ const SETTLE_US: u64 = 2_000_000;
 const JUDGE_WAIT: Duration = Duration::from_secs(30);
 
 /// The containerd pass's handler: runc behind the node's wrapper, no package step.
-const CONTAINERD: &str = r#"
-[package]
-skip = true
-
-[handler.containerd]
-runtime_type = "io.containerd.runc.v2"
-options = { BinaryName = "/usr/local/bin/runc-node-limits" }
-pod_annotations = []
-privileged_without_host_devices = false
-"#;
+const CONTAINERD: &str = ctd::RUNC_HANDLER_CONFIG;
 
 fn main() {
     // `cargo bench --bench verdict_latency -- NAME`: only the passes whose name holds NAME
