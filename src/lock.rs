@@ -20,8 +20,10 @@ pub enum LockError {
         holder: String,
         waited: Duration,
     },
-    #[error("cannot open the lock {path}: {source}")]
+    #[error("cannot {op} {path}: {source}")]
     Io {
+        /// What was done there ("open the lock", "create the directory of the lock").
+        op: &'static str,
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -44,12 +46,12 @@ pub struct Lock {
 }
 
 fn open(path: &Path) -> Result<File, LockError> {
-    let io = |source| LockError::Io {
-        path: path.to_path_buf(),
-        source,
+    let io = |op, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LockError::Io { op, path, source }
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        std::fs::create_dir_all(dir).map_err(io("create the directory", dir))?;
     }
     OpenOptions::new()
         .read(true)
@@ -59,7 +61,26 @@ fn open(path: &Path) -> Result<File, LockError> {
         .mode(0o644)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(path)
-        .map_err(io)
+        .map_err(io("open the lock", path))
+}
+
+impl crate::files::NodeFaults for LockError {
+    /// A lock that cannot be created or opened is the node's condition (a full, read-only
+    /// or failing /run, a denied write), never a bug.
+    fn node_fault(&self) -> Option<crate::files::NodeFault> {
+        match self {
+            LockError::Busy { .. } => None,
+            LockError::Io { op, path, source } => {
+                // A directory's own operation names the directory; the lock's, its file.
+                let op = if op.ends_with("directory") {
+                    "create directory"
+                } else {
+                    "write"
+                };
+                crate::files::NodeFault::of(op, path, source)
+            }
+        }
+    }
 }
 
 fn describe_holder(path: &Path) -> String {
@@ -117,6 +138,7 @@ pub async fn acquire(path: &Path, operation: &str, deadline: Duration) -> Result
             }
             Err((_, errno)) => {
                 return Err(LockError::Io {
+                    op: "lock",
                     path: path.to_path_buf(),
                     source: errno.into(),
                 })

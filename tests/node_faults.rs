@@ -373,3 +373,186 @@ fn containerd_a_read_only_configuration_directory_refuses_the_install_in_words()
         .exists("/etc/containerd/conf.d/50-kata-remote.toml")
         .expect("stat"));
 }
+
+/// A read-only `/run/kata-live` (where the run lock and status.json live) refuses the run
+/// at its lock, in words, with nothing changed: the node's condition, never exit 1.
+/// Remounted read-write, the next run converges with one restart.
+#[test]
+fn a_read_only_run_directory_refuses_at_the_lock_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    sh(
+        &k,
+        "set -e; mkdir -p /run/kata-live; mount --bind /run/kata-live /run/kata-live; \
+         mount -o remount,bind,ro /run/kata-live",
+    );
+
+    let run = k.install();
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert_words(
+        &run,
+        "the filesystem holding /run/kata-live is read-only",
+        "remount it read-write, then run kata-live again",
+    );
+    assert!(
+        outcome(&run).contains("while taking kata-live's run lock; nothing was changed"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(k.drop_in_bytes(), None);
+    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
+    k.assert_no_leftover_state();
+    k.assert_healthy();
+
+    sh(&k, "umount /run/kata-live");
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(k.crio_starts(), 2, "one restart");
+}
+
+/// A write denied to root in CRI-O's drop-in directory (here its immutable attribute; on
+/// RHCOS, an SELinux denial gives the same refusal) refuses the install before anything
+/// changes, in words that send the operator to the audit log and the path's attributes.
+#[test]
+fn a_write_denied_in_the_drop_in_directory_refuses_the_install_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    sh(&k, &format!("chattr +i {CRIO_CONF_D}"));
+    let before = names(&k, CRIO_CONF_D);
+
+    let run = k.install();
+    sh(&k, &format!("chattr -i {CRIO_CONF_D}"));
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert_words(
+        &run,
+        "permission denied to write in /etc/crio/crio.conf.d (root was refused",
+        "check the SELinux audit log (ausearch -m avc -ts recent), the path's owner and mode and its attributes (lsattr -d: immutable)",
+    );
+    assert_eq!(names(&k, CRIO_CONF_D), before, "no drop-in, no temp file");
+    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
+    k.assert_no_leftover_state();
+    k.assert_healthy();
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(k.crio_starts(), 2, "one restart");
+}
+
+/// CRI-O's drop-in directory gone (another tool removed it) refuses the install run by the
+/// shipped unit, whose ProtectSystem=strict could not let it be made again anyway: exit 10
+/// in words naming the directory, not a read-only /etc. Put back, the unit converges.
+#[test]
+fn a_vanished_drop_in_directory_refuses_the_unit_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    sh(&k, &format!("mv {CRIO_CONF_D} /etc/crio/kl-moved"));
+    let started = k
+        .node
+        .exec(&["systemctl", "start", "kata-live-install.service"]);
+    assert!(!started.status.success(), "the unit failed");
+    assert_eq!(
+        k.show_prop("kata-live-install.service", "ExecMainStatus"),
+        "10"
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "refused", "{st:#}");
+    let error = st["error"].as_str().unwrap_or_default().to_string();
+    for said in [
+        "/etc/crio/crio.conf.d is gone, while checking that CRI-O's drop-in directory is there; nothing was changed",
+        "put it back, then run kata-live again",
+    ] {
+        assert!(error.contains(said), "'{said}' not in: {st:#}");
+    }
+    for never in ["read-only", "bug", "os error"] {
+        assert!(!error.contains(never), "'{never}' in: {st:#}");
+    }
+    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
+
+    sh(&k, &format!("mv /etc/crio/kl-moved {CRIO_CONF_D}"));
+    k.systemctl(&["reset-failed", "kata-live-install.service"]);
+    k.systemctl(&["start", "kata-live-install.service"]);
+    assert_eq!(
+        k.show_prop("kata-live-install.service", "ExecMainStatus"),
+        "0"
+    );
+    assert!(k.drop_in_bytes().is_some());
+    assert_eq!(k.crio_starts(), 2, "one restart");
+}
+
+/// The state directory goes read-only while the proof runs (the proof held by a kubelet
+/// that has not reconnected): the handler is proven, so the install succeeds, and its words
+/// name the backup and the journal it could not remove and what to do. Remounted
+/// read-write, the next run converges with no restart and nothing left.
+#[test]
+fn a_state_directory_read_only_after_the_proof_keeps_the_install_proven() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    k.hold_kubelet_after_restart();
+    let _ = k.node.exec(&["rm", "-f", "/run/kata-live/status.json"]);
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    k.wait_phase("prove", Duration::from_secs(120));
+    sh(
+        &k,
+        &format!(
+            "set -e; mount --bind {STATE_DIR} {STATE_DIR}; mount -o remount,bind,ro {STATE_DIR}"
+        ),
+    );
+    k.release_kubelet();
+    let run = k.wait_run(child, Duration::from_secs(240));
+
+    assert_eq!(run.code, 0, "{}", show(&run));
+    for said in [
+        "CRI-O restarted",
+        "the filesystem holding /var/lib/kata-live/backup is read-only, while removing the backup of the drop-in after the proof: it is left there",
+        "the filesystem holding /var/lib/kata-live is read-only, while removing the state journal after the proof",
+        "remount it read-write, then run kata-live again",
+    ] {
+        assert!(run.stdout.contains(said), "'{said}' not in: {}", show(&run));
+    }
+    for never in ["bug", "os error", "internal error"] {
+        assert!(!run.stdout.contains(never), "'{never}' in: {}", show(&run));
+    }
+    assert_eq!(k.status_json()["result"], "succeeded");
+    assert_eq!(k.crio_starts(), 2, "one restart");
+    k.assert_healthy();
+
+    sh(&k, &format!("umount {STATE_DIR}"));
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(k.crio_starts(), 2, "no restart: the handler is served");
+    k.assert_no_leftover_state();
+}
+
+/// Uninstall on a read-only drop-in directory refuses before anything changes: the handler
+/// still declared and served, the package kept, CRI-O not restarted; remounted read-write,
+/// the next uninstall converges with one restart.
+#[test]
+fn uninstall_on_a_read_only_drop_in_directory_refuses_in_words() {
+    let _one = serial();
+    let k = KataNode::boot("");
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let ours = k.drop_in_bytes().expect("the drop-in");
+    sh(
+        &k,
+        &format!("set -e; mount --bind {CRIO_CONF_D} {CRIO_CONF_D}; mount -o remount,bind,ro {CRIO_CONF_D}"),
+    );
+
+    let run = k.uninstall(&[]);
+    assert_eq!(run.code, 10, "{}", show(&run));
+    assert_words(
+        &run,
+        "the filesystem holding /etc/crio/crio.conf.d is read-only",
+        "remount it read-write, then run kata-live again",
+    );
+    assert_eq!(k.drop_in_bytes(), Some(ours), "the drop-in byte for byte");
+    assert_eq!(k.crio_starts(), 2, "CRI-O restarted");
+    k.assert_no_leftover_state();
+    k.assert_healthy();
+
+    sh(&k, &format!("umount {CRIO_CONF_D}"));
+    let run = k.uninstall(&[]);
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(k.drop_in_bytes(), None);
+    assert_eq!(k.crio_starts(), 3, "one restart");
+}

@@ -29,7 +29,7 @@ impl Condition {
     /// The condition an error of the node's filesystem shows, if it is one.
     pub fn of(e: &io::Error) -> Option<Condition> {
         use nix::errno::Errno;
-        let Some(errno) = e.raw_os_error() else {
+        let Some(errno) = e.raw_os_error().or_else(|| wrapped_errno(e)) else {
             return Condition::of_kind(e.kind());
         };
         Some(match Errno::from_raw(errno) {
@@ -43,8 +43,7 @@ impl Condition {
         })
     }
 
-    /// By the error's kind alone, where a library wrapped the errno away (tempfile adds the
-    /// path to its errors, keeping the kind; `EIO` has no kind of its own and is missed).
+    /// By the error's kind alone, where no errno is left to read.
     fn of_kind(kind: io::ErrorKind) -> Option<Condition> {
         use io::ErrorKind as K;
         Some(match kind {
@@ -69,8 +68,8 @@ impl Condition {
                  read-only), repair and remount it read-write, then run kata-live again"
             }
             Condition::Denied => {
-                "check the SELinux audit log (ausearch -m avc -ts recent) and the path's owner \
-                 and mode, then run kata-live again"
+                "check the SELinux audit log (ausearch -m avc -ts recent), the path's owner and \
+                 mode and its attributes (lsattr -d: immutable), then run kata-live again"
             }
             Condition::Io => {
                 "check the disk (the kernel log, the disk's health) before anything else; run \
@@ -82,6 +81,22 @@ impl Condition {
             }
         }
     }
+}
+
+/// The errno of an I/O error that a library wrapped in its own (tempfile adds the path to
+/// its errors, keeping only the kind outside: `EIO` has no kind of its own and would be lost).
+fn wrapped_errno(e: &io::Error) -> Option<i32> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|w| w as _);
+    while let Some(c) = cause {
+        if let Some(errno) = c
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+        {
+            return Some(errno);
+        }
+        cause = c.source();
+    }
+    None
 }
 
 /// A fault of the node's filesystem met while kata-live read or wrote `path`.
@@ -244,6 +259,25 @@ mod tests {
             .unwrap_err();
         assert_eq!(wrapped.raw_os_error(), None, "{wrapped}");
         assert_eq!(Condition::of(&wrapped), Some(Condition::Vanished));
+        // A failing disk under such a wrapper: its kind says nothing, the errno inside does.
+        #[derive(Debug)]
+        struct PathError(io::Error);
+        impl fmt::Display for PathError {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{} at path \"/x\"", self.0)
+            }
+        }
+        impl std::error::Error for PathError {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let eio = err(EIO as i32);
+        let wrapped = io::Error::new(eio.kind(), PathError(eio));
+        assert_eq!(wrapped.raw_os_error(), None);
+        assert_eq!(Condition::of(&wrapped), Some(Condition::Io));
+        let not_io = io::Error::other(PathError(io::Error::other("x")));
+        assert_eq!(Condition::of(&not_io), None);
     }
 
     #[test]

@@ -275,6 +275,32 @@ pub fn node_file<E: crate::files::NodeFaults + ?Sized>(
     }
 }
 
+/// The end of a proven run: removing a file it no longer needs (the backups, the state
+/// journal) failed. The handler's state is proven, so the run stays a success: a node fault
+/// (the filesystem went read-only, failed, or denied the removal) becomes words for the
+/// summary that name what is left and what to do (a later run finds the files and
+/// converges); any other error is a bug.
+pub fn left_after_proof<E: crate::files::NodeFaults>(
+    doing: &str,
+    removed: Result<(), E>,
+) -> Result<Option<String>, FlowError> {
+    let Err(e) = removed else {
+        return Ok(None);
+    };
+    match e.node_fault() {
+        Some(fault) => {
+            let words = format!(
+                "{fault}, while {doing} after the proof: it is left there, harmless (a later \
+                 run finds it and converges). Next: {}",
+                fault.advice()
+            );
+            tracing::warn!("{words}");
+            Ok(Some(words))
+        }
+        None => Err(FlowError::Internal(format!("{doing}: {e}"))),
+    }
+}
+
 impl Ctx {
     pub fn drop_in(&self) -> DropIn {
         DropIn::new(&self.host.root, self.host.path(self.rt.drop_in_path()))
@@ -431,7 +457,10 @@ pub async fn begin(
         Some(why) => Err(FlowError::Refused(why)),
         None => lock::acquire(&lock_path, &op, ctx.cfg.deadlines.lock)
             .await
-            .map_err(FlowError::from),
+            .map_err(|e| match e {
+                lock::LockError::Busy { .. } => FlowError::from(e),
+                lock::LockError::Io { .. } => node_file("taking kata-live's run lock")(&e),
+            }),
     };
     let lock = match acquired {
         Ok(l) => l,

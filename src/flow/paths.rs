@@ -161,6 +161,25 @@ pub fn refuse_unwritable(ctx: &Ctx) -> Result<(), FlowError> {
         .flatten()
         .filter_map(|p| p.parent().map(Path::to_path_buf))
         .collect();
+    // CRI-O's drop-in directory is the runtime's own (the node's configuration puts it
+    // there); kata-live adds a file to it and never makes it: gone, it is the node's condition.
+    if ctx.rt.import().is_none() {
+        let drop_in = ctx.drop_in();
+        if let Some(dir) = drop_in.path().parent().filter(|d| !d.is_dir()) {
+            return Err(FlowError::Node {
+                what: format!(
+                    "checking that {}'s drop-in directory is there",
+                    ctx.rt.name()
+                ),
+                fault: files::NodeFault {
+                    condition: files::Condition::Vanished,
+                    op: "create directory",
+                    path: dir.to_path_buf(),
+                },
+                left: NOTHING_CHANGED,
+            });
+        }
+    }
     let mut probed: Vec<PathBuf> = Vec::new();
     for (what, path) in written.iter().chain(&dirs) {
         let Some(dir) = nearest_dir(root, path) else {

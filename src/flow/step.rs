@@ -399,9 +399,9 @@ async fn drive(
         println!("{}", crate::report::render_plan(&rep.status.steps));
         return Ok("dry run: nothing was changed".into());
     }
-    run.journals
-        .clear()
-        .map_err(|e| node_file("removing the state journal")(&e))?;
+    if let Some(left) = left_after_proof("removing the state journal", run.journals.clear())? {
+        run.summary.push(left);
+    }
     if let Some(signal) = note_stop_during_activation(rep) {
         run.summary.push(format!(
             "{signal} came during the activation, which was finished"

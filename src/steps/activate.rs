@@ -171,12 +171,13 @@ impl Step for Prove {
                 rep.end(crate::report::StepOutcome::Failed, why.clone());
             }
             proof?;
-            ctx.backups()
-                .clear()
-                .map_err(|e| node_file("removing the backup of the drop-in")(&e))?;
-            ctx.main_backups()
-                .clear()
-                .map_err(|e| node_file("removing the backup of the main file")(&e))?;
+            let left = [
+                left_after_proof("removing the backup of the drop-in", ctx.backups().clear())?,
+                left_after_proof(
+                    "removing the backup of the main file",
+                    ctx.main_backups().clear(),
+                )?,
+            ];
             let h = &ctx.cfg.handler.name;
             let rt = ctx.rt.name();
             let restart = if restarted {
@@ -189,6 +190,7 @@ impl Step for Prove {
             } else {
                 format!("handler {h} removed and proven gone")
             });
+            run.summary.extend(left.into_iter().flatten());
             Ok(Done::ran("proven"))
         })
     }

@@ -17,5 +17,5 @@ pub use package::{InstallPackage, PostInstall, RemovePackage, Visibility};
 pub use preflight::{Preflight, RefuseIfInUse, RuntimeFiles};
 
 pub(crate) use crate::flow::step::{Done, Failure, Run, Step, StepResult};
-pub(crate) use crate::flow::{node_file, Ctx, FlowError};
+pub(crate) use crate::flow::{left_after_proof, node_file, Ctx, FlowError};
 pub(crate) use crate::report::Reporter;
