@@ -556,3 +556,58 @@ fn uninstall_on_a_read_only_drop_in_directory_refuses_in_words() {
     assert_eq!(k.drop_in_bytes(), None);
     assert_eq!(k.crio_starts(), 3, "one restart");
 }
+
+/// On containerd, the state directory fills while kata-live writes the `imports` edit of the
+/// main file (held at that write's temp file): the next journal save fails, the edit and the
+/// drop-in are undone (exit 12), the main file is back byte for byte, in words; freed, the
+/// next run converges.
+#[test]
+fn containerd_a_state_directory_full_during_the_imports_edit_rolls_back_in_words() {
+    let _one = serial();
+    let k = KataNode::boot_with(NodeOptions::containerd(), ctd::RUNC_HANDLER_CONFIG);
+    let main_before = k.node.read_file(ctd::CONFIG).expect("the main file");
+    small_tmpfs_over(&k, STATE_DIR);
+    let etc = k.node.host_path("/etc/containerd").expect("/etc/containerd");
+    let hold = OpenHold::start(&etc, 1, |name| {
+        name.starts_with(".config.toml.") && name.ends_with(".tmp")
+    });
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    let _held = hold.wait(Duration::from_secs(120));
+    fill(&k, STATE_DIR);
+    hold.release();
+    let run = k.wait_run(child, Duration::from_secs(240));
+
+    assert_eq!(run.code, 12, "{}", show(&run));
+    assert_words(
+        &run,
+        "no space left on the filesystem holding /var/lib/kata-live, while writing the state journal",
+        "free space on that filesystem, then run kata-live again",
+    );
+    assert!(
+        outcome(&run).contains("rolled back: the previous configuration is restored and proven"),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(
+        k.node.read_file(ctd::CONFIG).expect("the main file"),
+        main_before,
+        "the main file byte for byte"
+    );
+    assert!(!k
+        .node
+        .exists("/etc/containerd/conf.d/50-kata-remote.toml")
+        .expect("stat"));
+    assert!(
+        !names(&k, "/etc/containerd").iter().any(|n| n.ends_with(".tmp")),
+        "{:?}",
+        names(&k, "/etc/containerd")
+    );
+
+    sh(&k, &format!("rm {STATE_DIR}/zz-kl-fill"));
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(k
+        .node
+        .exists("/etc/containerd/conf.d/50-kata-remote.toml")
+        .expect("stat"));
+}
