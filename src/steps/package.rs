@@ -204,8 +204,17 @@ impl Step for InstallPackage {
                         | PackageOutcome::AlreadyLive
                 )
             {
-                keep_rpms(ctx, &local, run.reinstall.as_ref())
-                    .map_err(|e| FlowError::Package(e.to_string()))?;
+                // The package is live by now: a node fault says so, not "nothing changed".
+                keep_rpms(ctx, &local, run.reinstall.as_ref()).map_err(|e| {
+                    match node_file("keeping a copy of the live RPMs for a later rollback")(&e) {
+                        FlowError::Node { what, fault, .. } => FlowError::Node {
+                            what,
+                            fault,
+                            left: UNTOUCHED,
+                        },
+                        _ => FlowError::Package(e.to_string()),
+                    }
+                })?;
             }
             if matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded) || resumed_change
             {
