@@ -18,6 +18,7 @@ pub mod install;
 pub mod kubelet;
 pub mod lock;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod pace;
 pub mod pathglob;

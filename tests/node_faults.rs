@@ -567,7 +567,10 @@ fn containerd_a_state_directory_full_during_the_imports_edit_rolls_back_in_words
     let k = KataNode::boot_with(NodeOptions::containerd(), ctd::RUNC_HANDLER_CONFIG);
     let main_before = k.node.read_file(ctd::CONFIG).expect("the main file");
     small_tmpfs_over(&k, STATE_DIR);
-    let etc = k.node.host_path("/etc/containerd").expect("/etc/containerd");
+    let etc = k
+        .node
+        .host_path("/etc/containerd")
+        .expect("/etc/containerd");
     let hold = OpenHold::start(&etc, 1, |name| {
         name.starts_with(".config.toml.") && name.ends_with(".tmp")
     });
@@ -598,7 +601,9 @@ fn containerd_a_state_directory_full_during_the_imports_edit_rolls_back_in_words
         .exists("/etc/containerd/conf.d/50-kata-remote.toml")
         .expect("stat"));
     assert!(
-        !names(&k, "/etc/containerd").iter().any(|n| n.ends_with(".tmp")),
+        !names(&k, "/etc/containerd")
+            .iter()
+            .any(|n| n.ends_with(".tmp")),
         "{:?}",
         names(&k, "/etc/containerd")
     );

@@ -19,6 +19,21 @@ pub struct Config {
     pub deadlines: Deadlines,
     pub containerd: ContainerdSettings,
     pub cluster: ClusterSettings,
+    pub metrics: MetricsSettings,
+}
+
+/// The node's own figures of each run, for Prometheus (see [`crate::metrics`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSettings {
+    /// The directory node_exporter's textfile collector reads
+    /// (`--collector.textfile.directory`): each run writes its figures there as
+    /// `kata-live-OPERATION.prom`. Unset (""): not written.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_is_none"
+    )]
+    pub textfile_dir: Option<PathBuf>,
 }
 
 /// How a run started on the host tells the cluster about this node (see [`crate::cluster`]):

@@ -275,6 +275,9 @@ pub(super) fn check(l: &Loaded) -> Result<(), ConfigError> {
     if let Some(p) = &c.package.local_rpm_dir {
         paths.push(("package.local_rpm_dir", p));
     }
+    if let Some(p) = &c.metrics.textfile_dir {
+        paths.push(("metrics.textfile_dir", p));
+    }
     for (i, m) in c.post_install.selinux_modules.iter().enumerate() {
         if !is_selinux_module_name(&m.name) {
             return err(

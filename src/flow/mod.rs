@@ -494,7 +494,7 @@ pub async fn begin(
 
 /// Ends the run: status file, journal record, the operator's closing lines (stdout on
 /// success, stderr on failure) and, with `--json`, the run's document on stdout.
-pub fn finish(mut rep: Reporter, result: Result<String, FlowError>) -> ExitCode {
+pub fn finish(rep: &mut Reporter, result: Result<String, FlowError>) -> ExitCode {
     let op = rep.status.operation.clone();
     let (code, text) = match result {
         Ok(summary) => {

@@ -192,7 +192,17 @@ pub async fn run(ctx: &Ctx, operation: Operation, mut steps: Vec<Box<dyn Step + 
     };
     let result = run_steps(ctx, operation, &mut steps, &mut rep, &mut cluster).await;
     let result = tell_the_cluster(ctx, operation, result, &mut rep, cluster).await;
-    finish(rep, result)
+    let code = finish(&mut rep, result);
+    if let Some(dir) = ctx
+        .cfg
+        .metrics
+        .textfile_dir
+        .as_ref()
+        .filter(|_| !ctx.dry_run)
+    {
+        crate::metrics::write_textfile(&ctx.host.root, &ctx.host.path(dir), &rep.status);
+    }
+    code
 }
 
 /// This run's name for the cluster: its unit's invocation (`$INVOCATION_ID`, set by systemd
