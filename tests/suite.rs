@@ -54,6 +54,7 @@ mod packaging_catalog;
 mod packaging_config;
 mod packaging_daemonset;
 mod packaging_image;
+mod packaging_monitoring;
 mod packaging_openshift;
 mod packaging_rpm;
 mod packaging_units;
