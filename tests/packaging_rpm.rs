@@ -73,7 +73,35 @@ fn file_list_is_exactly_the_shipped_files() {
     let version = env!("CARGO_PKG_VERSION");
     want.insert(format!("/usr/share/doc/kata-live-{version}"));
     want.insert(format!("/usr/share/doc/kata-live-{version}/README.md"));
+    // The README's links into docs/ lead somewhere once installed: every page ships.
+    want.insert(format!("/usr/share/doc/kata-live-{version}/docs"));
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    for e in std::fs::read_dir(&docs).expect("docs/") {
+        let name = e
+            .expect("docs/ entry")
+            .file_name()
+            .into_string()
+            .expect("UTF-8");
+        if name.ends_with(".md") {
+            want.insert(format!("/usr/share/doc/kata-live-{version}/docs/{name}"));
+        }
+    }
     assert_eq!(listed, want);
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    for link in readme
+        .split("](")
+        .skip(1)
+        .filter_map(|s| s.split([')', '#']).next())
+    {
+        if link.starts_with("docs/") {
+            let installed = format!("/usr/share/doc/kata-live-{version}/{link}");
+            assert!(
+                listed.contains(&installed),
+                "the README links to {link}, not shipped"
+            );
+        }
+    }
     // The test stand-ins are never shipped.
     for f in &listed {
         assert!(
