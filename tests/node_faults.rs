@@ -84,6 +84,25 @@ fn assert_words(run: &Run, condition: &str, advice: &str) {
     assert_eq!(first.matches(path).count(), 1, "{path} named once: {first}");
 }
 
+/// A refusal before anything changed: exit 10 in the fault's words, no drop-in, CRI-O
+/// not restarted, no state left, the node healthy.
+fn assert_refused_as_found(k: &KataNode, run: &Run, condition: &str, advice: &str) {
+    assert_eq!(run.code, 10, "{}", show(run));
+    assert_words(run, condition, advice);
+    assert_eq!(k.drop_in_bytes(), None);
+    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
+    k.assert_no_leftover_state();
+    k.assert_healthy();
+}
+
+/// Once the fault is cleared, an install converges: CRI-O started `starts` times in all.
+fn assert_converges(k: &KataNode, starts: usize) {
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(k.drop_in_bytes().is_some());
+    assert_eq!(k.crio_starts(), starts, "one restart");
+}
+
 /// The names in a directory of the node, sorted.
 fn names(k: &KataNode, dir: &str) -> Vec<String> {
     let o = k.node.exec(&["ls", "-A", dir]);
@@ -107,8 +126,8 @@ fn a_full_drop_in_directory_refuses_the_install_in_words() {
     let before = names(&k, CRIO_CONF_D);
 
     let run = k.install();
-    assert_eq!(run.code, 10, "{}", show(&run));
-    assert_words(
+    assert_refused_as_found(
+        &k,
         &run,
         "no space left on the filesystem holding /etc/crio/crio.conf.d",
         "free space on that filesystem, then run kata-live again",
@@ -119,18 +138,11 @@ fn a_full_drop_in_directory_refuses_the_install_in_words() {
         show(&run)
     );
     assert_eq!(names(&k, CRIO_CONF_D), before, "no drop-in, no temp file");
-    assert_eq!(k.drop_in_bytes(), None);
-    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
     let st = k.status_json();
     assert_eq!(st["result"], "refused", "{st:#}");
-    k.assert_no_leftover_state();
-    k.assert_healthy();
 
     sh(&k, &format!("rm {CRIO_CONF_D}/zz-kl-fill"));
-    let run = k.install();
-    assert_eq!(run.code, 0, "{}", show(&run));
-    assert!(k.drop_in_bytes().is_some());
-    assert_eq!(k.crio_starts(), 2, "one restart");
+    assert_converges(&k, 2);
 }
 
 /// A read-only state directory (ext4 and xfs remount so after an I/O error) refuses the
@@ -145,20 +157,15 @@ fn a_read_only_state_directory_refuses_the_install_in_words() {
     );
 
     let run = k.install();
-    assert_eq!(run.code, 10, "{}", show(&run));
-    assert_words(
+    assert_refused_as_found(
+        &k,
         &run,
         "the filesystem holding /var/lib/kata-live is read-only",
         "remount it read-write, then run kata-live again",
     );
-    assert_eq!(k.drop_in_bytes(), None);
-    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
-    k.assert_healthy();
 
     sh(&k, &format!("umount {STATE_DIR}"));
-    let run = k.install();
-    assert_eq!(run.code, 0, "{}", show(&run));
-    assert_eq!(k.crio_starts(), 2, "one restart");
+    assert_converges(&k, 2);
 }
 
 /// Fills the state directory (a small tmpfs) while `hold` holds the install's open (CRI-O
@@ -200,10 +207,7 @@ fn state_directory_full_at(
     k.assert_healthy();
 
     sh(k, &format!("rm {STATE_DIR}/zz-kl-fill"));
-    let run = k.install();
-    assert_eq!(run.code, 0, "{}", show(&run));
-    assert!(k.drop_in_bytes().is_some());
-    assert_eq!(k.crio_starts(), starts + 1, "one restart");
+    assert_converges(k, starts + 1);
 }
 
 /// The state directory fills up after the drop-in is written and before CRI-O restarts (the
@@ -388,8 +392,8 @@ fn a_read_only_run_directory_refuses_at_the_lock_in_words() {
     );
 
     let run = k.install();
-    assert_eq!(run.code, 10, "{}", show(&run));
-    assert_words(
+    assert_refused_as_found(
+        &k,
         &run,
         "the filesystem holding /run/kata-live is read-only",
         "remount it read-write, then run kata-live again",
@@ -399,15 +403,9 @@ fn a_read_only_run_directory_refuses_at_the_lock_in_words() {
         "{}",
         show(&run)
     );
-    assert_eq!(k.drop_in_bytes(), None);
-    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
-    k.assert_no_leftover_state();
-    k.assert_healthy();
 
     sh(&k, "umount /run/kata-live");
-    let run = k.install();
-    assert_eq!(run.code, 0, "{}", show(&run));
-    assert_eq!(k.crio_starts(), 2, "one restart");
+    assert_converges(&k, 2);
 }
 
 /// A write denied to root in CRI-O's drop-in directory (here its immutable attribute; on
@@ -422,20 +420,15 @@ fn a_write_denied_in_the_drop_in_directory_refuses_the_install_in_words() {
 
     let run = k.install();
     sh(&k, &format!("chattr -i {CRIO_CONF_D}"));
-    assert_eq!(run.code, 10, "{}", show(&run));
-    assert_words(
+    assert_refused_as_found(
+        &k,
         &run,
         "permission denied to write in /etc/crio/crio.conf.d (root was refused",
         "check the SELinux audit log (ausearch -m avc -ts recent), the path's owner and mode and its attributes (lsattr -d: immutable)",
     );
     assert_eq!(names(&k, CRIO_CONF_D), before, "no drop-in, no temp file");
-    assert_eq!(k.crio_starts(), 1, "CRI-O restarted");
-    k.assert_no_leftover_state();
-    k.assert_healthy();
 
-    let run = k.install();
-    assert_eq!(run.code, 0, "{}", show(&run));
-    assert_eq!(k.crio_starts(), 2, "one restart");
+    assert_converges(&k, 2);
 }
 
 /// CRI-O's drop-in directory gone (another tool removed it) refuses the install run by the
