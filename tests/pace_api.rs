@@ -19,7 +19,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use support::audit::Audit;
 use support::fleet::ControlPlane;
 
-use kata_live::pace::{Budget, PaceConfig, Pacer};
+use kata_live::pace::{Budget, PaceConfig, Pacer, RunEnd};
 
 const POOL_LABEL: &str = "kata-live.io/test-pool";
 const POOL: usize = 20;
@@ -72,7 +72,7 @@ async fn contend(pacer: Pacer, run: Duration) {
     tokio::time::sleep(run).await;
     let released = pacer.release().await;
     assert!(
-        released.as_ref().is_ok_and(|names| !names.is_empty()),
+        released.as_ref().is_ok_and(|s| !s.tickets.is_empty()),
         "{} did not release: {:?}",
         pacer.ticket(),
         released.err().map(|e| e.to_string())
@@ -157,4 +157,148 @@ fn a_percentage_budget_is_of_the_pools_nodes_whatever_the_nodes_outside_it_do() 
         "the most holders at once were not 25% of the pool's {POOL} nodes: {:?}",
         peak.nodes
     );
+}
+
+fn config(node: &str, budget: Budget) -> PaceConfig {
+    PaceConfig {
+        namespace: "kata-live".into(),
+        node: node.into(),
+        pod: None,
+        daemonset: None,
+        pool_selector: Some(format!("{POOL_LABEL}=true")),
+        budget,
+    }
+}
+
+/// The namespace and `nodes` (Ready, in the pool), as the admin.
+async fn cluster(conf: &kube::Config, nodes: &[Node]) -> Api<Node> {
+    let client = kube::Client::try_from(conf.clone()).expect("a client");
+    let ns: Api<Namespace> = Api::all(client.clone());
+    let mut kl = Namespace::default();
+    kl.metadata.name = Some("kata-live".into());
+    ns.create(&PostParams::default(), &kl)
+        .await
+        .expect("the namespace");
+    let api: Api<Node> = Api::all(client);
+    for n in nodes {
+        api.create(&PostParams::default(), n).await.expect("a Node");
+    }
+    api
+}
+
+/// Its turn taken (and its node cordoned), within 60 s, or its words.
+async fn take(conf: &kube::Config, node: &str, budget: Budget) -> Pacer {
+    let pacer = Pacer::with_config(conf.clone(), config(node, budget))
+        .await
+        .expect("a Pacer");
+    let said = RefCell::new(Vec::new());
+    let say = |w: &str| said.borrow_mut().push(w.to_string());
+    let acquired = tokio::time::timeout(Duration::from_secs(60), pacer.acquire("install", &say));
+    if acquired.await.is_err() {
+        panic!("no turn for {node}; it said:\n{}", said.borrow().join("\n"));
+    }
+    pacer
+}
+
+/// Whether `node` is cordoned, and kata-live's claim on it.
+async fn cordon_of(nodes: &Api<Node>, node: &str) -> (bool, Option<String>) {
+    let n = nodes.get(node).await.expect("the Node");
+    let cordoned = n.spec.and_then(|s| s.unschedulable) == Some(true);
+    let claim = n
+        .metadata
+        .annotations
+        .and_then(|a| a.get(kata_live::pace::CORDON_ANNOTATION).cloned());
+    (cordoned, claim)
+}
+
+/// Item 3 of issue 50. An administrator's cordon made during a node's turn outlives the turn;
+/// a node whose run is not fit to be scheduled on (its rollback failed, its unit still
+/// running) stays cordoned, with an Event saying why; a turn nobody interfered with ends
+/// uncordoned (the control: the same code undoes its own cordon).
+#[test]
+fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it() {
+    let cp = ControlPlane::start_api_only(17643, 24990);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let conf = admin(&cp).await;
+        let names = ["taken-over", "unfit", "plain"];
+        let all: Vec<Node> = names.iter().map(|n| node(n, true, true, false)).collect();
+        let nodes = cluster(&conf, &all).await;
+        let budget = Budget::Count(3);
+
+        // An administrator takes the node over during its turn.
+        let p = take(&conf, "taken-over", budget).await;
+        let (cordoned, claim) = cordon_of(&nodes, "taken-over").await;
+        assert!(
+            cordoned && claim.is_some(),
+            "kata-live cordons its node for its turn"
+        );
+        // `kubectl cordon` of a node already cordoned writes nothing: it cannot be told apart.
+        let said = cp.kubectl(&["cordon", "taken-over"]);
+        assert!(said.contains("already cordoned"), "{said}");
+        // Uncordoned and cordoned again: the cordon is the administrator's now.
+        cp.kubectl(&["uncordon", "taken-over"]);
+        cp.kubectl(&["cordon", "taken-over"]);
+        let s = p.release().await.expect("the turn's end");
+        eprintln!("pace api: the taken-over node's end: {s:?}");
+        let (cordoned, claim) = cordon_of(&nodes, "taken-over").await;
+        assert!(
+            cordoned,
+            "kata-live undid an administrator's cordon made during its turn: {s:?}"
+        );
+        assert_eq!(claim, None, "the cordon is no longer kata-live's");
+        let words = s.cordon.unwrap_or_default();
+        assert!(words.contains("set by kubectl"), "{words}");
+
+        // A run that is not over, or whose rollback failed: the node stays cordoned.
+        let p = take(&conf, "unfit", budget).await;
+        let why = "its host unit kata-live-install.service was still deactivating";
+        let s = p
+            .hold_failed("not proven", &RunEnd::Unfit(why.into()))
+            .await
+            .expect("the turn's end");
+        let (cordoned, claim) = cordon_of(&nodes, "unfit").await;
+        assert!(
+            cordoned && claim.is_some(),
+            "uncordoned after an unfit run: {s:?}"
+        );
+        let words = s.cordon.unwrap_or_default();
+        assert!(
+            words.starts_with("node unfit left cordoned: its host unit"),
+            "{words}"
+        );
+        let events = cp.json(&[
+            "-n",
+            "default",
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=unfit,reason=KataLiveLeftCordoned",
+        ]);
+        let messages: Vec<&str> = events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["message"].as_str())
+            .collect();
+        assert!(
+            messages.iter().any(|m| m.contains(why)),
+            "no Event says why the node stays cordoned: {messages:?}"
+        );
+
+        // The control: nobody interferes, the run ends fit: uncordoned.
+        let p = take(&conf, "plain", budget).await;
+        let s = p
+            .hold_failed("not proven, rolled back", &RunEnd::Ended)
+            .await
+            .expect("the turn's end");
+        assert_eq!(
+            cordon_of(&nodes, "plain").await,
+            (false, None),
+            "kata-live left its own cordon: {s:?}"
+        );
+    });
 }

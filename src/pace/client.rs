@@ -57,6 +57,15 @@ pub struct PaceConfig {
     pub budget: Budget,
 }
 
+/// What the end of a turn did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// The ticket written (empty: this node held no turn).
+    pub tickets: Vec<String>,
+    /// What became of the node's cordon, in words (None: kata-live claimed none).
+    pub cordon: Option<String>,
+}
+
 /// A connection to this node's ticket and the pool, as one node.
 pub struct Pacer {
     /// For the pool's pages, read with [`super::pool`]'s few fields.

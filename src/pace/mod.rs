@@ -52,11 +52,13 @@
 //! says which). One namespace's tickets make one queue: one pool per namespace.
 
 mod client;
+pub mod cordon;
 pub mod pool;
 pub mod ticket;
 pub mod turn;
 
-pub use client::{PaceConfig, Pacer, PodRef};
+pub use client::{PaceConfig, Pacer, PodRef, Settled};
+pub use cordon::RunEnd;
 pub use ticket::{State, Ticket, TICKET_LABEL, TICKET_PREFIX};
 pub use turn::Budget;
 
@@ -67,8 +69,9 @@ pub use turn::Budget;
 /// Ready while the probe, asked in the container, said not ready).
 pub const PROVEN_CONDITION: &str = "kata-live.io/proven";
 
-/// On a Node that kata-live cordoned for its turn (value: the ticket): only that cordon is
-/// undone by kata-live when the turn ends, and [`turn::unavailable`] names it as kata-live's.
+/// On a Node that kata-live cordoned for its turn (value: the ticket): kata-live's claim on
+/// that cordon. Only a claimed cordon, untouched since, is undone by kata-live when the turn
+/// ends ([`cordon::at_end`]); [`turn::unavailable`] names it as kata-live's.
 pub const CORDON_ANNOTATION: &str = "kata-live.io/cordoned";
 
 /// On the DaemonSet: "true" stops new node runs (`kubectl annotate ds … kata-live.io/paused=true`).

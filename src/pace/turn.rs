@@ -87,12 +87,19 @@ pub fn unavailable(node: &Node) -> Option<String> {
         return Some("not Ready".into());
     }
     if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
-        return Some(if cordoned_by_us(node) {
+        return Some(if super::cordon::claimed(node) {
             "cordoned by kata-live for its run".into()
         } else {
             "cordoned (unschedulable)".into()
         });
     }
+    mco_updating(node)
+}
+
+/// Why the machine-config operator counts `node` as not done with its update, or None:
+/// currentConfig ≠ desiredConfig, currentImage ≠ desiredImage, or the daemon's state not Done
+/// (a Node with none of these annotations: no MCO manages it).
+pub fn mco_updating(node: &Node) -> Option<String> {
     let ann = node.metadata.annotations.as_ref();
     let get = |k: &str| ann.and_then(|a| a.get(k)).map(String::as_str);
     for (what, desired, current) in [
@@ -113,14 +120,6 @@ pub fn unavailable(node: &Node) -> Option<String> {
         Some(s) if s != "Done" => Some(format!("the machine-config daemon's state is {s}")),
         _ => None,
     }
-}
-
-/// Whether `node` carries kata-live's own cordon ([`super::CORDON_ANNOTATION`]).
-pub fn cordoned_by_us(node: &Node) -> bool {
-    node.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(super::CORDON_ANNOTATION))
 }
 
 /// The pool as read: every node's name and why it is unavailable (None: available).

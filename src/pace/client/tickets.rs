@@ -2,8 +2,9 @@
 //! head's freeing of a holder whose Node is gone.
 
 use super::voice::Voice;
-use super::{is_status, jitter, now, Pacer, CONFLICT_RETRIES};
+use super::{is_status, jitter, now, Pacer, Settled, CONFLICT_RETRIES};
 use crate::cluster::api::{api_error, node_event};
+use crate::pace::cordon::RunEnd;
 use crate::pace::ticket::{
     State, Ticket, DETAIL_ANNOTATION, OPERATION_ANNOTATION, PLACE_ANNOTATION, STATE_ANNOTATION,
     TICKET_LABEL,
@@ -268,25 +269,32 @@ impl Pacer {
         .await
     }
 
-    /// Sets this node's ticket to `state` if it holds (re-read on a conflict). Returns the
-    /// ticket's name if it was written.
+    /// Ends this node's cordon as `run` allows, then sets its ticket to `state` if it holds
+    /// (re-read on a conflict).
     pub(super) async fn settle(
         &self,
         state: State,
         detail: Option<&str>,
-    ) -> Result<Vec<String>, PaceError> {
-        // Uncordoned before the turn ends: a node whose turn ended is never left cordoned by
-        // kata-live (a failed run rolled back leaves the node as schedulable as it found it).
-        self.uncordon().await?;
+        run: &RunEnd,
+    ) -> Result<Settled, PaceError> {
+        // The cordon first: the next node may take its turn as soon as the ticket says so, and
+        // the machine-config operator must not count this node available before then.
+        let cordon = self.end_cordon(run).await?;
+        let settled = |tickets: Vec<String>| Settled {
+            tickets,
+            cordon: cordon.clone(),
+        };
         for _ in 0..CONFLICT_RETRIES {
             let l = self
                 .leases
                 .get_opt(&self.ticket)
                 .await
                 .map_err(|e| self.lease_err("reading", &e))?;
-            let Some(l) = l else { return Ok(vec![]) };
+            let Some(l) = l else {
+                return Ok(settled(vec![]));
+            };
             if !Ticket::from_lease(&l).is_some_and(|t| t.holds() && t.node == self.cfg.node) {
-                return Ok(vec![]);
+                return Ok(settled(vec![]));
             }
             let patch = json!({
                 "metadata": {
@@ -299,7 +307,7 @@ impl Pacer {
                 .patch(&self.ticket, &PatchParams::default(), &Patch::Merge(patch))
                 .await
             {
-                Ok(_) => return Ok(vec![self.ticket.clone()]),
+                Ok(_) => return Ok(settled(vec![self.ticket.clone()])),
                 Err(e) if is_status(&e, 409) => continue,
                 Err(e) => return Err(self.lease_err("settling", &e)),
             }
@@ -309,13 +317,15 @@ impl Pacer {
         })
     }
 
-    /// This node is proven: its turn ends, and the next node's begins.
-    pub async fn release(&self) -> Result<Vec<String>, PaceError> {
-        self.settle(State::Done, None).await
+    /// This node is proven: its cordon is undone (if still kata-live's), its turn ends, and
+    /// the next node's begins.
+    pub async fn release(&self) -> Result<Settled, PaceError> {
+        self.settle(State::Done, None, &RunEnd::Ended).await
     }
 
-    /// This node's run failed: it keeps its place in the budget, marked failed with why.
-    pub async fn hold_failed(&self, detail: &str) -> Result<Vec<String>, PaceError> {
-        self.settle(State::Failed, Some(detail)).await
+    /// This node's run failed: it keeps its place in the budget, marked failed with why; its
+    /// cordon is undone only if `run` says the node is fit for it.
+    pub async fn hold_failed(&self, detail: &str, run: &RunEnd) -> Result<Settled, PaceError> {
+        self.settle(State::Failed, Some(detail), run).await
     }
 }
