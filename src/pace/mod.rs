@@ -37,6 +37,12 @@
 //!   fewer than `maxUnavailable` (a count or a percentage of the pool, scaled as the MCO
 //!   scales it) do. A node that is itself unavailable does not start; the ones behind it go
 //!   on within what is left of the budget.
+//! - **No stall behind a node that cannot go.** A waiting node that cannot take its turn
+//!   (unavailable, or outside the pool: [`turn::Turn::Cannot`]) takes its ticket out of the
+//!   queue (`blocked`, with why), so that the far nodes whose one watched ticket it was count
+//!   again at once; it watches its own Node only, and queues again, at the back, once it can.
+//!   A node down runs no pod to do that: the first node of the queue that can go does it for
+//!   the nodes ahead of it that cannot ([`turn::stuck_ahead`]).
 //! - **A pod that dies waiting** loses its turn: its ticket is owned by the pod while it
 //!   waits, and the garbage collector deletes it with the pod; the replacement queues again.
 //!   A taken ticket has no owner: a holder is never freed by a pod's death (the replacement

@@ -1,10 +1,12 @@
 //! The pool's Nodes as read by a waiting pod: its size (for a percentage's bound) and its
 //! nodes' availability, listed in pages to be watched from there.
 
-use super::watch::NodeStream;
-use super::Pacer;
+use super::watch::{step, watch_seconds, Change, Lost, NodeStream};
+use super::{jitter, Pacer};
 use crate::pace::{pool, turn, PaceError};
-use kube::api::ListParams;
+use futures_util::StreamExt;
+use kube::api::{ListParams, WatchParams};
+use std::time::Duration;
 
 /// The pool's Nodes a list reads per request: a real Node is 10–30 KB of JSON, so a page is
 /// at most some 30 MB on the wire, whatever the pool's size.
@@ -89,6 +91,50 @@ impl Pacer {
                         rv: page.metadata.resource_version.unwrap_or_default(),
                         stream: None,
                     })
+                }
+            }
+        }
+    }
+
+    /// Waits until this node is in the pool and available (the machine-config operator's
+    /// rule), watching its own Node only: a node that cannot take its turn costs one watch of
+    /// one object, whatever the pool's size.
+    pub(super) async fn wait_fit(&self) -> Result<(), PaceError> {
+        let me = format!("metadata.name={}", self.cfg.node);
+        let err = |e: &kube::Error| self.err("watching", "node", &self.cfg.node, e);
+        let lp = ListParams::default().labels(&self.selector).fields(&me);
+        loop {
+            let list = self.nodes.list(&lp).await.map_err(|e| err(&e))?;
+            if list
+                .items
+                .first()
+                .is_some_and(|n| turn::unavailable(n).is_none())
+            {
+                return Ok(());
+            }
+            let mut rv = list.metadata.resource_version.unwrap_or_default();
+            let wp = WatchParams::default()
+                .labels(&self.selector)
+                .fields(&me)
+                .timeout(watch_seconds());
+            let mut s = self
+                .watch_nodes
+                .watch(&wp, &rv)
+                .await
+                .map_err(|e| err(&e))?
+                .boxed();
+            // Until it is fit, or the watch ends (listed again: one object).
+            loop {
+                match step(&mut rv, s.next().await) {
+                    Ok(Some(Change::Applied(n))) if turn::unavailable(&n).is_none() => {
+                        return Ok(())
+                    }
+                    Ok(_) => {}
+                    Err(Lost::Ended) => break,
+                    Err(Lost::Broken) => {
+                        tokio::time::sleep(jitter(Duration::from_secs(2))).await;
+                        break;
+                    }
                 }
             }
         }

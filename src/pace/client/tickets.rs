@@ -248,6 +248,49 @@ impl Pacer {
         }
     }
 
+    /// This node cannot take its turn: its ticket (waiting at `place`, its resourceVersion)
+    /// leaves the queue, with why. Refused if it changed since read (the first node that can
+    /// go may have done it already): nothing to do then.
+    pub(super) async fn block_own(&self, place: u64, why: &str) -> Result<(), PaceError> {
+        let patch = json!({"metadata": {"annotations": {
+            STATE_ANNOTATION: State::Blocked.as_str(), DETAIL_ANNOTATION: why}}});
+        match self.patch_own(Some(place.to_string()), patch).await {
+            Err(PaceError::Api { detail, .. }) if detail.starts_with("HTTP 409") => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Takes `t` (waiting ahead of this node, whose node cannot go: `why`) out of the queue,
+    /// for a node whose pod may be down with it. Conditional on the ticket as read: if it
+    /// moved (its pod acted), it is left alone. Best effort, said.
+    pub(super) async fn block_other(&self, t: &Ticket, why: &str, voice: &mut Voice<'_>) {
+        let detail = format!(
+            "{why} (seen by node {}, the first in the queue that can go)",
+            self.cfg.node
+        );
+        let patch = json!({"metadata": {
+            "resourceVersion": t.order.to_string(),
+            "annotations": {STATE_ANNOTATION: State::Blocked.as_str(), DETAIL_ANNOTATION: detail}}});
+        match self
+            .leases
+            .patch(&t.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => (voice.say)(&format!(
+                "node {} cannot take its turn ({why}): its ticket was taken out of the queue by \
+                 this node, the first in the queue that can go, so that the nodes behind it go \
+                 on; it queues again, at the back, once it can",
+                t.node
+            )),
+            Err(e) if is_status(&e, 409) || is_status(&e, 404) => {}
+            Err(e) => voice.say(&format!(
+                "taking {} out of the queue: {}",
+                t.name,
+                api_error(&e)
+            )),
+        }
+    }
+
     /// This node's turn: its ticket (waiting at `place`, its resourceVersion) to activating,
     /// refused if it changed since read; the place is kept ([`PLACE_ANNOTATION`]) so that
     /// every pod can count who passed whom. The ticket's owner is dropped: the garbage

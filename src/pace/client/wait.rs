@@ -13,6 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::WatchEvent;
 use kube::api::WatchParams;
+use std::collections::HashSet;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -58,6 +59,8 @@ impl Pacer {
         let mut pool: Option<PoolView> = None;
         let mut recheck: Option<Instant> = None;
         let mut freed_at: Option<Instant> = None;
+        // The tickets this node tried to take out of the queue for nodes that cannot go.
+        let mut tried: HashSet<(String, u64)> = HashSet::new();
         let mut look = true;
         let mut due = false;
         loop {
@@ -116,6 +119,17 @@ impl Pacer {
                     // hundred near nodes do not sort the queue per event.
                     if timed || ahead == 0 || turn::could_take(mine, view.values(), &p.nodes, bound)
                     {
+                        // The first in the queue that can go takes out of it the nodes ahead
+                        // that cannot (once each: a refused write is theirs, or stale).
+                        let stuck: Vec<(Ticket, String)> =
+                            turn::stuck_ahead(mine, view.values(), &p.nodes)
+                                .into_iter()
+                                .filter(|(t, _)| tried.insert((t.name.clone(), t.order)))
+                                .map(|(t, why)| (t.clone(), why))
+                                .collect();
+                        for (t, why) in &stuck {
+                            self.block_other(t, why, voice).await;
+                        }
                         let owned: Vec<Ticket> = view.values().cloned().collect();
                         let mut seen = Seen {
                             me: &self.cfg.node,
@@ -147,6 +161,21 @@ impl Pacer {
                                 voice.say(&words);
                                 // The pause, or what another node read: looked at again.
                                 recheck = outside.then(|| Instant::now() + RECHECK);
+                            }
+                            Turn::Cannot(why) => {
+                                // Out of the queue until it can go, then at its back: the
+                                // nodes behind it never wait on a node that cannot go.
+                                (voice.say)(&format!(
+                                    "{why}: its ticket leaves the queue (state blocked) so that \
+                                     the nodes behind it go on; it queues again, at the back, \
+                                     once it can"
+                                ));
+                                self.block_own(mine.order, &why).await?;
+                                self.wait_fit().await?;
+                                (voice.say)(
+                                    "this node can take its turn again: it queues at the back",
+                                );
+                                return Ok(false);
                             }
                         }
                     } else {
