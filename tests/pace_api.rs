@@ -19,7 +19,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use support::audit::Audit;
 use support::fleet::ControlPlane;
 
-use kata_live::pace::{Budget, PaceConfig, Pacer};
+use kata_live::pace::{Budget, PaceConfig, Pacer, RunEnd};
 
 const POOL_LABEL: &str = "kata-live.io/test-pool";
 const POOL: usize = 20;
@@ -57,8 +57,8 @@ async fn admin(cp: &ControlPlane) -> kube::Config {
 }
 
 /// Acquires its node's turn (its pacing's words said if it gets none), holds it for `run`,
-/// releases it.
-async fn contend(pacer: Pacer, run: Duration) {
+/// releases it. Returns what its pacing said.
+async fn contend(pacer: Pacer, run: Duration) -> Vec<String> {
     let said = RefCell::new(Vec::new());
     let say = |w: &str| said.borrow_mut().push(w.to_string());
     let acquired = tokio::time::timeout(Duration::from_secs(120), pacer.acquire("install", &say));
@@ -72,11 +72,12 @@ async fn contend(pacer: Pacer, run: Duration) {
     tokio::time::sleep(run).await;
     let released = pacer.release().await;
     assert!(
-        released.as_ref().is_ok_and(|names| !names.is_empty()),
+        released.as_ref().is_ok_and(|s| !s.tickets.is_empty()),
         "{} did not release: {:?}",
         pacer.ticket(),
         released.err().map(|e| e.to_string())
     );
+    said.into_inner()
 }
 
 #[test]
@@ -155,6 +156,324 @@ fn a_percentage_budget_is_of_the_pools_nodes_whatever_the_nodes_outside_it_do() 
     assert_eq!(
         peak.count, SHARE,
         "the most holders at once were not 25% of the pool's {POOL} nodes: {:?}",
+        peak.nodes
+    );
+}
+
+fn config(node: &str, budget: Budget) -> PaceConfig {
+    PaceConfig {
+        namespace: "kata-live".into(),
+        node: node.into(),
+        pod: None,
+        daemonset: None,
+        pool_selector: Some(format!("{POOL_LABEL}=true")),
+        budget,
+    }
+}
+
+/// The namespace and `nodes` (Ready, in the pool), as the admin.
+async fn cluster(conf: &kube::Config, nodes: &[Node]) -> Api<Node> {
+    let client = kube::Client::try_from(conf.clone()).expect("a client");
+    let ns: Api<Namespace> = Api::all(client.clone());
+    let mut kl = Namespace::default();
+    kl.metadata.name = Some("kata-live".into());
+    ns.create(&PostParams::default(), &kl)
+        .await
+        .expect("the namespace");
+    let api: Api<Node> = Api::all(client);
+    for n in nodes {
+        api.create(&PostParams::default(), n).await.expect("a Node");
+    }
+    api
+}
+
+/// Its turn taken (and its node cordoned), within 60 s, or its words.
+async fn take(conf: &kube::Config, node: &str, budget: Budget) -> Pacer {
+    let pacer = Pacer::with_config(conf.clone(), config(node, budget))
+        .await
+        .expect("a Pacer");
+    let said = RefCell::new(Vec::new());
+    let say = |w: &str| said.borrow_mut().push(w.to_string());
+    let acquired = tokio::time::timeout(Duration::from_secs(60), pacer.acquire("install", &say));
+    if acquired.await.is_err() {
+        panic!("no turn for {node}; it said:\n{}", said.borrow().join("\n"));
+    }
+    pacer
+}
+
+/// Whether `node` is cordoned, and kata-live's claim on it.
+async fn cordon_of(nodes: &Api<Node>, node: &str) -> (bool, Option<String>) {
+    let n = nodes.get(node).await.expect("the Node");
+    let cordoned = n.spec.and_then(|s| s.unschedulable) == Some(true);
+    let claim = n
+        .metadata
+        .annotations
+        .and_then(|a| a.get(kata_live::pace::CORDON_ANNOTATION).cloned());
+    (cordoned, claim)
+}
+
+/// Item 3 of issue 50. An administrator's cordon made during a node's turn outlives the turn;
+/// a node whose run is not fit to be scheduled on (its rollback failed, its unit still
+/// running) stays cordoned, with an Event saying why; a turn nobody interfered with ends
+/// uncordoned (the control: the same code undoes its own cordon).
+#[test]
+fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it() {
+    let cp = ControlPlane::start_api_only(17643, 24990);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let conf = admin(&cp).await;
+        let names = ["taken-over", "unfit", "plain"];
+        let all: Vec<Node> = names.iter().map(|n| node(n, true, true, false)).collect();
+        let nodes = cluster(&conf, &all).await;
+        let budget = Budget::Count(3);
+
+        // An administrator takes the node over during its turn.
+        let p = take(&conf, "taken-over", budget).await;
+        let (cordoned, claim) = cordon_of(&nodes, "taken-over").await;
+        assert!(
+            cordoned && claim.is_some(),
+            "kata-live cordons its node for its turn"
+        );
+        // `kubectl cordon` of a node already cordoned writes nothing: it cannot be told apart.
+        let said = cp.kubectl(&["cordon", "taken-over"]);
+        assert!(said.contains("already cordoned"), "{said}");
+        // Uncordoned and cordoned again: the cordon is the administrator's now.
+        cp.kubectl(&["uncordon", "taken-over"]);
+        cp.kubectl(&["cordon", "taken-over"]);
+        let s = p.release().await.expect("the turn's end");
+        eprintln!("pace api: the taken-over node's end: {s:?}");
+        let (cordoned, claim) = cordon_of(&nodes, "taken-over").await;
+        assert!(
+            cordoned,
+            "kata-live undid an administrator's cordon made during its turn: {s:?}"
+        );
+        assert_eq!(claim, None, "the cordon is no longer kata-live's");
+        let words = s.cordon.unwrap_or_default();
+        assert!(words.contains("set by kubectl"), "{words}");
+
+        // A run that is not over, or whose rollback failed: the node stays cordoned.
+        let p = take(&conf, "unfit", budget).await;
+        let why = "its host unit kata-live-install.service was still deactivating";
+        let s = p
+            .hold_failed("not proven", &RunEnd::Unfit(why.into()))
+            .await
+            .expect("the turn's end");
+        let (cordoned, claim) = cordon_of(&nodes, "unfit").await;
+        assert!(
+            cordoned && claim.is_some(),
+            "uncordoned after an unfit run: {s:?}"
+        );
+        let words = s.cordon.unwrap_or_default();
+        assert!(
+            words.starts_with("node unfit left cordoned: its host unit"),
+            "{words}"
+        );
+        let events = cp.json(&[
+            "-n",
+            "default",
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=unfit,reason=KataLiveLeftCordoned",
+        ]);
+        let messages: Vec<&str> = events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["message"].as_str())
+            .collect();
+        assert!(
+            messages.iter().any(|m| m.contains(why)),
+            "no Event says why the node stays cordoned: {messages:?}"
+        );
+
+        // The control: nobody interferes, the run ends fit: uncordoned.
+        let p = take(&conf, "plain", budget).await;
+        let s = p
+            .hold_failed("not proven, rolled back", &RunEnd::Ended)
+            .await
+            .expect("the turn's end");
+        assert_eq!(
+            cordon_of(&nodes, "plain").await,
+            (false, None),
+            "kata-live left its own cordon: {s:?}"
+        );
+    });
+}
+
+/// Item 1 of issue 50, as the issue reproduced it: a count of 2, eight pool nodes, the first
+/// in the queue cordoned by an administrator and waiting (its pod alive). The seven behind it
+/// all take their turns (before, five had none within 90 s: they watched the cordoned node's
+/// ticket, which never left the queue, until their far recount, 15 minutes on); the cordoned
+/// node's words say why it cannot go, and it takes no turn.
+#[test]
+fn a_cordoned_node_at_the_head_of_the_queue_does_not_stall_the_nodes_behind_it() {
+    let cp = ControlPlane::start_api_only(17743, 25090);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let names: Vec<String> = (1..=8).map(|i| format!("q{i}")).collect();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let conf = admin(&cp).await;
+        let mut all: Vec<Node> = names.iter().map(|n| node(n, true, true, false)).collect();
+        all[0] = node("q1", true, true, true);
+        cluster(&conf, &all).await;
+        let budget = Budget::Count(2);
+        // q1 queues first, and waits: it is cordoned.
+        let head = Pacer::with_config(conf.clone(), config("q1", budget))
+            .await
+            .expect("a Pacer");
+        let head_said = std::rc::Rc::new(RefCell::new(Vec::<String>::new()));
+        let said = head_said.clone();
+        let waiting = tokio::task::spawn_local(async move {
+            let say = |w: &str| said.borrow_mut().push(w.to_string());
+            head.acquire("install", &say).await;
+            panic!("q1 took a turn while cordoned");
+        });
+        let client = kube::Client::try_from(conf.clone()).expect("a client");
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client, "kata-live");
+        while leases
+            .get_opt("kata-live-turn-q1")
+            .await
+            .expect("reading q1's ticket")
+            .is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Then the seven others, each one after the other in the queue.
+        let mut runs = Vec::new();
+        let t0 = std::time::Instant::now();
+        for name in &names[1..] {
+            let pacer = Pacer::with_config(conf.clone(), config(name, budget))
+                .await
+                .expect("a Pacer");
+            let run = contend(pacer, Duration::from_millis(1500));
+            runs.push(tokio::task::spawn_local(async move {
+                run.await;
+                t0.elapsed()
+            }));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut ended = Vec::new();
+        for r in runs {
+            ended.push(format!(
+                "{:.1}",
+                r.await.expect("a contender").as_secs_f64()
+            ));
+        }
+        // Figures only: each of the seven's turn ended (its 1.5 s run included), seconds
+        // after the first queued.
+        eprintln!("pace api: stall: turns ended at {} s", ended.join(", "));
+        assert!(!waiting.is_finished(), "q1 stopped waiting");
+        waiting.abort();
+        let words = head_said.borrow().join("\n");
+        eprintln!("pace api: q1 said:\n{words}");
+        assert!(
+            words.contains("cordoned (unschedulable)"),
+            "q1's words do not say why it cannot go:\n{words}"
+        );
+    });
+    let audit = Audit::read(cp.dir().join("audit.log"));
+    let peak = audit.peak_holders();
+    eprintln!(
+        "pace api: stall: most holders at once {} ({:?})",
+        peak.count, peak.nodes
+    );
+    assert!(
+        peak.count <= 2,
+        "more than the budget held at once: {:?}",
+        peak.nodes
+    );
+}
+
+/// Item 1 of issue 50: a node NotReady in the middle of the queue whose pod is gone with it
+/// (its ticket waiting, nobody to take it out): the first node behind it that can go takes it
+/// out of the queue and says so, and every node behind it takes its turn (before, the nodes
+/// whose far watch fell on its ticket waited for their 15-minute recount).
+#[test]
+fn a_node_down_in_the_middle_of_the_queue_does_not_stall_the_nodes_behind_it() {
+    let cp = ControlPlane::start_api_only(17843, 25190);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let names: Vec<String> = (1..=6).map(|i| format!("m{i}")).collect();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let conf = admin(&cp).await;
+        let mut all: Vec<Node> = names.iter().map(|n| node(n, true, true, false)).collect();
+        all[2] = node("m3", true, false, false);
+        cluster(&conf, &all).await;
+        let budget = Budget::Count(2);
+        let client = kube::Client::try_from(conf.clone()).expect("a client");
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client, "kata-live");
+        let mut runs = Vec::new();
+        for name in &names {
+            if name == "m3" {
+                // Its ticket as its pod left it before the node went down: waiting.
+                let dead: k8s_openapi::api::coordination::v1::Lease =
+                    serde_json::from_value(serde_json::json!({
+                        "metadata": {
+                            "name": "kata-live-turn-m3",
+                            "labels": {"kata-live.io/ticket": "true"},
+                            "annotations": {
+                                "kata-live.io/state": "waiting",
+                                "kata-live.io/operation": "install"}},
+                        "spec": {"holderIdentity": "m3"}}))
+                    .expect("a Lease");
+                leases
+                    .create(&PostParams::default(), &dead)
+                    .await
+                    .expect("m3's ticket");
+                continue;
+            }
+            let pacer = Pacer::with_config(conf.clone(), config(name, budget))
+                .await
+                .expect("a Pacer");
+            runs.push(tokio::task::spawn_local(contend(
+                pacer,
+                Duration::from_millis(1500),
+            )));
+            // Each queued before the next: the queue's order is the names'.
+            let ticket = format!("kata-live-turn-{name}");
+            while leases.get_opt(&ticket).await.expect("a ticket").is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let mut said = Vec::new();
+        for r in runs {
+            said.extend(r.await.expect("a contender"));
+        }
+        let named: Vec<&String> = said
+            .iter()
+            .filter(|w| w.starts_with("node m3 cannot take its turn (not Ready)"))
+            .collect();
+        eprintln!("pace api: down: {named:?}");
+        assert!(
+            !named.is_empty(),
+            "nobody named m3 and why:\n{}",
+            said.join("\n")
+        );
+        let m3 = leases.get("kata-live-turn-m3").await.expect("m3's ticket");
+        let ann = m3.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            ann.get("kata-live.io/state").map(String::as_str),
+            Some("blocked")
+        );
+    });
+    let audit = Audit::read(cp.dir().join("audit.log"));
+    let peak = audit.peak_holders();
+    // m3, not Ready, uses one place of the budget of 2: one holder at a time.
+    assert!(
+        peak.count <= 1,
+        "more than the budget held at once: {:?}",
         peak.nodes
     );
 }

@@ -29,6 +29,7 @@ mod node_failures;
 mod node_faults;
 mod node_fleet;
 mod node_fleet_budget;
+mod node_fleet_cordon;
 mod node_fleet_faults;
 mod node_handler_kinds;
 mod node_handoff;

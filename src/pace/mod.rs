@@ -37,6 +37,12 @@
 //!   fewer than `maxUnavailable` (a count or a percentage of the pool, scaled as the MCO
 //!   scales it) do. A node that is itself unavailable does not start; the ones behind it go
 //!   on within what is left of the budget.
+//! - **No stall behind a node that cannot go.** A waiting node that cannot take its turn
+//!   (unavailable, or outside the pool: [`turn::Turn::Cannot`]) takes its ticket out of the
+//!   queue (`blocked`, with why), so that the far nodes whose one watched ticket it was count
+//!   again at once; it watches its own Node only, and queues again, at the back, once it can.
+//!   A node down runs no pod to do that: the first node of the queue that can go does it for
+//!   the nodes ahead of it that cannot ([`turn::stuck_ahead`]).
 //! - **A pod that dies waiting** loses its turn: its ticket is owned by the pod while it
 //!   waits, and the garbage collector deletes it with the pod; the replacement queues again.
 //!   A taken ticket has no owner: a holder is never freed by a pod's death (the replacement
@@ -52,11 +58,13 @@
 //! says which). One namespace's tickets make one queue: one pool per namespace.
 
 mod client;
+pub mod cordon;
 pub mod pool;
 pub mod ticket;
 pub mod turn;
 
-pub use client::{PaceConfig, Pacer, PodRef};
+pub use client::{PaceConfig, Pacer, PodRef, Settled};
+pub use cordon::RunEnd;
 pub use ticket::{State, Ticket, TICKET_LABEL, TICKET_PREFIX};
 pub use turn::Budget;
 
@@ -67,8 +75,9 @@ pub use turn::Budget;
 /// Ready while the probe, asked in the container, said not ready).
 pub const PROVEN_CONDITION: &str = "kata-live.io/proven";
 
-/// On a Node that kata-live cordoned for its turn (value: the ticket): only that cordon is
-/// undone by kata-live when the turn ends, and [`turn::unavailable`] names it as kata-live's.
+/// On a Node that kata-live cordoned for its turn (value: the ticket): kata-live's claim on
+/// that cordon. Only a claimed cordon, untouched since, is undone by kata-live when the turn
+/// ends ([`cordon::at_end`]); [`turn::unavailable`] names it as kata-live's.
 pub const CORDON_ANNOTATION: &str = "kata-live.io/cordoned";
 
 /// On the DaemonSet: "true" stops new node runs (`kubectl annotate ds … kata-live.io/paused=true`).

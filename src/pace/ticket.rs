@@ -11,9 +11,9 @@ pub const TICKET_PREFIX: &str = "kata-live-turn-";
 pub const TICKET_LABEL: &str = "kata-live.io/ticket";
 /// What the holder runs (install or uninstall).
 pub const OPERATION_ANNOTATION: &str = "kata-live.io/operation";
-/// waiting | activating | failed | done | freed.
+/// waiting | activating | failed | done | freed | blocked.
 pub const STATE_ANNOTATION: &str = "kata-live.io/state";
-/// Why a run failed, or why a ticket was freed, in words.
+/// Why a run failed, why a ticket was freed, or why its node cannot take its turn, in words.
 pub const DETAIL_ANNOTATION: &str = "kata-live.io/detail";
 /// On a ticket that took its turn: its place while it waited (the revision at which it
 /// entered the queue), so that every pod can count the nodes that passed a waiting one.
@@ -34,6 +34,10 @@ pub enum State {
     Done,
     /// Freed by another node because its Node object was deleted.
     Freed,
+    /// Out of the queue: its node cannot take its turn (cordoned by someone else, not Ready,
+    /// being updated, outside the pool), so it does not hold up the nodes behind it; it
+    /// queues again, at the back, once it can.
+    Blocked,
 }
 
 impl State {
@@ -44,6 +48,7 @@ impl State {
             "failed" => State::Failed,
             "done" => State::Done,
             "freed" => State::Freed,
+            "blocked" => State::Blocked,
             _ => return None,
         })
     }
@@ -55,6 +60,7 @@ impl State {
             State::Failed => "failed",
             State::Done => "done",
             State::Freed => "freed",
+            State::Blocked => "blocked",
         }
     }
 
@@ -258,6 +264,7 @@ mod tests {
             State::Failed,
             State::Done,
             State::Freed,
+            State::Blocked,
         ] {
             assert_eq!(State::parse(s.as_str()), Some(s));
         }

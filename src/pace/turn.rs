@@ -2,7 +2,7 @@
 //! operator's rule for an unavailable node, and the decision of one waiting node given the
 //! tickets, the pool's nodes and the pause.
 
-use super::ticket::Ticket;
+use super::ticket::{State, Ticket};
 use k8s_openapi::api::core::v1::Node;
 use std::collections::BTreeMap;
 
@@ -87,12 +87,19 @@ pub fn unavailable(node: &Node) -> Option<String> {
         return Some("not Ready".into());
     }
     if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
-        return Some(if cordoned_by_us(node) {
+        return Some(if super::cordon::claimed(node) {
             "cordoned by kata-live for its run".into()
         } else {
             "cordoned (unschedulable)".into()
         });
     }
+    mco_updating(node)
+}
+
+/// Why the machine-config operator counts `node` as not done with its update, or None:
+/// currentConfig ≠ desiredConfig, currentImage ≠ desiredImage, or the daemon's state not Done
+/// (a Node with none of these annotations: no MCO manages it).
+pub fn mco_updating(node: &Node) -> Option<String> {
     let ann = node.metadata.annotations.as_ref();
     let get = |k: &str| ann.and_then(|a| a.get(k)).map(String::as_str);
     for (what, desired, current) in [
@@ -113,14 +120,6 @@ pub fn unavailable(node: &Node) -> Option<String> {
         Some(s) if s != "Done" => Some(format!("the machine-config daemon's state is {s}")),
         _ => None,
     }
-}
-
-/// Whether `node` carries kata-live's own cordon ([`super::CORDON_ANNOTATION`]).
-pub fn cordoned_by_us(node: &Node) -> bool {
-    node.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(super::CORDON_ANNOTATION))
 }
 
 /// The pool as read: every node's name and why it is unavailable (None: available).
@@ -205,6 +204,30 @@ pub fn could_take<'a>(
     ahead < bound.saturating_sub(holders)
 }
 
+/// The waiting tickets ahead of `mine` when none of them can take its turn (each unavailable
+/// or outside the pool, with why) and `mine`'s node can: `mine` is then the first in the
+/// queue that can go, and takes them out of the queue for the nodes whose pods cannot (a
+/// node down runs no pod to do it). Empty otherwise: a node ahead that can go will, and
+/// only the first that can go writes others' tickets.
+pub fn stuck_ahead<'a>(
+    mine: &Ticket,
+    tickets: impl Iterator<Item = &'a Ticket>,
+    pool: &Pool,
+) -> Vec<(&'a Ticket, String)> {
+    if pool.get(&mine.node) != Some(&None) {
+        return vec![];
+    }
+    let mut out = Vec::new();
+    for t in tickets.filter(|t| t.waiting() && precedes(t, mine)) {
+        match pool.get(&t.node) {
+            Some(None) => return vec![],
+            Some(Some(why)) => out.push((t, why.clone())),
+            None => out.push((t, "not in the rollout's pool".into())),
+        }
+    }
+    out
+}
+
 /// How many of the nodes that use the budget a waiting node's words name.
 const NAMED: usize = 10;
 
@@ -216,6 +239,10 @@ pub enum Turn {
     /// Not yet, and why in words. `outside`: what holds it is outside the tickets (the pause,
     /// a node's state): the tickets' watch will not say when that changes.
     Wait { words: String, outside: bool },
+    /// This node cannot take its turn, whatever the others do (why): it is unavailable or
+    /// outside the pool. Its ticket leaves the queue ([`State::Blocked`]) so that the nodes
+    /// behind it do not wait on it.
+    Cannot(String),
 }
 
 /// What one waiting node sees.
@@ -260,17 +287,13 @@ pub fn decide(s: &Seen) -> Turn {
     }
     match s.pool.get(s.me) {
         None => {
-            return outside(format!(
+            return Turn::Cannot(format!(
                 "this node is not in the rollout's pool ({} node(s) read): check the pool \
                  selector (KATA_LIVE_POOL_SELECTOR)",
                 s.pool.len()
             ))
         }
-        Some(Some(why)) => {
-            return outside(format!(
-                "this node is unavailable ({why}): its run starts once it is back"
-            ))
-        }
+        Some(Some(why)) => return Turn::Cannot(format!("this node is unavailable ({why})")),
         Some(None) => {}
     }
     let budget = s.budget.of(s.pool.len());
@@ -327,6 +350,28 @@ pub fn decide(s: &Seen) -> Turn {
             list.push(format!("and {} more", using.len() - NAMED));
         }
         words.push_str(&format!(": {}", list.join("; ")));
+    }
+    let blocked: Vec<String> = s
+        .tickets
+        .iter()
+        .filter(|t| t.state == Some(State::Blocked))
+        .map(|t| {
+            let why = t.detail.as_deref().unwrap_or("no reason recorded");
+            format!("{} ({why})", t.node)
+        })
+        .collect();
+    if place == 0 && !blocked.is_empty() {
+        // The head names the nodes that left the queue, unable to go: one of them may be why
+        // the budget is in use, or why the rollout seems to skip it.
+        let more = blocked.len().saturating_sub(NAMED);
+        let mut list: Vec<String> = blocked.into_iter().take(NAMED).collect();
+        if more > 0 {
+            list.push(format!("and {more} more"));
+        }
+        words.push_str(&format!(
+            ". Out of the queue, unable to take their turn: {}",
+            list.join("; ")
+        ));
     }
     let failed: Vec<&str> = s
         .tickets

@@ -177,7 +177,15 @@ pub(super) async fn start_and_follow(
             run_ended(started, seen_busy, &before, snap, t.elapsed())
         })
         .await?;
-    if matches!(d, Next::Start(_) | Next::Follow) {
+    if snap.is_busy() {
+        say(&format!(
+            "{} is still {} after {:.1} s of following, past this pod's deadline for it: its \
+             run has not ended",
+            op.unit(),
+            snap.state.active_state,
+            t.elapsed().as_secs_f64()
+        ));
+    } else if matches!(d, Next::Start(_) | Next::Follow) {
         say(&format!(
             "{} ended after {:.1} s of following",
             op.unit(),
@@ -192,6 +200,14 @@ pub(super) async fn start_and_follow(
         run_result: st.as_ref().map(|s| s.result),
         error: st.and_then(|s| s.error),
         invocation: snap.state.invocation_id.clone(),
+        // Past the deadline with the unit busy: its run has not ended (its stop, a rollback,
+        // may outlast its start timeout), and its node is not fit to be scheduled on yet.
+        unended: snap
+            .is_busy()
+            .then(|| match snap.state.active_state.as_str() {
+                "" | "inactive" | "active" | "failed" => "waiting on a queued job".to_string(),
+                s => s.to_string(),
+            }),
     };
     if let Some(p) = pacer {
         settle_turn(p, &outcome).await;

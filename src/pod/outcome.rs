@@ -2,6 +2,7 @@
 
 use super::Operation;
 use crate::exit::ExitCode;
+use crate::pace::RunEnd;
 use crate::report::RunResult;
 use serde::{Deserialize, Serialize};
 
@@ -23,11 +24,17 @@ pub struct RunOutcome {
     /// The host unit's InvocationID: names the run's Event, so that it is posted once.
     #[serde(default)]
     pub invocation: String,
+    /// The unit's state when the pod stopped following it, if it had not ended then (its
+    /// deadline passed while the unit was still activating or deactivating: a rollback may be
+    /// under way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unended: Option<String>,
 }
 
 impl RunOutcome {
     pub fn proven(&self) -> bool {
-        self.unit_result == "success"
+        self.unended.is_none()
+            && self.unit_result == "success"
             && self.exit_code == Some(0)
             && self.run_result == Some(RunResult::Succeeded)
     }
@@ -38,6 +45,26 @@ impl RunOutcome {
         self.exit_code
             .and_then(|c| ExitCode::ALL.into_iter().find(|e| i32::from(e.code()) == c))
             .unwrap_or(ExitCode::Internal)
+    }
+
+    /// Whether the node is fit to be scheduled on again once its turn ends: not while its unit
+    /// still runs, nor after a failed rollback (the node's runtime may be broken).
+    pub fn run_end(&self) -> RunEnd {
+        if let Some(state) = &self.unended {
+            return RunEnd::Unfit(format!(
+                "its host unit {} was still {state} when this pod's deadline for it passed (a \
+                 rollback may be under way)",
+                self.operation.unit()
+            ));
+        }
+        if self.exit() == ExitCode::RollbackFailed {
+            return RunEnd::Unfit(format!(
+                "its run's rollback failed (exit {}: {})",
+                ExitCode::RollbackFailed.code(),
+                ExitCode::RollbackFailed.describe()
+            ));
+        }
+        RunEnd::Ended
     }
 
     pub fn render(&self) -> String {
@@ -52,8 +79,13 @@ impl RunOutcome {
                 format!("{c} ({meaning})")
             })
             .unwrap_or_else(|| "none".into());
+        let unended = self
+            .unended
+            .as_ref()
+            .map(|s| format!(" (still {s} when the pod stopped following it)"))
+            .unwrap_or_default();
         format!(
-            "{} {}: unit result {}, exit code {code}; status.json: result {}, error {}",
+            "{} {}: unit result {}{unended}, exit code {code}; status.json: result {}, error {}",
             self.operation.unit(),
             if self.proven() {
                 "PROVEN"
@@ -66,5 +98,55 @@ impl RunOutcome {
                 .unwrap_or_else(|| "none".into()),
             self.error.as_deref().unwrap_or("none")
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(exit: Option<i32>, unended: Option<&str>) -> RunOutcome {
+        RunOutcome {
+            operation: Operation::Install,
+            unit_result: if exit == Some(0) {
+                "success"
+            } else {
+                "exit-code"
+            }
+            .into(),
+            exit_code: exit,
+            run_result: None,
+            error: None,
+            invocation: "i".into(),
+            unended: unended.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_node_is_fit_again_only_once_its_unit_ended_without_a_failed_rollback() {
+        assert_eq!(outcome(Some(12), None).run_end(), RunEnd::Ended);
+        assert_eq!(outcome(None, None).run_end(), RunEnd::Ended);
+        match outcome(Some(14), None).run_end() {
+            RunEnd::Unfit(why) => assert!(why.contains("rollback failed (exit 14"), "{why}"),
+            e => panic!("{e:?}"),
+        }
+        let held = outcome(None, Some("deactivating"));
+        match held.run_end() {
+            RunEnd::Unfit(why) => assert!(
+                why.contains("kata-live-install.service was still deactivating"),
+                "{why}"
+            ),
+            e => panic!("{e:?}"),
+        }
+        assert!(
+            held.render().contains("still deactivating"),
+            "{}",
+            held.render()
+        );
+        let mut proven = outcome(Some(0), Some("deactivating"));
+        proven.run_result = Some(RunResult::Succeeded);
+        assert!(!proven.proven(), "a unit still running is not proven");
+        proven.unended = None;
+        assert!(proven.proven());
     }
 }

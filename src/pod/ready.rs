@@ -158,6 +158,7 @@ mod tests {
             run_result: Some(r),
             error: None,
             invocation: String::new(),
+            unended: None,
         }
     }
 

@@ -36,9 +36,12 @@ pub(super) async fn settle_turn(p: &Pacer, outcome: &RunOutcome) {
         let r = if proven {
             p.release().await
         } else {
-            p.hold_failed(&outcome.render()).await
+            p.hold_failed(&outcome.render(), &outcome.run_end()).await
         };
-        match r {
+        if let Ok(Some(words)) = r.as_ref().map(|s| s.cordon.as_ref()) {
+            say(words);
+        }
+        match r.map(|s| s.tickets) {
             Ok(names) if names.is_empty() => return,
             Ok(names) if proven => {
                 return say(&format!(

@@ -662,7 +662,7 @@ async fn contend(pacer: Pacer, node: String, run: Duration, progress: Arc<Progre
     let mut release_errors = 0;
     let released = loop {
         match pacer.release().await {
-            Ok(names) => break !names.is_empty(),
+            Ok(s) => break !s.tickets.is_empty(),
             Err(e) => {
                 release_errors += 1;
                 progress.errors.fetch_add(1, Ordering::Relaxed);

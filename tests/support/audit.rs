@@ -51,6 +51,8 @@ pub enum TicketState {
     Failed,
     Done,
     Freed,
+    /// Out of the queue: its node cannot take its turn (issue 50).
+    Blocked,
 }
 
 impl TicketState {
@@ -61,6 +63,7 @@ impl TicketState {
             "failed" => TicketState::Failed,
             "done" => TicketState::Done,
             "freed" => TicketState::Freed,
+            "blocked" => TicketState::Blocked,
             _ => return None,
         })
     }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::pace::ticket::State;
+
 use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
 use proptest::prelude::*;
 
@@ -203,7 +203,7 @@ fn an_unavailable_waiting_node_neither_starts_nor_blocks_the_ones_behind_beyond_
     let p = pool(&[("a", Some("not Ready")), ("b", None), ("c", None)]);
     let w = decide(&seen("a", &tk, &p, Budget::Count(2)));
     assert!(
-        matches!(&w, Turn::Wait { words, outside: true } if words.contains("not Ready")),
+        matches!(&w, Turn::Cannot(why) if why == "this node is unavailable (not Ready)"),
         "{w:?}"
     );
     assert_eq!(decide(&seen("b", &tk, &p, Budget::Count(2))), Turn::Take);
@@ -239,7 +239,7 @@ fn pause_and_a_node_outside_the_pool_wait_in_words() {
     let other = pool(&[("z", None)]);
     let w = decide(&seen("a", &tk, &other, Budget::Count(1)));
     assert!(
-        matches!(&w, Turn::Wait { words, .. } if words.contains("not in the rollout's pool")),
+        matches!(&w, Turn::Cannot(why) if why.contains("not in the rollout's pool")),
         "{w:?}"
     );
 }
@@ -481,4 +481,75 @@ fn takers_sorted<'a>(v: &[&'a Ticket]) -> Vec<&'a Ticket> {
     let mut v = v.to_vec();
     v.sort_by(|a, b| key(a).cmp(&key(b)));
     v
+}
+
+#[test]
+fn the_first_node_that_can_go_takes_only_those_ahead_that_cannot_out_of_the_queue() {
+    let tk = [
+        t("a", State::Waiting, 1),
+        t("b", State::Waiting, 2),
+        t("c", State::Waiting, 3),
+        t("d", State::Waiting, 4),
+    ];
+    // a cordoned, b outside the pool: c is the first that can go, d is not.
+    let p = pool(&[
+        ("a", Some("cordoned (unschedulable)")),
+        ("c", None),
+        ("d", None),
+    ]);
+    let stuck: Vec<(&str, String)> = stuck_ahead(&tk[2], tk.iter(), &p)
+        .into_iter()
+        .map(|(t, why)| (t.node.as_str(), why))
+        .collect();
+    assert_eq!(
+        stuck,
+        [
+            ("a", "cordoned (unschedulable)".to_string()),
+            ("b", "not in the rollout's pool".to_string())
+        ]
+    );
+    assert!(
+        stuck_ahead(&tk[3], tk.iter(), &p).is_empty(),
+        "c ahead of d can go"
+    );
+    assert!(
+        stuck_ahead(&tk[0], tk.iter(), &p).is_empty(),
+        "a itself cannot go"
+    );
+    let none = pool(&[("a", None), ("c", None)]);
+    assert!(stuck_ahead(&tk[2], tk.iter(), &none).is_empty(), "a can go");
+}
+
+#[test]
+fn a_blocked_ticket_is_out_of_the_queue_and_named_by_its_head() {
+    let mut blocked = t("a", State::Blocked, 1);
+    blocked.detail = Some("this node is unavailable (cordoned (unschedulable))".into());
+    let tk = [
+        blocked,
+        t("h", State::Activating, 2),
+        t("b", State::Waiting, 3),
+        t("c", State::Waiting, 4),
+    ];
+    assert_eq!(ahead("b", &tk), Some(0), "a blocked ticket is not ahead");
+    assert!(sentinel(&tk[3], tk.iter(), 1).is_some_and(|s| s.node == "b"));
+    let p = pool(&[
+        ("a", Some("cordoned (unschedulable)")),
+        ("h", None),
+        ("b", None),
+        ("c", None),
+    ]);
+    let Turn::Wait { words, .. } = decide(&seen("b", &tk, &p, Budget::Count(2))) else {
+        panic!("a (cordoned) and h use the budget of 2")
+    };
+    assert!(
+        words.contains("Out of the queue, unable to take their turn: a (this node is unavailable (cordoned (unschedulable)))"),
+        "{words}"
+    );
+    let Turn::Wait { words, .. } = decide(&seen("c", &tk, &p, Budget::Count(2))) else {
+        panic!()
+    };
+    assert!(
+        !words.contains("Out of the queue"),
+        "only the head names them: {words}"
+    );
 }
