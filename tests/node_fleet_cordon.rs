@@ -128,6 +128,18 @@ fn a_unit_still_deactivating_past_the_pods_deadline_keeps_its_node_cordoned() {
             && m.contains("still deactivating")),
         "no Event says why A stays cordoned: {events:?}"
     );
+    // The run's own Event says it had not ended: no exit class, least of all "a bug" (it
+    // said "exit code 1 (internal error (a bug)…)" before).
+    assert!(
+        events.iter().any(|(r, t, m)| r == "KataLiveUnfinished"
+            && t == "Warning"
+            && m.contains("had not ended")),
+        "no Event says the run had not ended: {events:?}"
+    );
+    assert!(
+        !events.iter().any(|(_, _, m)| m.contains("a bug")),
+        "{events:?}"
+    );
     assert!(
         pod_logs(a.node(), "install").contains("left cordoned"),
         "A's pod does not say it left its node cordoned:\n{}",

@@ -55,8 +55,16 @@ pub struct EventKind {
     pub warning: bool,
 }
 
-pub fn event_for(code: ExitCode) -> EventKind {
+/// `None`: the run had not ended when it was last seen (a pod's deadline for the host unit
+/// passed while it still ran): neither a success nor a failure yet.
+pub fn event_for(code: Option<ExitCode>) -> EventKind {
     use ExitCode as E;
+    let Some(code) = code else {
+        return EventKind {
+            reason: "KataLiveUnfinished",
+            warning: true,
+        };
+    };
     let (reason, warning) = match code {
         E::Ok | E::Staged => ("KataLiveProven", false),
         E::PreflightRefused | E::LockBusy | E::Usage => ("KataLiveRefused", true),
@@ -163,13 +171,22 @@ mod tests {
     #[test]
     fn every_exit_code_has_an_event_and_only_proof_is_normal() {
         for c in ExitCode::ALL {
-            let e = event_for(c);
+            let e = event_for(Some(c));
             assert!(e.reason.starts_with("KataLive"), "{c}");
             assert_eq!(!e.warning, matches!(c, E::Ok | E::Staged), "{c}");
         }
-        assert_eq!(event_for(E::RolledBack).reason, "KataLiveRolledBack");
-        assert_eq!(event_for(E::PreflightRefused).reason, "KataLiveRefused");
-        assert_eq!(event_for(E::RollbackFailed).reason, "KataLiveFailed");
+        assert_eq!(event_for(Some(E::RolledBack)).reason, "KataLiveRolledBack");
+        assert_eq!(
+            event_for(Some(E::PreflightRefused)).reason,
+            "KataLiveRefused"
+        );
+        assert_eq!(event_for(Some(E::RollbackFailed)).reason, "KataLiveFailed");
+        // A run still going when last seen is no failure of any class, least of all a bug.
+        let unfinished = event_for(None);
+        assert_eq!(
+            (unfinished.reason, unfinished.warning),
+            ("KataLiveUnfinished", true)
+        );
     }
 
     #[test]

@@ -199,7 +199,7 @@ impl Session {
     pub async fn after_run(
         &mut self,
         op: Operation,
-        code: ExitCode,
+        code: Option<ExitCode>,
         summary: &str,
         run_id: &str,
     ) -> Vec<String> {
@@ -222,9 +222,18 @@ impl Session {
         vec![label, event]
     }
 
-    async fn label_for(&mut self, op: Operation, code: ExitCode, listed_by: Instant) -> String {
-        let action = label_after(op, code, self.removed);
+    async fn label_for(
+        &mut self,
+        op: Operation,
+        code: Option<ExitCode>,
+        listed_by: Instant,
+    ) -> String {
         let key = self.key.clone();
+        let Some(code) = code else {
+            // A run still going: what the node will serve is not known yet.
+            return format!("label {key} left as it is: the run had not ended");
+        };
+        let action = label_after(op, code, self.removed);
         match action {
             LabelAfter::Leave => return format!("label {key} left as it is"),
             LabelAfter::Set => return self.set_when_published(listed_by).await,
@@ -312,7 +321,7 @@ impl Session {
     async fn event(
         &mut self,
         op: Operation,
-        code: ExitCode,
+        code: Option<ExitCode>,
         summary: &str,
         run_id: &str,
     ) -> String {
@@ -335,7 +344,10 @@ impl Session {
             Err(why) => return format!("no Event posted: {why}"),
         };
         let name = event_name(&api.node, op, run_id);
-        let message = format!("{op}: exit code {code} ({}): {summary}", code.describe());
+        let message = match code {
+            Some(code) => format!("{op}: exit code {code} ({}): {summary}", code.describe()),
+            None => format!("{op}: the run had not ended when it was last seen: {summary}"),
+        };
         match api
             .post_event(&name, kind.reason, kind.warning, &message)
             .await

@@ -184,7 +184,7 @@ pub async fn run(ctx: &Ctx, operation: Operation, mut steps: Vec<Box<dyn Step + 
             if !ctx.dry_run {
                 let summary = code.describe().to_string();
                 cluster
-                    .after_run(operation, code, &summary, &run_id())
+                    .after_run(operation, Some(code), &summary, &run_id())
                     .await;
             }
             return code;
@@ -240,7 +240,7 @@ async fn tell_the_cluster(
     );
     let off = cluster.is_off();
     let words = cluster
-        .after_run(operation, code, &summary, &run_id())
+        .after_run(operation, Some(code), &summary, &run_id())
         .await
         .join("; ");
     rep.evidence("cluster", &cluster.record);

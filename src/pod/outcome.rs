@@ -39,12 +39,18 @@ impl RunOutcome {
             && self.run_result == Some(RunResult::Succeeded)
     }
 
-    /// The exit class of the host run (a unit that did not exit with a code of kata-live's
-    /// is an internal error: kata-live was killed or never ran).
-    pub fn exit(&self) -> ExitCode {
-        self.exit_code
-            .and_then(|c| ExitCode::ALL.into_iter().find(|e| i32::from(e.code()) == c))
-            .unwrap_or(ExitCode::Internal)
+    /// The exit class of the host run; `None` while it had not ended when the pod stopped
+    /// following it (its outcome is unknown, not a bug). A unit that ended without a code of
+    /// kata-live's is an internal error: kata-live was killed or never ran.
+    pub fn exit(&self) -> Option<ExitCode> {
+        if self.unended.is_some() {
+            return None;
+        }
+        Some(
+            self.exit_code
+                .and_then(|c| ExitCode::ALL.into_iter().find(|e| i32::from(e.code()) == c))
+                .unwrap_or(ExitCode::Internal),
+        )
     }
 
     /// Whether the node is fit to be scheduled on again once its turn ends: not while its unit
@@ -57,7 +63,7 @@ impl RunOutcome {
                 self.operation.unit()
             ));
         }
-        if self.exit() == ExitCode::RollbackFailed {
+        if self.exit() == Some(ExitCode::RollbackFailed) {
             return RunEnd::Unfit(format!(
                 "its run's rollback failed (exit {}: {})",
                 ExitCode::RollbackFailed.code(),
@@ -143,6 +149,11 @@ mod tests {
             "{}",
             held.render()
         );
+        // Still running is no exit class at all (never "1: a bug"); ended with no code of
+        // kata-live's (killed, never ran) is.
+        assert_eq!(held.exit(), None);
+        assert!(!held.render().contains("bug"), "{}", held.render());
+        assert_eq!(outcome(None, None).exit(), Some(ExitCode::Internal));
         let mut proven = outcome(Some(0), Some("deactivating"));
         proven.run_result = Some(RunResult::Succeeded);
         assert!(!proven.proven(), "a unit still running is not proven");
