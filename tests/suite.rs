@@ -35,6 +35,7 @@ mod node_handoff;
 mod node_handoff_codes;
 mod node_install;
 mod node_kills;
+mod node_ostree;
 mod node_output;
 mod node_pod;
 mod node_pods;
