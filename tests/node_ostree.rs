@@ -6,7 +6,10 @@ use crate::support;
 
 use std::time::Duration;
 
+use serde_json::Value;
+use support::kata::{ids, serial, show, KataNode};
 use support::node::{Flavour, Node, NodeOptions};
+use support::referee::HANDLER;
 
 const REBOOT_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -111,4 +114,149 @@ fn the_ostree_node_boots_unlocks_stages_and_reboots() {
         ok(&node, &["systemctl", "is-active", "crio", "kubelet"]),
         "active\nactive"
     );
+}
+
+/// `rpm-ostree status --json` (the stand-in, reading ostree's state): (staged, booted).
+fn rpm_ostree_status(node: &Node) -> (Option<Value>, Value) {
+    let text = ok(node, &["rpm-ostree", "status", "--json"]);
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let deps = v["deployments"].as_array().cloned().unwrap_or_default();
+    let staged = deps.iter().find(|d| d["staged"] == true).cloned();
+    let booted = deps
+        .iter()
+        .find(|d| d["booted"] == true)
+        .cloned()
+        .unwrap_or_else(|| panic!("no booted deployment: {text}"));
+    (staged, booted)
+}
+
+/// Seconds since the epoch, as `stat -c %.9Y` prints a file's mtime.
+fn mtime(node: &Node, path: &str) -> f64 {
+    let t = ok(node, &["stat", "-c", "%.9Y", path]);
+    t.parse().unwrap_or_else(|_| panic!("mtime of {path}: {t}"))
+}
+
+/// When the running CRI-O's main process started (seconds since the epoch).
+fn crio_started(k: &KataNode) -> f64 {
+    let t = ok(
+        &k.node,
+        &[
+            "systemctl",
+            "show",
+            "--timestamp=us+utc",
+            "-p",
+            "ExecMainStartTimestamp",
+            "--value",
+            "crio.service",
+        ],
+    );
+    let out = ok(&k.node, &["date", "-d", &t, "+%s.%N"]);
+    out.parse()
+        .unwrap_or_else(|_| panic!("CRI-O start {t:?}: {out}"))
+}
+
+const SHIM: &str = "/usr/bin/containerd-shim-kata-v2";
+const LIVE_REF: &str = "/sysroot/ostree/repo/refs/heads/rpmostree/live-apply";
+
+/// kata-live's install on the ostree node: the package lands in ostree's real overlay, CRI-O
+/// restarts only once rpm-ostree says the target is live and the shim is there; then the
+/// next boot: the package in the booted deployment, the drop-in kept, the handler served
+/// with no kata-live run, `verify` and `status` agree, and the boot-time unit converges
+/// without restarting CRI-O.
+#[test]
+fn install_lands_in_the_ostree_overlay_and_the_next_boot_keeps_it() {
+    let _one = serial();
+    let mut k = KataNode::boot_with(ostree_options("o49-install"), "");
+    let before = k.referee();
+    assert!(!before.handler_probe.accepted(), "{before:?}");
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(
+        run.stdout.contains("served by the running CRI-O"),
+        "{}",
+        show(&run)
+    );
+
+    // rpm-ostree's view, read from ostree: the layered deployment staged, the booted one
+    // unlocked for the live apply and carrying it, nothing in progress.
+    let (staged, booted) = rpm_ostree_status(&k.node);
+    let staged = staged.expect("a staged deployment after the install");
+    assert_eq!(booted["live-replaced"], staged["checksum"], "{booted}");
+    assert!(booted.get("live-inprogress").is_none(), "{booted}");
+    assert_eq!(booted["unlocked"], "transient");
+    assert_eq!(staged["base-checksum"], booted["checksum"], "{staged}");
+    assert_eq!(
+        staged["requested-packages"],
+        serde_json::json!(["kata-containers"])
+    );
+
+    // The shim is in ostree's overlay (its upper directory), not in the deployment.
+    let usr = ok(&k.node, &["findmnt", "-n", "-o", "FSTYPE,OPTIONS", "/usr"]);
+    assert!(usr.starts_with("overlay ro,"), "/usr: {usr}");
+    let id = format!(
+        "{}.{}",
+        booted["checksum"].as_str().unwrap_or_default(),
+        booted["serial"]
+    );
+    let upper = k
+        .node
+        .dir()
+        .join("mem/backing")
+        .join(&id)
+        .join("usr-transient/upper/bin/containerd-shim-kata-v2");
+    assert!(upper.is_file(), "{} missing", upper.display());
+    assert!(!k.node.overlay_root().join(&SHIM[1..]).exists());
+
+    // CRI-O's process started after the live ref and the shim.
+    let crio = crio_started(&k);
+    let (live_ref, shim) = (mtime(&k.node, LIVE_REF), mtime(&k.node, SHIM));
+    assert!(
+        crio >= live_ref && crio >= shim,
+        "CRI-O started at {crio}, the live ref was set at {live_ref}, the shim written at {shim}"
+    );
+    k.referee_assert_serves(HANDLER);
+
+    // The next boot.
+    k.node.reboot(REBOOT_DEADLINE).expect("reboot");
+    k.wait_kubelet_on_runtime(Duration::from_secs(30));
+    let (pending, booted) = rpm_ostree_status(&k.node);
+    assert!(pending.is_none(), "{pending:?}");
+    assert_eq!(booted["checksum"], staged["checksum"], "{booted}");
+    assert_eq!(
+        booted["requested-packages"],
+        serde_json::json!(["kata-containers"])
+    );
+    assert_eq!(booted["unlocked"], "none");
+    assert!(booted.get("live-replaced").is_none(), "{booted}");
+    let usr = k.node.exec(&["findmnt", "-n", "/usr"]);
+    assert!(
+        !usr.status.success(),
+        "no overlay on /usr after a reboot: {usr:?}"
+    );
+    assert!(k.node.overlay_root().join(&SHIM[1..]).is_file());
+    let drop_in = k.drop_in().expect("the drop-in after the reboot");
+    assert!(
+        drop_in.contains("[crio.runtime.runtimes.kata-remote]"),
+        "{drop_in}"
+    );
+    // Served at boot, before any kata-live run of this boot.
+    assert_eq!(k.journal_count(ids::STARTED), 0);
+    k.referee_assert_serves(HANDLER);
+    let verify = k.kata(&["verify"]);
+    assert_eq!(verify.code, 0, "{}", show(&verify));
+    let status = k.kata(&["status"]);
+    assert_eq!(status.code, 0, "{}", show(&status));
+    eprintln!("kata-live status after the reboot:\n{}", status.stdout);
+
+    // The boot-time unit converges: success, and CRI-O started once this boot.
+    k.systemctl(&["start", "kata-live-install.service"]);
+    assert_eq!(
+        k.show_prop("kata-live-install.service", "Result"),
+        "success"
+    );
+    assert_eq!(k.journal_count(ids::SUCCEEDED), 1);
+    assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 0);
+    assert_eq!(k.crio_starts(), 1);
+    k.referee_assert_serves(HANDLER);
 }

@@ -328,7 +328,8 @@ copy_trees() {
             for pattern in ${tar_exclude[@]+"${tar_exclude[@]}"}; do
                 [[ $pattern == --exclude=./$entry/* ]] && sub+=("--exclude=./${pattern#--exclude=./"$entry"/}")
             done
-            tar -C "$tree/$entry" -cf - ${sub[@]+"${sub[@]}"} . | tar -C "$dest" -xf - --no-overwrite-dir
+            tar -C "$tree/$entry" -cf - ${sub[@]+"${sub[@]}"} . |
+                tar -C "$dest" -xf - --no-overwrite-dir --keep-directory-symlink
         done
         log "copied tree $tree"
     done
@@ -535,9 +536,12 @@ cmd_boot() {
     local b f t_install kata_link=''
     t_install=$(now)
     [[ $bin_dir != *:* ]] || die "--bin-dir must not contain ':' (systemd-nspawn --bind-ro syntax)"
+    # The ostree node's /usr/local is /var/usrlocal (as on RHCOS): bound at the real path.
+    local bin_dest=/usr/local/bin
+    [ "$flavour" = ostree ] && bin_dest=/var/usrlocal/bin
     for b in "${node_binaries[@]}"; do
         if [ -x "$bin_dir/$b" ]; then
-            binds+=("--bind-ro=$bin_dir/$b:/usr/local/bin/$b")
+            binds+=("--bind-ro=$bin_dir/$b:$bin_dest/$b")
             log "installing $b ($(date -r "$bin_dir/$b" '+built %F %T'))"
         else
             log "not built, not installed: $bin_dir/$b"
@@ -569,6 +573,20 @@ cmd_boot() {
     # The sid nodes bring their own runtime configuration: the stand-in's CRI-O files stay out.
     local -a tar_exclude=()
     [ "$runtime" != crio ] && tar_exclude=(--exclude=./etc/crio)
+    # The ostree node copies the trees' /usr again into the deployment it reboots into: a
+    # caller's tree is kept with the node (the caller may remove its own at once).
+    if [ "$flavour" = ostree ]; then
+        local i=0 t
+        local -a kept=()
+        for t in ${trees[@]+"${trees[@]}"}; do
+            [ -d "$t" ] || die "--tree $t is not a directory"
+            mkdir -p "$dir/trees"
+            cp -a "$t" "$dir/trees/$i"
+            kept+=("$dir/trees/$i")
+            i=$((i + 1))
+        done
+        trees=(${kept[@]+"${kept[@]}"})
+    fi
     # shellcheck disable=SC2206 # runtime_tree is a list of words
     copied_trees+=($runtime_tree ${trees[@]+"${trees[@]}"})
     copy_trees "$root" "$var_dir"

@@ -96,6 +96,10 @@ build_in_namespace() {
         mv "$tree/${d%%:*}" "$tmp/var/${d#*:}"
         ln -s "var/${d#*:}" "$tree/${d%%:*}"
     done
+    # /usr/local too: outside /usr, it stays in sight when the transient unlock's overlay
+    # covers /usr (and with it any mount below /usr, such as the test binaries' binds).
+    mv "$tree/usr/local" "$tmp/var/usrlocal"
+    ln -s ../var/usrlocal "$tree/usr/local"
     mkdir -p "$tree/usr/lib/modules/0-kata-live-test" "$tree/usr/lib/tmpfiles.d"
     printf 'dummy kernel: the test node is a container\n' >"$tree/usr/lib/modules/0-kata-live-test/vmlinuz"
     printf 'dummy initramfs\n' >"$tree/usr/lib/modules/0-kata-live-test/initramfs.img"
