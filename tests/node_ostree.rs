@@ -260,3 +260,53 @@ fn install_lands_in_the_ostree_overlay_and_the_next_boot_keeps_it() {
     assert_eq!(k.crio_starts(), 1);
     k.referee_assert_serves(HANDLER);
 }
+
+/// The live apply held in ostree's window: `/usr` is the unlock's overlay and the shim not yet
+/// copied into it (the stand-in's `hold-copy` marker, not a timer). There kata-live restarts
+/// nothing and no check passes; released, the install ends proven, CRI-O restarted once,
+/// after the shim.
+#[test]
+fn in_the_window_between_the_overlay_and_the_copy_nothing_restarts() {
+    let _one = serial();
+    let k = KataNode::boot_with(ostree_options("o49-window"), "");
+    let crio_before = k.unit("crio.service");
+    k.rpm_ostree_fault("hold-copy");
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    k.node
+        .wait_for(
+            "the live apply held before its copy",
+            Duration::from_secs(60),
+            |n| {
+                let held = n.sh("cat /var/lib/fake-rpm-ostree/transactions/*/held 2>/dev/null");
+                String::from_utf8_lossy(&held.stdout).contains("copy")
+            },
+        )
+        .expect("the stand-in must hold its live apply in the copy");
+
+    let usr = ok(&k.node, &["findmnt", "-n", "-o", "FSTYPE", "/usr"]);
+    assert_eq!(usr, "overlay", "the unlock's overlay is mounted");
+    assert!(
+        !k.node.exists(SHIM).expect("stat the shim"),
+        "the shim is not copied yet"
+    );
+    assert_eq!(
+        k.unit("crio.service").invocation_id,
+        crio_before.invocation_id
+    );
+    let verify = k.kata(&["verify"]);
+    assert_ne!(
+        verify.code,
+        0,
+        "verify passed in the window:\n{}",
+        show(&verify)
+    );
+    let view = k.referee();
+    assert!(!view.handler_probe.accepted(), "{view:?}");
+
+    k.clear_rpm_ostree_fault("hold-copy");
+    let run = k.wait_run(child, Duration::from_secs(120));
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert_eq!(k.crio_starts(), 2, "CRI-O restarted once");
+    assert!(crio_started(&k) >= mtime(&k.node, SHIM));
+    k.referee_assert_serves(HANDLER);
+}
