@@ -310,3 +310,63 @@ fn in_the_window_between_the_overlay_and_the_copy_nothing_restarts() {
     assert!(crio_started(&k) >= mtime(&k.node, SHIM));
     k.referee_assert_serves(HANDLER);
 }
+
+/// Installs, uninstalls with `package.uninstall = MODE`, checks the staged deployment and the
+/// running tree, reboots and checks the booted one. Returns the node for more checks.
+fn uninstall_then_reboot(mode: &str, label: &str) {
+    let mut k = KataNode::boot_with(
+        ostree_options(label),
+        &format!("[package]\nuninstall = \"{mode}\"\n"),
+    );
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let (_, booted) = rpm_ostree_status(&k.node);
+    let base = booted["checksum"].clone();
+
+    let run = k.uninstall(&[]);
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let (staged, booted) = rpm_ostree_status(&k.node);
+    let staged = staged.expect("the removal is staged");
+    assert_eq!(staged["checksum"], base, "the next boot is the base again: {staged}");
+    assert_eq!(staged["requested-packages"], serde_json::json!([]));
+    assert!(k.drop_in().is_none(), "the drop-in is gone");
+    let view = k.referee();
+    assert!(!view.handler_probe.accepted(), "{view:?}");
+    let shim_live = k.node.exists(SHIM).expect("stat the shim");
+    if mode == "live" {
+        assert_eq!(booted["live-replaced"], base, "{booted}");
+        assert!(!shim_live, "removed from the overlay");
+    } else {
+        assert!(shim_live, "next-boot leaves the running /usr as it is");
+    }
+
+    k.node.reboot(REBOOT_DEADLINE).expect("reboot");
+    k.wait_kubelet_on_runtime(Duration::from_secs(30));
+    let (pending, booted) = rpm_ostree_status(&k.node);
+    assert!(pending.is_none(), "{pending:?}");
+    assert_eq!(booted["checksum"], base, "{booted}");
+    assert_eq!(booted["requested-packages"], serde_json::json!([]));
+    assert!(!k.node.exists(SHIM).expect("stat the shim"));
+    assert!(k.drop_in().is_none());
+    assert_eq!(ok(&k.node, &["systemctl", "is-active", "crio", "kubelet"]), "active\nactive");
+    let view = k.referee();
+    assert!(!view.handler_probe.accepted(), "{view:?}");
+    assert!(view.default_probe.accepted(), "{view:?}");
+    let verify = k.kata(&["verify"]);
+    assert_ne!(verify.code, 0, "nothing to verify after the removal: {}", show(&verify));
+}
+
+/// `uninstall = "next-boot"`: the staged deployment lacks the package, the running tree keeps
+/// it until the reboot, after which it is gone and the handler neither declared nor served.
+#[test]
+fn uninstall_next_boot_is_gone_after_the_reboot() {
+    let _one = serial();
+    uninstall_then_reboot("next-boot", "o49-unnext");
+}
+
+/// `uninstall = "live"`: also removed from ostree's overlay now; the node boots right after.
+#[test]
+fn uninstall_live_leaves_the_overlay_and_the_next_boot() {
+    let _one = serial();
+    uninstall_then_reboot("live", "o49-unlive");
+}
