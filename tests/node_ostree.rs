@@ -6,6 +6,7 @@ use crate::support;
 
 use std::time::Duration;
 
+use kata_live_standins::test_rpms::TestRpm;
 use serde_json::Value;
 use support::kata::{ids, serial, show, KataNode};
 use support::node::{Flavour, Node, NodeOptions};
@@ -327,7 +328,10 @@ fn uninstall_then_reboot(mode: &str, label: &str) {
     assert_eq!(run.code, 0, "{}", show(&run));
     let (staged, booted) = rpm_ostree_status(&k.node);
     let staged = staged.expect("the removal is staged");
-    assert_eq!(staged["checksum"], base, "the next boot is the base again: {staged}");
+    assert_eq!(
+        staged["checksum"], base,
+        "the next boot is the base again: {staged}"
+    );
     assert_eq!(staged["requested-packages"], serde_json::json!([]));
     assert!(k.drop_in().is_none(), "the drop-in is gone");
     let view = k.referee();
@@ -348,12 +352,20 @@ fn uninstall_then_reboot(mode: &str, label: &str) {
     assert_eq!(booted["requested-packages"], serde_json::json!([]));
     assert!(!k.node.exists(SHIM).expect("stat the shim"));
     assert!(k.drop_in().is_none());
-    assert_eq!(ok(&k.node, &["systemctl", "is-active", "crio", "kubelet"]), "active\nactive");
+    assert_eq!(
+        ok(&k.node, &["systemctl", "is-active", "crio", "kubelet"]),
+        "active\nactive"
+    );
     let view = k.referee();
     assert!(!view.handler_probe.accepted(), "{view:?}");
     assert!(view.default_probe.accepted(), "{view:?}");
     let verify = k.kata(&["verify"]);
-    assert_ne!(verify.code, 0, "nothing to verify after the removal: {}", show(&verify));
+    assert_ne!(
+        verify.code,
+        0,
+        "nothing to verify after the removal: {}",
+        show(&verify)
+    );
 }
 
 /// `uninstall = "next-boot"`: the staged deployment lacks the package, the running tree keeps
@@ -369,4 +381,89 @@ fn uninstall_next_boot_is_gone_after_the_reboot() {
 fn uninstall_live_leaves_the_overlay_and_the_next_boot() {
     let _one = serial();
     uninstall_then_reboot("live", "o49-unlive");
+}
+
+const RPMS: &str = "/var/lib/kata-live/rpms";
+const FAKE: &str = "/var/lib/fake-rpm-ostree";
+
+/// Makes `RPMS` offer exactly kata-containers `version` (a real RPM: header, payload).
+fn offer(k: &KataNode, version: &str) {
+    k.node
+        .exec_ok(&["sh", "-c", &format!("rm -rf {RPMS} && mkdir -p {RPMS}")])
+        .expect("empty the RPM directory");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let rpm = TestRpm::new("kata-containers", version, "1.el9")
+        .file(SHIM, format!("#!/bin/sh\n# kata shim {version}\n"), 0o755)
+        .file(
+            "/opt/kata/configuration-remote.toml",
+            format!("# kata configuration {version}\n"),
+            0o644,
+        );
+    let path = rpm.write_to(tmp.path()).expect("write the RPM");
+    k.node
+        .write_file(
+            format!("{RPMS}/{}", rpm.file_name()),
+            &std::fs::read(path).expect("read the RPM"),
+        )
+        .expect("offer the RPM");
+}
+
+/// An upgrade's live apply killed in ostree's window (its daemon SIGKILLed with the overlay
+/// mounted and nothing copied): `live-inprogress` stays; the next run applies that same
+/// target and converges.
+#[test]
+fn a_live_apply_killed_in_its_copy_converges_on_the_next_run() {
+    let _one = serial();
+    let k = KataNode::boot_with(
+        ostree_options("o49-killed"),
+        &format!("[package]\nlocal_rpm_dir = \"{RPMS}\"\n"),
+    );
+    ok(&k.node, &["rm", "-f", &format!("{FAKE}/files")]);
+    offer(&k, "3.20.0");
+    let run = k.install();
+    assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
+    assert_eq!(ok(&k.node, &["cat", SHIM]), "#!/bin/sh\n# kata shim 3.20.0");
+
+    offer(&k, "3.21.0");
+    k.rpm_ostree_fault("hold-copy");
+    let child = k.spawn_kata(&["install", "--no-detach"]);
+    k.node
+        .wait_for(
+            "the live apply held before its copy",
+            Duration::from_secs(60),
+            |n| {
+                let held = n.sh("cat /var/lib/fake-rpm-ostree/transactions/*/held 2>/dev/null");
+                String::from_utf8_lossy(&held.stdout).contains("copy")
+            },
+        )
+        .expect("the stand-in must hold its live apply in the copy");
+    ok(
+        &k.node,
+        &[
+            "systemctl",
+            "kill",
+            "--signal=SIGKILL",
+            "rpm-ostreed-fake-*",
+        ],
+    );
+    let run = k.wait_run(child, Duration::from_secs(120));
+    assert_ne!(run.code, 0, "{}", show(&run));
+    k.clear_rpm_ostree_fault("hold-copy");
+    let (staged, booted) = rpm_ostree_status(&k.node);
+    let staged = staged.expect("the upgrade is staged");
+    assert_eq!(booted["live-inprogress"], staged["checksum"], "{booted}");
+    assert_eq!(ok(&k.node, &["cat", SHIM]), "#!/bin/sh\n# kata shim 3.20.0");
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let (again, booted) = rpm_ostree_status(&k.node);
+    assert_eq!(again.expect("still staged")["checksum"], staged["checksum"]);
+    assert_eq!(booted["live-replaced"], staged["checksum"], "{booted}");
+    assert!(booted.get("live-inprogress").is_none(), "{booted}");
+    assert_eq!(ok(&k.node, &["cat", SHIM]), "#!/bin/sh\n# kata shim 3.21.0");
+    assert_eq!(
+        ok(&k.node, &["cat", "/opt/kata/configuration-remote.toml"]),
+        "# kata configuration 3.21.0"
+    );
+    k.referee_assert_serves(HANDLER);
 }
