@@ -509,6 +509,62 @@ impl Daemon {
     }
 }
 
+/// `rpm-ostree status` as text, in the layout recorded from the real one
+/// (../shared/rpm-ostree-recorded/status-after-*.txt): the origin, then right-aligned
+/// fields. Not copied: `Timestamp`, `Diff`/`LiveDiff` (no rpmdb diff here); a booted layered
+/// deployment's fields are this stand-in's guess (`BaseCommit`, `BootedCommit`).
+fn status_text(state: &Value) -> String {
+    let busy = !state["transaction"].is_null();
+    let mut out = format!(
+        "State: {}\nDeployments:\n",
+        if busy { "busy" } else { "idle" }
+    );
+    let field = |out: &mut String, key: &str, value: &str| {
+        out.push_str(&format!("{key:>25}: {value}\n"));
+    };
+    let deps = state["deployments"].as_array().cloned().unwrap_or_default();
+    for (i, d) in deps.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let booted = d["booted"] == true;
+        let origin = d["origin"]
+            .as_str()
+            .or(d["osname"].as_str())
+            .unwrap_or_default();
+        out.push_str(&format!("{} {origin}\n", if booted { "●" } else { " " }));
+        let checksum = d["checksum"].as_str().unwrap_or_default();
+        if let Some(base) = d["base-checksum"].as_str() {
+            field(&mut out, "BaseCommit", base);
+        }
+        field(
+            &mut out,
+            if booted { "BootedCommit" } else { "Commit" },
+            checksum,
+        );
+        if let Some(live) = d["live-replaced"].as_str() {
+            field(&mut out, "LiveCommit", live);
+        }
+        if let Some(live) = d["live-inprogress"].as_str() {
+            field(&mut out, "InterruptedLiveCommit", live);
+        }
+        for (key, list) in [
+            ("LocalPackages", "requested-local-packages"),
+            ("LayeredPackages", "requested-packages"),
+        ] {
+            let names = strs(&d[list]);
+            if !names.is_empty() {
+                field(&mut out, key, &names.join(" "));
+            }
+        }
+        match d["unlocked"].as_str() {
+            Some("none") | None => {}
+            Some(u) => field(&mut out, "Unlocked", u),
+        }
+    }
+    out
+}
+
 /// The package diff as the live apply prints it.
 fn diff_output(d: &Diff) -> String {
     let mut out = String::new();
@@ -642,12 +698,7 @@ impl Fake {
                         serde_json::to_string_pretty(&state).map_err(|e| e.to_string())?
                     );
                 } else {
-                    println!("State: idle\nDeployments:");
-                    for d in state["deployments"].as_array().into_iter().flatten() {
-                        let mark = if d["booted"] == true { "*" } else { " " };
-                        let pkgs: Vec<String> = pkg_map(d).into_values().collect();
-                        println!("{mark} {} packages: {}", d["checksum"], pkgs.join(" "));
-                    }
+                    print!("{}", status_text(&state));
                 }
                 Ok(())
             }
