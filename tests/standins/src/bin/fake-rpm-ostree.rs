@@ -137,7 +137,9 @@
 //! and `live-replaced`/`live-inprogress` are rpm-ostree's refs. There `state.json`,
 //! `live-packages.json`, `root`, `delay` and `hold-files` are not used; `hold-copy` holds a
 //! live apply with the overlay mounted (and writable to the daemon) before anything is
-//! copied (`held` says `copy`). The daemon runs as a transient unit of the node's systemd
+//! copied (`held` says `copy`); `live-timings` gets a line `WHAT EPOCH-SECS` when the
+//! unlock's overlay is mounted (`overlay-mounted`), the copy starts (`copy-started`) and
+//! `/usr` and `/etc` are filled (`copied`), for benchmarks. The daemon runs as a transient unit of the node's systemd
 //! (`rpm-ostreed-fake-<client pid>`), outside the client's unit and its sandbox, as
 //! rpm-ostreed runs in a service of its own: killing the client's unit leaves it running.
 //! An unlock state other than none, `transient` or `development` (a hotfix) is refused,
@@ -1140,6 +1142,7 @@ impl Fake {
             "none" if !applied => {
                 if let Some(o) = &self.ostree {
                     o.unlock_transient()?;
+                    self.timing("overlay-mounted");
                 } else {
                     state["deployments"][bi]["unlocked"] = Value::from("transient");
                     self.save(state)?;
@@ -1212,8 +1215,11 @@ impl Fake {
             };
             // A test holds the copy with the overlay mounted and nothing copied yet.
             o.copy_live(&source, &target, &mut || {
-                self.hold("hold-copy", "copy", false)
+                self.hold("hold-copy", "copy", false)?;
+                self.timing("copy-started");
+                Ok(())
             })?;
+            self.timing("copied");
             o.write_live_state(
                 &dep,
                 &LiveState {
@@ -1282,6 +1288,22 @@ impl Fake {
         print!("{}", diff_output(&d));
         println!("Successfully updated running filesystem tree.");
         Ok(())
+    }
+
+    /// Records when a live apply on ostree reached `what` (`live-timings`: `WHAT EPOCH-SECS`
+    /// lines, appended): for benchmarks; rpm-ostree logs no such thing.
+    fn timing(&self, what: &str) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("live-timings"))
+        {
+            let _ = writeln!(f, "{what} {now:.6}");
+        }
     }
 
     /// Starts the transaction's daemon as a transient unit (`rpm-ostreed-fake-<client pid>`)
