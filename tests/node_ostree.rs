@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use kata_live_standins::test_rpms::TestRpm;
 use serde_json::Value;
+use support::crio_real;
 use support::kata::{ids, serial, show, KataNode};
-use support::node::{Flavour, Node, NodeOptions};
+use support::node::{Flavour, Node, NodeOptions, Runtime};
 use support::referee::HANDLER;
 
 const REBOOT_DEADLINE: Duration = Duration::from_secs(60);
@@ -466,4 +467,49 @@ fn a_live_apply_killed_in_its_copy_converges_on_the_next_run() {
         "# kata configuration 3.21.0"
     );
     k.referee_assert_serves(HANDLER);
+}
+
+/// The real-CRI-O node booted from ostree: kata-live's install (an oci handler the stand-in
+/// package brings as /usr/bin/kata-crun), judged by real `RunPodSandbox` calls on the
+/// handler; then the next boot serves it before any kata-live run of that boot.
+#[test]
+fn on_real_crio_the_install_and_the_next_boot_serve_the_handler() {
+    let _one = serial();
+    let opts = NodeOptions {
+        label: Some("o49-crioreal".into()),
+        runtime: Runtime::CrioReal,
+        ..NodeOptions::ostree()
+    }
+    .file(
+        "/var/lib/fake-rpm-ostree/files",
+        crio_real::OCI_PACKAGE,
+        0o644,
+    );
+    let mut k = KataNode::boot_with(opts, crio_real::OCI_CONFIG);
+    let refused = crio_real::runp(&k.node, HANDLER, "before").expect_err("no handler yet");
+    assert!(
+        refused.contains("failed to find runtime handler"),
+        "{refused}"
+    );
+
+    let run = k.install();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let (staged, booted) = rpm_ostree_status(&k.node);
+    let staged = staged.expect("staged");
+    assert_eq!(booted["live-replaced"], staged["checksum"], "{booted}");
+    let usr = ok(&k.node, &["findmnt", "-n", "-o", "FSTYPE", "/usr"]);
+    assert_eq!(usr, "overlay");
+    crio_real::runp(&k.node, HANDLER, "after-install")
+        .unwrap_or_else(|e| panic!("a sandbox on the handler after the install: {e}"));
+
+    k.node.reboot(REBOOT_DEADLINE).expect("reboot");
+    k.wait_kubelet_on_runtime(Duration::from_secs(60));
+    let (_, booted) = rpm_ostree_status(&k.node);
+    assert_eq!(booted["checksum"], staged["checksum"], "{booted}");
+    assert!(k.node.overlay_root().join("usr/bin/kata-crun").is_file());
+    assert_eq!(k.journal_count(ids::STARTED), 0);
+    crio_real::runp(&k.node, HANDLER, "after-reboot")
+        .unwrap_or_else(|e| panic!("a sandbox on the handler after the reboot: {e}"));
+    let verify = k.kata(&["verify"]);
+    assert_eq!(verify.code, 0, "{}", show(&verify));
 }

@@ -295,14 +295,20 @@ ostree_deployment() {
 # bound at /var) gets each tree's var/ there; $3 = 1 copies /usr only (after a reboot: /etc
 # came through ostree's merge and /var is the same).
 copy_trees() {
-    local root=$1 var_dir=$2 usr_only=${3:-0} tree
-    local -a excl=(${tar_exclude[@]+"${tar_exclude[@]}"})
-    [ -n "$var_dir" ] && excl+=(--exclude=./var)
-    [ "$usr_only" = 1 ] && excl+=(--exclude=./etc)
+    local root=$1 var_dir=$2 usr_only=${3:-0} tree n=0
     local entry dest pattern
-    local -a sub=()
+    local -a sub=() excl=() base_excl=()
     for tree in ${copied_trees[@]+"${copied_trees[@]}"}; do
         [ -d "$tree" ] || die "--tree $tree is not a directory"
+        # The first $base_trees_count are the base trees: tar_exclude is theirs.
+        base_excl=()
+        if [ "$n" -lt "$base_trees_count" ]; then
+            base_excl=(${tar_exclude[@]+"${tar_exclude[@]}"})
+        fi
+        n=$((n + 1))
+        excl=(${base_excl[@]+"${base_excl[@]}"})
+        [ -n "$var_dir" ] && excl+=(--exclude=./var)
+        [ "$usr_only" = 1 ] && excl+=(--exclude=./etc)
         # tar keeps the modes of the node's existing directories (cp -a would copy the
         # tree's, and a 0700 / stops D-Bus from starting); it unlinks a file before writing
         # it, which in an ostree deployment keeps the repository's hardlinked objects intact.
@@ -318,14 +324,26 @@ copy_trees() {
             [ -e "$tree/$entry" ] || continue
             [ -d "$tree/$entry" ] && [ ! -L "$tree/$entry" ] ||
                 die "$tree/$entry: an ostree node takes only directories at the top of a tree"
+            sub=()
             case $entry in
                 var) [ "$usr_only" = 1 ] && continue; dest=$var_dir ;;
+                usr)
+                    dest=$root/usr
+                    # /usr/local is /var/usrlocal on the ostree node.
+                    if [ -d "$tree/usr/local" ]; then
+                        sub+=(--exclude=./local)
+                        if [ "$usr_only" = 0 ]; then
+                            mkdir -p "$var_dir/usrlocal"
+                            tar -C "$tree/usr/local" -cf - . |
+                                tar -C "$var_dir/usrlocal" -xf - --no-overwrite-dir
+                        fi
+                    fi
+                    ;;
                 etc) [ "$usr_only" = 1 ] && continue; dest=$root/etc ;;
                 *) dest=$root/$entry ;;
             esac
             [ -d "$dest" ] || die "$dest: no such directory in the deployment (from $tree/$entry)"
-            sub=()
-            for pattern in ${tar_exclude[@]+"${tar_exclude[@]}"}; do
+            for pattern in ${base_excl[@]+"${base_excl[@]}"}; do
                 [[ $pattern == --exclude=./$entry/* ]] && sub+=("--exclude=./${pattern#--exclude=./"$entry"/}")
             done
             tar -C "$tree/$entry" -cf - ${sub[@]+"${sub[@]}"} . |
@@ -463,8 +481,11 @@ cmd_boot() {
     case $flavour in
         plain) ;;
         ostree)
-            [ "$runtime" = crio ] || die "--flavour ostree is built for --runtime crio only (so far)"
-            rootfs_script=("$here/rootfs-ostree.sh")
+            case $runtime in
+                crio) rootfs_script=("$here/rootfs-ostree.sh") ;;
+                crio-real) rootfs_script=("$here/rootfs-ostree.sh" crio-real) ;;
+                *) die "--flavour ostree is built for --runtime crio and crio-real (so far)" ;;
+            esac
             # The sysroot's tree is Debian sid: systemd >= 256 refuses cgroup v1 (hybrid).
             nspawn_env=(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1)
             ;;
@@ -571,6 +592,7 @@ cmd_boot() {
         done
     fi
     # The sid nodes bring their own runtime configuration: the stand-in's CRI-O files stay out.
+    local base_trees_count=${#copied_trees[@]}
     local -a tar_exclude=()
     [ "$runtime" != crio ] && tar_exclude=(--exclude=./etc/crio)
     # The ostree node copies the trees' /usr again into the deployment it reboots into: a
@@ -598,7 +620,7 @@ cmd_boot() {
     echo "$flavour" >"$dir/flavour"
     rm -f "$root/etc/hostname"
     # What a reboot needs to start the node again as it was booted.
-    declare -p nspawn_env nspawn_opts binds copied_trees tar_exclude node_start start_units \
+    declare -p nspawn_env nspawn_opts binds copied_trees tar_exclude base_trees_count node_start start_units \
         no_start explicit_start kata_link runtime flavour >"$dir/boot.env"
     log "installed in $(since "$t_install")s"
 

@@ -2,12 +2,15 @@
 # Build (or reuse) the cached ostree sysroot of the ostree test node: a node booted from a real
 # ostree deployment, as RHCOS is (tests/node/README.md, "The ostree node").
 #
-# Usage: tests/node/rootfs-ostree.sh          build if needed, print the sysroot path on stdout
-#        tests/node/rootfs-ostree.sh --check  exit 0 if the cached sysroot is current, 1 if not
+# Usage: tests/node/rootfs-ostree.sh [crio-real] [--check]
+#        build if needed, print the sysroot path on stdout; --check: exit 0 if the cached
+#        sysroot is current, 1 if not
 #
 # The tree: a copy of tests/cri-real's sid rootfs (setup.sh, as rootfs-sid.sh starts from) with
 # the node packages (tests/node/packages) and Debian sid's ostree and ostree-boot
-# (tests/node/packages-ostree) added with apt, prepared as every test node (lib.sh). It is
+# (tests/node/packages-ostree) added with apt, prepared as every test node (lib.sh); with
+# `crio-real`, a copy of the real-CRI-O node's rootfs (`rootfs-sid.sh crio-real`: upstream
+# CRI-O and kubelet) with ostree and ostree-boot added. It is
 # committed with ostree's own layout, `/etc` as `/usr/etc`, `/var` empty (its contents go to
 # the stateroot's var), a dummy kernel and initramfs in /usr/lib/modules (ostree wants one to
 # write a boot entry) and a tmpfiles.d line making /run/ostree-booted at boot (on a real host
@@ -20,16 +23,26 @@
 # the machine's root for everyone; overlayfs refuses the freeze and ostree falls back to
 # syncfs. Booted nodes mount the sysroot as an overlay too (node.sh), for the same reason.
 #
-# Cached as $KATA_NODE_CACHE/ostree/rootfs-<hash> (default /var/cache/kata-live/node), the hash
-# covering this script, lib.sh, both package lists and the base rootfs; its own directory and
-# lock. The deployment directories carry ostree's immutable bit: `chattr -i` them before
+# Cached as $KATA_NODE_CACHE/ostree/rootfs-<hash> (crio-real: ostree-crio-real/; default
+# /var/cache/kata-live/node), the hash covering this script, lib.sh, the package lists and the
+# base rootfs; its own directory and lock. The deployment directories carry ostree's immutable bit: `chattr -i` them before
 # deleting a sysroot by hand (the pruning here does).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+base_flavour=stand-in
+if [ "${1:-}" = crio-real ]; then
+    base_flavour=crio-real
+    shift
+fi
 cache=${KATA_NODE_CACHE:-/var/cache/kata-live/node}/ostree
 lists=("$here/packages" "$here/packages-ostree")
+if [ "$base_flavour" = crio-real ]; then
+    cache=$cache-crio-real
+    # The crio-real rootfs has the node packages already.
+    lists=("$here/packages-ostree")
+fi
 osname=node
 branch=kata-live/node
 
@@ -59,6 +72,10 @@ build_in_namespace() {
     rm -f "$tools/.complete" "$tools/.debootstrapped" "$tools/etc/containerd/config.toml"
     rm -rf "$tools/run/containerd" "$tools/var/lib/containerd"
     log "adding with apt: $packages"
+    # No service started by a package's scripts in the chroot (the crio-real base lost
+    # setup.sh's policy-rc.d).
+    printf '#!/bin/sh\nexit 101\n' >"$tools/usr/sbin/policy-rc.d"
+    chmod 0755 "$tools/usr/sbin/policy-rc.d"
     # ostree-boot's postinst runs systemd-tmpfiles, which needs /proc.
     mount -t proc proc "$tools/proc"
     local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -q -o Acquire::Check-Valid-Until=false)
@@ -132,12 +149,20 @@ fi
 packages=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "${lists[@]}" | sort -u | paste -sd' ' -)
 [ -n "$packages" ] || die "no packages listed in ${lists[*]}"
 
-# The base: tests/cri-real's cached sid rootfs (built there the first time; a few minutes).
-base=$("$repo/tests/cri-real/setup.sh" | tail -n 1)
-[ -e "$base/.complete" ] || die "tests/cri-real/setup.sh printed '$base', which is no complete rootfs"
+# The base: tests/cri-real's cached sid rootfs (built there the first time; a few minutes), or
+# the real-CRI-O node's rootfs.
+if [ "$base_flavour" = crio-real ]; then
+    if [ "${1:-}" = --check ]; then
+        "$here/rootfs-sid.sh" crio-real --check || exit 1
+    fi
+    base=$("$here/rootfs-sid.sh" crio-real | tail -n 1)
+else
+    base=$("$repo/tests/cri-real/setup.sh" | tail -n 1)
+fi
+[ -e "$base/.complete" ] || die "the base rootfs '$base' is not complete"
 
 arch=$(dpkg --print-architecture)
-key=$( { cat "$0" "$here/lib.sh" "${lists[@]}"; echo "ostree $(basename "$base") $arch"; } |
+key=$( { cat "$0" "$here/lib.sh" "${lists[@]}"; echo "ostree $base_flavour $(basename "$base") $arch"; } |
     sha256sum | cut -c1-16)
 rootfs=$cache/rootfs-$key
 
@@ -151,7 +176,9 @@ for old in "$cache"/.build-"$key".*; do
 done
 mkdir -p "$tmp"
 trap 'remove_sysroot "$tmp"' EXIT
-unshare --mount --propagation private -- "$0" --build-in-namespace "$tmp" "$base" "$packages" ||
+self=("$0")
+[ "$base_flavour" = crio-real ] && self+=(crio-real)
+unshare --mount --propagation private -- "${self[@]}" --build-in-namespace "$tmp" "$base" "$packages" ||
     die "the build failed"
 echo "$key" >"$tmp/upper/.complete"
 mv -T "$tmp/upper" "$rootfs"

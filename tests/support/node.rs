@@ -326,7 +326,7 @@ impl Node {
         // below measures the boot.
         let (script_path, script_args) = match opts.flavour {
             Flavour::Plain => opts.runtime.rootfs_script(),
-            Flavour::Ostree => ostree::ROOTFS_SCRIPT,
+            Flavour::Ostree => ostree::rootfs_script(opts.runtime),
         };
         let rootfs = paths.repo.join(script_path);
         let out = Command::new("timeout")

@@ -8,8 +8,13 @@ use std::time::{Duration, Instant};
 
 use super::{Node, NodeError};
 
-/// The ostree node's sysroot build (no arguments).
-pub(super) const ROOTFS_SCRIPT: (&str, &[&str]) = ("tests/node/rootfs-ostree.sh", &[]);
+/// The ostree node's sysroot build, by runtime.
+pub(super) fn rootfs_script(runtime: super::Runtime) -> (&'static str, &'static [&'static str]) {
+    match runtime {
+        super::Runtime::CrioReal => ("tests/node/rootfs-ostree.sh", &["crio-real"]),
+        _ => ("tests/node/rootfs-ostree.sh", &[]),
+    }
+}
 
 /// How the node's root is made (`node.sh boot --flavour`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,8 +24,8 @@ pub enum Flavour {
     Plain,
     /// The node boots from an ostree deployment: `/` is the deployment, the sysroot is at
     /// `/sysroot`, its boot at `/boot`, `/run/ostree-booted` exists; `ostree admin` sees the
-    /// deployment booted, `unlock --transient` mounts a real overlay on `/usr`. Runtime
-    /// `crio` (the stand-ins) only, so far. See tests/node/README.md, "The ostree node".
+    /// deployment booted, `unlock --transient` mounts a real overlay on `/usr`. Runtimes
+    /// `crio` (the stand-ins) and `crio-real`. See tests/node/README.md, "The ostree node".
     Ostree,
 }
 
