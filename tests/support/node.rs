@@ -440,42 +440,6 @@ impl Node {
         self.flavour
     }
 
-    /// Reads node.sh's `NODE_*=` summary (boot, reboot) into the node.
-    fn take_summary(&mut self, script: &Path, stdout: &str) -> Result<(), NodeError> {
-        let field = |key: &str| -> Result<String, NodeError> {
-            stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-                .map(str::to_owned)
-                .ok_or_else(|| NodeError::BootOutput {
-                    script: script.to_path_buf(),
-                    name: self.name.clone(),
-                    key: key.into(),
-                    stdout: stdout.to_owned(),
-                })
-        };
-        let pid = |key: &str| -> Result<u32, NodeError> {
-            let v = field(key)?;
-            v.parse().map_err(|_| NodeError::BootOutput {
-                script: script.to_path_buf(),
-                name: self.name.clone(),
-                key: format!("{key} (a pid, got {v:?})"),
-                stdout: stdout.to_owned(),
-            })
-        };
-        let dir = PathBuf::from(field("NODE_DIR")?);
-        let root = PathBuf::from(field("NODE_ROOT")?);
-        let state = field("NODE_STATE")?;
-        let nspawn = pid("NODE_NSPAWN_PID")?;
-        let leader = pid("NODE_LEADER_PID")?;
-        self.dir = dir;
-        self.overlay_root = root;
-        self.boot_state = state;
-        self.nspawn_pid = nspawn;
-        self.leader = leader;
-        Ok(())
-    }
-
     /// Host pid of the node's systemd (PID 1 inside): `nsenter -t` target.
     pub fn leader_pid(&self) -> u32 {
         self.leader

@@ -1,8 +1,9 @@
 //! The ostree node (`node.sh boot --flavour ostree`): booted from a real ostree deployment of
 //! `tests/node/rootfs-ostree.sh`'s sysroot, and rebooted as a host is: power off (ostree
-//! finalizes a staged deployment at shutdown), then boot the newest boot entry.
+//! finalizes a staged deployment at shutdown), then boot the newest boot entry. Also the
+//! reading of node.sh's `NODE_*=` summary, which boot and reboot share.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -91,5 +92,41 @@ impl Node {
         self.boot_time = started.elapsed();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         self.take_summary(Path::new(&script), &stdout)
+    }
+
+    /// Reads node.sh's `NODE_*=` summary (boot, reboot) into the node.
+    pub(super) fn take_summary(&mut self, script: &Path, stdout: &str) -> Result<(), NodeError> {
+        let field = |key: &str| -> Result<String, NodeError> {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+                .map(str::to_owned)
+                .ok_or_else(|| NodeError::BootOutput {
+                    script: script.to_path_buf(),
+                    name: self.name.clone(),
+                    key: key.into(),
+                    stdout: stdout.to_owned(),
+                })
+        };
+        let pid = |key: &str| -> Result<u32, NodeError> {
+            let v = field(key)?;
+            v.parse().map_err(|_| NodeError::BootOutput {
+                script: script.to_path_buf(),
+                name: self.name.clone(),
+                key: format!("{key} (a pid, got {v:?})"),
+                stdout: stdout.to_owned(),
+            })
+        };
+        let dir = PathBuf::from(field("NODE_DIR")?);
+        let root = PathBuf::from(field("NODE_ROOT")?);
+        let state = field("NODE_STATE")?;
+        let nspawn = pid("NODE_NSPAWN_PID")?;
+        let leader = pid("NODE_LEADER_PID")?;
+        self.dir = dir;
+        self.overlay_root = root;
+        self.boot_state = state;
+        self.nspawn_pid = nspawn;
+        self.leader = leader;
+        Ok(())
     }
 }
