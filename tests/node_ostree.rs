@@ -512,4 +512,38 @@ fn on_real_crio_the_install_and_the_next_boot_serve_the_handler() {
         .unwrap_or_else(|e| panic!("a sandbox on the handler after the reboot: {e}"));
     let verify = k.kata(&["verify"]);
     assert_eq!(verify.code, 0, "{}", show(&verify));
+    // The boot-time unit converges without restarting the real CRI-O.
+    let crio = k.unit("crio.service");
+    k.systemctl(&["start", "kata-live-install.service"]);
+    assert_eq!(
+        k.show_prop("kata-live-install.service", "Result"),
+        "success"
+    );
+    assert_eq!(k.unit("crio.service").invocation_id, crio.invocation_id);
+    assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 0);
+}
+
+/// The install as the shipped oneshot unit runs it (`ProtectSystem=strict`,
+/// `PrivateMounts=yes`): the unlock's overlay, mounted in the host's namespace after the unit
+/// started, reaches the unit's namespace (kata-live's visibility step looks from there and
+/// from CRI-O's), and the install is proven.
+#[test]
+fn the_shipped_unit_sees_the_overlay_mounted_after_it_started() {
+    let _one = serial();
+    let k = KataNode::boot_with(ostree_options("o49-unit"), "");
+    k.systemctl(&["start", "kata-live-install.service"]);
+    assert_eq!(
+        k.show_prop("kata-live-install.service", "Result"),
+        "success"
+    );
+    let st = k.status_json();
+    assert_eq!(st["result"], "succeeded", "{st:#}");
+    let (staged, booted) = rpm_ostree_status(&k.node);
+    assert_eq!(
+        booted["live-replaced"],
+        staged.expect("staged")["checksum"],
+        "{booted}"
+    );
+    assert_eq!(k.crio_starts(), 2, "CRI-O restarted once");
+    k.referee_assert_serves(HANDLER);
 }
