@@ -547,3 +547,73 @@ fn the_shipped_unit_sees_the_overlay_mounted_after_it_started() {
     assert_eq!(k.crio_starts(), 2, "CRI-O restarted once");
     k.referee_assert_serves(HANDLER);
 }
+
+/// The stand-in's transactions on ostree keep what they promise elsewhere: one at a time
+/// (a second request refused with rpm-ostree's words while the first is held), and a daemon
+/// that outlives its client (the client SIGKILLed, the held transaction still stages its
+/// real deployment once released).
+#[test]
+fn one_transaction_at_a_time_and_a_daemon_that_outlives_its_client() {
+    let _one = serial();
+    let k = KataNode::boot_with(ostree_options("o49-txn"), "");
+    k.rpm_ostree_fault("hang");
+    let mut client = k
+        .node
+        .command(&["rpm-ostree", "install", "kata-containers"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start a client");
+    k.node
+        .wait_for(
+            "the transaction held in staging",
+            Duration::from_secs(60),
+            |n| {
+                let held = n.sh("cat /var/lib/fake-rpm-ostree/transactions/*/held 2>/dev/null");
+                String::from_utf8_lossy(&held.stdout).contains("staging")
+            },
+        )
+        .expect("the stand-in must hold its transaction");
+    let second = k.node.exec(&["rpm-ostree", "install", "-A", "other"]);
+    assert!(!second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stderr)
+            .contains("Transaction in progress: install kata-containers"),
+        "{second:?}"
+    );
+    let text = ok(&k.node, &["rpm-ostree", "status", "--json"]);
+    let v: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["transaction"][0], "install", "{text}");
+
+    // The client dies; its daemon (a unit of the node's systemd) goes on.
+    let request = ok(
+        &k.node,
+        &[
+            "sh",
+            "-c",
+            "cat /var/lib/fake-rpm-ostree/transactions/*/request.json",
+        ],
+    );
+    let pid = serde_json::from_str::<Value>(&request).expect("request")["client"].to_string();
+    k.kill9(pid.parse().expect("client pid"));
+    let _ = client.wait();
+    k.clear_rpm_ostree_fault("hang");
+    k.node
+        .wait_for("the daemon to stage", Duration::from_secs(60), |n| {
+            rpm_ostree_status(n).0.is_some()
+        })
+        .expect("the daemon must finish without its client");
+    let (staged, booted) = rpm_ostree_status(&k.node);
+    let staged = staged.expect("staged");
+    assert_eq!(
+        staged["requested-packages"],
+        serde_json::json!(["kata-containers"])
+    );
+    assert!(
+        booted.get("live-replaced").is_none(),
+        "no -A, nothing live: {booted}"
+    );
+    let status = ok(&k.node, &["ostree", "admin", "status"]);
+    assert!(status.contains("(staged)"), "{status}");
+}
