@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use tokio::time::Instant;
 
 use crate::host::Host;
@@ -157,9 +158,52 @@ fn views(host: &Host, p: &Path, runtime_pid: Option<u32>) -> Vec<(Viewpoint, Pat
     views
 }
 
-fn sha256_of(p: &Path) -> Option<String> {
+/// Opens `p` as the viewpoint sees it. Through the runtime's `/proc/<pid>/root`, symlinks
+/// resolve in the runtime's root (`RESOLVE_IN_ROOT`), not in ours: on an ostree host
+/// `/opt/kata` is `/var/opt/kata`, an absolute link to `/usr/lib/opt/kata` that only the
+/// runtime's root is sure to resolve as the runtime does (docs/runtime-facts.md).
+fn open_in(
+    seen: &Viewpoint,
+    checked: &Path,
+    host: &Host,
+    p: &Path,
+    flags: OFlag,
+) -> std::io::Result<std::fs::File> {
+    match seen {
+        Viewpoint::Host => std::fs::File::open(checked),
+        Viewpoint::RuntimeMountNs { pid } => {
+            let root = std::fs::File::open(host.proc.join(pid.to_string()).join("root"))?;
+            let how = OpenHow::new()
+                .flags(flags | OFlag::O_CLOEXEC)
+                .resolve(ResolveFlag::RESOLVE_IN_ROOT);
+            match openat2(&root, rel(p), how) {
+                Ok(fd) => Ok(std::fs::File::from(fd)),
+                // A kernel before 5.6: the path as it is, our root resolving its links.
+                Err(nix::errno::Errno::ENOSYS) => std::fs::File::open(checked),
+                Err(e) => Err(std::io::Error::from(e)),
+            }
+        }
+    }
+}
+
+/// `stat` of `p` as the viewpoint sees it (symlinks followed).
+fn metadata_in(
+    seen: &Viewpoint,
+    checked: &Path,
+    host: &Host,
+    p: &Path,
+) -> std::io::Result<std::fs::Metadata> {
+    match seen {
+        Viewpoint::Host => std::fs::metadata(checked),
+        Viewpoint::RuntimeMountNs { .. } => {
+            open_in(seen, checked, host, p, OFlag::O_PATH)?.metadata()
+        }
+    }
+}
+
+fn sha256_of(f: std::io::Result<std::fs::File>) -> Option<String> {
     use sha2::Digest;
-    let mut f = std::fs::File::open(p).ok()?;
+    let mut f = f.ok()?;
     let mut h = sha2::Sha256::new();
     std::io::copy(&mut f, &mut h).ok()?;
     Some(format!("{:x}", h.finalize()))
@@ -176,7 +220,7 @@ pub fn check_content(
     let mut stale = Vec::new();
     for (p, want) in expect {
         for (seen, checked) in views(host, p, crio_main_pid) {
-            let found = sha256_of(&checked);
+            let found = sha256_of(open_in(&seen, &checked, host, p, OFlag::O_RDONLY));
             if found.as_deref() != Some(want.as_str()) {
                 stale.push(Stale {
                     path: p.clone(),
@@ -234,7 +278,7 @@ pub fn check_usable(
         std::iter::once((runtime_path, true)).chain(other_files.iter().map(|p| (*p, false)));
     for (p, exec) in files {
         for (seen, checked) in views(host, p, crio_main_pid) {
-            let Ok(m) = std::fs::metadata(&checked) else {
+            let Ok(m) = metadata_in(&seen, &checked, host, p) else {
                 continue;
             };
             let mode = m.permissions().mode() & 0o7777;
@@ -275,7 +319,7 @@ pub fn check_visible(
     let mut missing = Vec::new();
     for p in paths {
         for (seen, checked) in views(host, p, crio_main_pid) {
-            if std::fs::metadata(&checked).is_err() {
+            if metadata_in(&seen, &checked, host, p).is_err() {
                 missing.push(Missing {
                     path: p.to_path_buf(),
                     seen,
@@ -412,5 +456,46 @@ mod tests {
         );
         std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(check_usable(&host, Path::new("/usr/bin/shim"), &[], None).is_ok());
+    }
+
+    /// On an ostree host `/opt/kata` is `/var/opt/kata`, an absolute link to
+    /// `/usr/lib/opt/kata`: through `/proc/<pid>/root` it must resolve in the runtime's root,
+    /// not in ours (where it may not exist, or be another file).
+    #[test]
+    fn the_runtime_view_resolves_absolute_links_in_the_runtimes_root() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        let host = Host {
+            root: d.path().join("host"),
+            proc: d.path().join("proc"),
+        };
+        std::fs::create_dir_all(d.path().join("host/opt/kata")).unwrap();
+        std::fs::write(d.path().join("host/opt/kata/conf.toml"), "new").unwrap();
+        let root = d.path().join("proc/42/root");
+        std::fs::create_dir_all(root.join("usr/lib/opt/kata")).unwrap();
+        std::fs::create_dir_all(root.join("var/opt")).unwrap();
+        std::fs::write(root.join("usr/lib/opt/kata/conf.toml"), "new").unwrap();
+        symlink("var/opt", root.join("opt")).unwrap();
+        symlink("/usr/lib/opt/kata", root.join("var/opt/kata")).unwrap();
+        let conf = Path::new("/opt/kata/conf.toml");
+        let missing = check_visible(&host, &[conf], Some(42)).unwrap();
+        assert!(missing.is_empty(), "{missing:?}");
+        assert!(
+            check_usable(&host, conf, &[], Some(42)).is_err(),
+            "not executable"
+        );
+        // sha256("new")
+        let want = "11507a0e2f5e69d5dfa40a62a1bd7b6ee57e6bcd85c67c9b8431b36fff21c437";
+        let expect = [(conf.to_path_buf(), want.to_string())];
+        assert!(check_content(&host, &expect, Some(42)).is_empty());
+        // `..` cannot leave the runtime's root either.
+        let escape = Path::new("/../../host/opt/kata/conf.toml");
+        let missing = check_visible(&host, &[escape], Some(42)).unwrap();
+        assert!(
+            missing
+                .iter()
+                .any(|m| m.seen == Viewpoint::RuntimeMountNs { pid: 42 }),
+            "{missing:?}"
+        );
     }
 }

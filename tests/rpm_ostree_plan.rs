@@ -160,6 +160,43 @@ fn live_inprogress_is_an_error_with_the_recovery_command() {
 }
 
 #[test]
+fn a_hotfix_unlocked_usr_is_refused_before_any_change() {
+    let with = |fixture: &str, state: &str| {
+        let json = std::fs::read_to_string(format!(
+            "{}/tests/fixtures/rpm-ostree/{fixture}.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for d in v["deployments"].as_array_mut().unwrap() {
+            if d["booted"] == true {
+                d["unlocked"] = state.into();
+            }
+        }
+        parse_status(&v.to_string()).unwrap()
+    };
+    let err = plan_install(&with("booted-only", "hotfix"), &pkg(), &[]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("apply-live is incompatible with unlock state: hotfix"),
+        "{err}"
+    );
+    let live = with("live-replaced", "hotfix");
+    assert!(matches!(
+        plan_remove(&live, &removal(PackageRemoval::Live)),
+        Err(RpmOstreeError::UnlockState { .. })
+    ));
+    // Staging a removal for the next boot needs no live apply.
+    assert!(plan_remove(&live, &removal(PackageRemoval::NextBoot)).is_ok());
+    for ok in ["none", "transient", "development"] {
+        assert!(
+            plan_install(&with("booted-only", ok), &pkg(), &[]).is_ok(),
+            "{ok}"
+        );
+    }
+}
+
+#[test]
 fn running_transaction_is_an_error() {
     let st = fixture("transaction-active");
     assert!(st.transaction_active);

@@ -37,6 +37,7 @@ mod node_handoff_codes;
 mod node_install;
 mod node_kills;
 mod node_metrics;
+mod node_ostree;
 mod node_output;
 mod node_pod;
 mod node_pods;

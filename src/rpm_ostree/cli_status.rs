@@ -45,6 +45,10 @@ pub struct Deployment {
     /// Commit of a live apply that started and did not finish (booted deployment only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_inprogress: Option<String>,
+    /// ostree's unlock state of the deployment (`none`, `transient` after a live apply,
+    /// `development`, `hotfix`); absent in older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlocked: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

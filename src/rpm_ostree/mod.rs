@@ -75,6 +75,12 @@ pub enum RpmOstreeError {
     )]
     LiveInProgress { commit: String, recovery: String },
     #[error(
+        "apply-live is incompatible with unlock state: {state} (rpm-ostree's refusal, seen \
+         before any change: it would stage the package first): the booted /usr was unlocked \
+         by hand (`ostree admin unlock`); kata-live applies nothing live over it"
+    )]
+    UnlockState { state: String },
+    #[error(
         "an rpm-ostree transaction is already running; wait for it (`rpm-ostree status`) or \
          cancel it (`rpm-ostree cancel`), then run again"
     )]

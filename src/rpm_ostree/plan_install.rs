@@ -105,6 +105,18 @@ impl std::fmt::Display for InstallPlan {
     }
 }
 
+/// Refuses a live apply over a `/usr` unlocked other than by a live apply or for development
+/// (a hotfix): rpm-ostree accepts only those, and refuses only once it staged the package
+/// [rpm-ostree rust/src/live.rs].
+pub(super) fn check_unlock_state(status: &Status) -> Result<(), RpmOstreeError> {
+    match status.booted.unlocked.as_deref().unwrap_or("none") {
+        "none" | "transient" | "development" => Ok(()),
+        other => Err(RpmOstreeError::UnlockState {
+            state: other.to_string(),
+        }),
+    }
+}
+
 /// Refuses while a transaction runs or an interrupted live apply waits to be finished.
 pub(super) fn check_live_state(status: &Status) -> Result<(), RpmOstreeError> {
     // A running transaction first: its own live apply shows as live-inprogress too.
@@ -131,6 +143,7 @@ pub fn plan_install(
     if pkg.skip {
         return Ok(InstallPlan::Skip);
     }
+    check_unlock_state(status)?;
     if !offered.is_empty() {
         return plan_local(status, offered, pkg.allow_downgrade).map(|(plan, _)| plan);
     }

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::cli_status::{PackageState, Status};
-use super::plan_install::check_live_state;
+use super::plan_install::{check_live_state, check_unlock_state};
 use super::RpmOstreeError;
 use crate::config::{Package, PackageRemoval};
 
@@ -97,6 +97,9 @@ pub fn plan_remove(status: &Status, pkg: &Package) -> Result<RemovePlan, RpmOstr
         a
     });
     let os_update = status.os_update_pending();
+    if pkg.uninstall == PackageRemoval::Live && !os_update {
+        check_unlock_state(status)?;
+    }
     Ok(match pkg.uninstall {
         // `apply-live --allow-replacement` would bring a staged OS update live along with
         // the removal: stage instead, and say so.

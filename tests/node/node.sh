@@ -8,6 +8,9 @@
 #   node.sh journal NAME [ARGS...]  the node's journal of this boot (extra journalctl ARGS)
 #   node.sh root NAME               print the node's / as seen from the host
 #   node.sh leader NAME             print the host pid of the node's systemd (for nsenter -t)
+#   node.sh reboot NAME [--timeout SECS]
+#                                   ostree node: power off (ostree finalizes a staged
+#                                   deployment), boot the newest boot entry's deployment
 #   node.sh down NAME | --all       tear down (kill, unmount, remove every trace)
 #   node.sh list                    list nodes and their state
 #   node.sh gc                      tear down nodes whose owner process or nspawn is gone
@@ -27,6 +30,10 @@
 #                    containerd 2.x + runc and fake-kubelet on its socket (see README.md);
 #                    crio-real: the sid node of rootfs-sid.sh with REAL upstream CRI-O and
 #                    kubelet built from the Go module proxy, Debian's conmon and crun
+#   --flavour F      plain (default): the rootfs is the node's /; ostree (runtime crio only):
+#                    the node boots from a real ostree deployment of rootfs-ostree.sh's
+#                    sysroot (root = the deployment, the sysroot at /sysroot, its boot at
+#                    /boot, the stateroot's var at /var; see README.md, "The ostree node")
 #
 # Installed before boot: kata-live, fake-crio, fake-kubelet, fake-rpm-ostree (those built),
 # bind-mounted read-only into /usr/local/bin (kata-live also linked from /usr/bin);
@@ -103,7 +110,11 @@ nspawn_pid() {
         [ "$prev" = -D ] && root=$arg
         prev=$arg
     done <"/proc/$pid/cmdline" 2>/dev/null || return 1
-    [ -n "$root" ] && [ "$(realpath -m "$root")" = "$(realpath -m "$dir/root")" ] || return 1
+    [ -n "$root" ] || return 1
+    root=$(realpath -m "$root")
+    # The ostree node's / is a deployment inside the node's sysroot.
+    [ "$root" = "$(realpath -m "$dir/root")" ] || [[ $root == "$(realpath -m "$dir/root")"/ostree/deploy/* ]] ||
+        return 1
     echo "$pid"
 }
 
@@ -186,6 +197,16 @@ cmd_down() {
             umount -l "$dir/root" 2>/dev/null || true
     fi
     mountpoint -q "$dir/root" && die "$dir/root is still mounted; not removing it"
+    # The ostree node's layers (tmpfs).
+    if mountpoint -q "$dir/mem"; then
+        umount "$dir/mem" 2>/dev/null || umount -l "$dir/mem" 2>/dev/null || true
+    fi
+    mountpoint -q "$dir/mem" && die "$dir/mem is still mounted; not removing it"
+    # ostree marks its deployment directories immutable (ostree node).
+    local d
+    for d in "$dir"/upper/ostree/deploy/*/deploy/*; do
+        [ -d "$d" ] && chattr -i "$d" 2>/dev/null
+    done
     rm -rf --one-file-system "$dir"
     log "down $name in $(since "$start")s"
 }
@@ -248,8 +269,161 @@ boot_failed() {
     exit "$rc"
 }
 
+# The ostree node's stateroot (rootfs-ostree.sh).
+ostree_os=node
+
+# The deployment the ostree node boots: that of the newest boot entry (the highest `version`;
+# ostree gives the default deployment the highest), as a bootloader would pick it.
+ostree_deployment() {
+    local sysroot=$1 entry best='' best_version=-1 version path
+    for entry in "$sysroot"/boot/loader/entries/*.conf; do
+        [ -f "$entry" ] || continue
+        version=$(awk '$1 == "version" { print $2 }' "$entry")
+        [[ $version =~ ^[0-9]+$ ]] || continue
+        if [ "$version" -gt "$best_version" ]; then
+            best_version=$version best=$entry
+        fi
+    done
+    [ -n "$best" ] || die "no boot entry in $sysroot/boot/loader/entries"
+    path=$(awk '$1 == "options" { for (i = 2; i <= NF; i++) if ($i ~ /^ostree=/) print substr($i, 8) }' "$best")
+    [ -n "$path" ] || die "boot entry $best has no ostree= option"
+    # ostree=/ostree/boot.N/OS/BOOTCSUM/SERIAL: relative symlinks to the deployment.
+    realpath -e "$sysroot$path" || die "boot entry $best: $path leads nowhere in $sysroot"
+}
+
+# Copies the test trees into the node's root $1. The ostree node ($2 = the stateroot's var,
+# bound at /var) gets each tree's var/ there; $3 = 1 copies /usr only (after a reboot: /etc
+# came through ostree's merge and /var is the same).
+copy_trees() {
+    local root=$1 var_dir=$2 usr_only=${3:-0} tree n=0
+    local entry dest pattern
+    local -a sub=() excl=() base_excl=()
+    for tree in ${copied_trees[@]+"${copied_trees[@]}"}; do
+        [ -d "$tree" ] || die "--tree $tree is not a directory"
+        # The first $base_trees_count are the base trees: tar_exclude is theirs.
+        base_excl=()
+        if [ "$n" -lt "$base_trees_count" ]; then
+            base_excl=(${tar_exclude[@]+"${tar_exclude[@]}"})
+        fi
+        n=$((n + 1))
+        excl=(${base_excl[@]+"${base_excl[@]}"})
+        [ -n "$var_dir" ] && excl+=(--exclude=./var)
+        [ "$usr_only" = 1 ] && excl+=(--exclude=./etc)
+        # tar keeps the modes of the node's existing directories (cp -a would copy the
+        # tree's, and a 0700 / stops D-Bus from starting); it unlinks a file before writing
+        # it, which in an ostree deployment keeps the repository's hardlinked objects intact.
+        if [ -z "$var_dir" ]; then
+            tar -C "$tree" -cf - ${excl[@]+"${excl[@]}"} . | tar -C "$root" -xf - --no-overwrite-dir
+            log "copied tree $tree"
+            continue
+        fi
+        # A deployment's own directory is immutable (tar would fail to make it writable):
+        # each top-level directory of the tree is copied on its own.
+        for entry in "$tree"/*; do
+            entry=${entry##*/}
+            [ -e "$tree/$entry" ] || continue
+            [ -d "$tree/$entry" ] && [ ! -L "$tree/$entry" ] ||
+                die "$tree/$entry: an ostree node takes only directories at the top of a tree"
+            sub=()
+            case $entry in
+                var) [ "$usr_only" = 1 ] && continue; dest=$var_dir ;;
+                usr)
+                    dest=$root/usr
+                    # /usr/local is /var/usrlocal on the ostree node.
+                    if [ -d "$tree/usr/local" ]; then
+                        sub+=(--exclude=./local)
+                        if [ "$usr_only" = 0 ]; then
+                            mkdir -p "$var_dir/usrlocal"
+                            tar -C "$tree/usr/local" -cf - . |
+                                tar -C "$var_dir/usrlocal" -xf - --no-overwrite-dir
+                        fi
+                    fi
+                    ;;
+                etc) [ "$usr_only" = 1 ] && continue; dest=$root/etc ;;
+                *) dest=$root/$entry ;;
+            esac
+            [ -d "$dest" ] || die "$dest: no such directory in the deployment (from $tree/$entry)"
+            for pattern in ${base_excl[@]+"${base_excl[@]}"}; do
+                [[ $pattern == --exclude=./$entry/* ]] && sub+=("--exclude=./${pattern#--exclude=./"$entry"/}")
+            done
+            tar -C "$tree/$entry" -cf - ${sub[@]+"${sub[@]}"} . |
+                tar -C "$dest" -xf - --no-overwrite-dir --keep-directory-symlink
+        done
+        log "copied tree $tree"
+    done
+    if [ -n "$kata_link" ]; then
+        ln -sfn /usr/local/bin/kata-live "$root/usr/bin/kata-live"
+    fi
+}
+
+# Starts nspawn on root $3 for node $1 (directory $2), waits for running/degraded and starts
+# the units; sets `leader`, `pid` and `state`. Reads the boot's settings (boot.env).
+launch_node() {
+    local name=$1 dir=$2 root=$3 f deadline t_boot
+    t_boot=$(now)
+    make_cgroups "$dir"
+    (
+        # The node's lock stays with this script, not with the node's lifetime.
+        exec {node_lock}<&-
+        # Enter the node's own cgroups, then become nspawn (same pid).
+        while read -r cgdir; do
+            echo "$BASHPID" >"$cgdir/cgroup.procs"
+        done <"$dir/cgroups"
+        exec env ${nspawn_env[@]+"${nspawn_env[@]}"} setsid systemd-nspawn --quiet -D "$root" \
+            --boot --register=no --keep-unit --private-network --machine="kl-$name" \
+            --console=read-only ${binds[@]+"${binds[@]}"} ${nspawn_opts[@]+"${nspawn_opts[@]}"}
+    ) </dev/null >>"$dir/console.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$dir/nspawn.pid"
+    rm -f "$dir/leader.pid"
+    deadline=$((SECONDS + timeout))
+    state=''
+    while :; do
+        alive "$pid" || die "systemd-nspawn exited during boot"
+        if leader=$(find_leader "$pid"); then
+            state=$(in_node "$leader" systemctl is-system-running 2>/dev/null) || true
+            case $state in running | degraded) break ;; esac
+        fi
+        [ $SECONDS -lt $deadline ] || die "not running after ${timeout}s (last state: '${state:-none}')"
+        sleep 0.05
+    done
+    echo "$leader" >"$dir/leader.pid"
+    log "booted $name: $state in $(since "$t_boot")s (leader pid $leader)"
+    if [ "$state" = degraded ]; then
+        log "failed units at boot:"
+        in_node "$leader" systemctl --failed --no-legend --no-pager >&2 || true
+    fi
+
+    local -a units=(${start_units[@]+"${start_units[@]}"})
+    if [ $no_start = 0 ] && [ $explicit_start = 0 ]; then
+        for f in "${node_start[@]}"; do
+            [ -e "$root/etc/systemd/system/$f" ] || [ -e "$root/lib/systemd/system/$f" ] &&
+                units+=("$f")
+        done
+    fi
+    if [ $no_start = 0 ] && [ ${#units[@]} -gt 0 ]; then
+        local t_start
+        t_start=$(now)
+        if ! in_node "$leader" timeout "$timeout" systemctl start "${units[@]}"; then
+            local -a unit_args=()
+            for f in "${units[@]}"; do unit_args+=(-u "$f"); done
+            log "journal of ${units[*]}:"
+            in_node "$leader" journalctl -b --no-pager -o short-precise -n 40 "${unit_args[@]}" >&2 || true
+            die "could not start ${units[*]} within ${timeout}s"
+        fi
+        log "started ${units[*]} in $(since "$t_start")s"
+    fi
+}
+
+# Machine-readable summary for the Rust harness.
+print_summary() {
+    printf 'NODE_DIR=%s\nNODE_ROOT=%s\nNODE_NSPAWN_PID=%s\nNODE_LEADER_PID=%s\nNODE_STATE=%s\nNODE_RUNTIME=%s\nNODE_FLAVOUR=%s\n' \
+        "$1" "$2" "$pid" "$leader" "$state" "$runtime" "$flavour"
+}
+
 cmd_boot() {
     local name=node bin_dir='' timeout=60 owner='' no_start=0 base_trees=1 runtime=crio
+    local flavour=plain
     local -a trees=()
     local -a start_units=()
     local explicit_start=0
@@ -263,6 +437,7 @@ cmd_boot() {
             --timeout) timeout=$2; shift 2 ;;
             --owner) owner=$2; shift 2 ;;
             --runtime) runtime=$2; shift 2 ;;
+            --flavour) flavour=$2; shift 2 ;;
             -*) die "unknown boot option $1" ;;
             *) name=$1; shift ;;
         esac
@@ -303,6 +478,19 @@ cmd_boot() {
             ;;
         *) die "--runtime wants crio, containerd or crio-real, got '$runtime'" ;;
     esac
+    case $flavour in
+        plain) ;;
+        ostree)
+            case $runtime in
+                crio) rootfs_script=("$here/rootfs-ostree.sh") ;;
+                crio-real) rootfs_script=("$here/rootfs-ostree.sh" crio-real) ;;
+                *) die "--flavour ostree is built for --runtime crio and crio-real (so far)" ;;
+            esac
+            # The sysroot's tree is Debian sid: systemd >= 256 refuses cgroup v1 (hybrid).
+            nspawn_env=(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1)
+            ;;
+        *) die "--flavour wants plain or ostree, got '$flavour'" ;;
+    esac
     local t0 rootfs dir
     t0=$(now)
     rootfs=$("${rootfs_script[@]}")
@@ -326,33 +514,62 @@ cmd_boot() {
     # Killed at a caller's deadline: still tear down (the EXIT trap runs on exit).
     trap 'exit 143' TERM INT
 
-    local t_copy
+    local t_copy layers=$dir
     t_copy=$(now)
-    mkdir -p "$dir/upper" "$dir/work" "$dir/root"
+    if [ "$flavour" = ostree ]; then
+        # The ostree node's writes live in memory: a staged deployment hardlinks the whole
+        # tree from the repository, which overlayfs copies up, and ostree syncs the
+        # filesystem after it (on the host's disk: ~20 s under load; here ~1 s).
+        mkdir -p "$dir/mem"
+        mount -t tmpfs -o size=8g,mode=0755 "kata-node-$name-mem" "$dir/mem"
+        layers=$dir/mem
+    fi
+    mkdir -p "$layers/upper" "$layers/work" "$dir/root"
     if ! mount -t overlay "kata-node-$name" \
-            -o "lowerdir=$rootfs,upperdir=$dir/upper,workdir=$dir/work" "$dir/root" 2>/dev/null; then
+            -o "lowerdir=$rootfs,upperdir=$layers/upper,workdir=$layers/work" "$dir/root" 2>/dev/null; then
+        # The sysroot's /boot must not be on the host's filesystem: ostree freezes the
+        # filesystem of /boot (rootfs-ostree.sh), which overlayfs refuses.
+        [ "$flavour" = ostree ] && die "overlayfs unavailable: the ostree node needs it"
         log "overlayfs unavailable: copying the rootfs"
         rmdir "$dir/root"
         cp -a --reflink=auto "$rootfs" "$dir/root"
     fi
     log "root ready in $(since "$t_copy")s: $dir/root"
 
+    # The ostree node: / is the deployment of the newest boot entry; the sysroot, its boot
+    # and the stateroot's var are bound as ostree-prepare-root mounts them. The transient
+    # unlock's overlay keeps its upper and work directories under the stateroot's backing/,
+    # which overlayfs cannot host (an upper layer on overlayfs): a host directory there.
+    local root=$dir/root var_dir=''
+    local -a binds=()
+    if [ "$flavour" = ostree ]; then
+        root=$(ostree_deployment "$dir/root")
+        var_dir=$dir/root/ostree/deploy/$ostree_os/var
+        mkdir -p "$layers/backing" "$dir/root/ostree/deploy/$ostree_os/backing"
+        binds+=("--bind=$dir/root:/sysroot"
+            "--bind=$layers/backing:/sysroot/ostree/deploy/$ostree_os/backing"
+            "--bind=$dir/root/boot:/boot" "--bind=$var_dir:/var")
+        log "ostree deployment: $root"
+    fi
+
     # Install before boot: no daemon-reload needed, and the units see the binaries at once.
     # Binaries are bind-mounted read-only (copying ~250 MB of debug builds costs 0.6 s a node).
-    local root=$dir/root b f t_install
-    local -a binds=()
+    local b f t_install kata_link=''
     t_install=$(now)
     [[ $bin_dir != *:* ]] || die "--bin-dir must not contain ':' (systemd-nspawn --bind-ro syntax)"
+    # The ostree node's /usr/local is /var/usrlocal (as on RHCOS): bound at the real path.
+    local bin_dest=/usr/local/bin
+    [ "$flavour" = ostree ] && bin_dest=/var/usrlocal/bin
     for b in "${node_binaries[@]}"; do
         if [ -x "$bin_dir/$b" ]; then
-            binds+=("--bind-ro=$bin_dir/$b:/usr/local/bin/$b")
+            binds+=("--bind-ro=$bin_dir/$b:$bin_dest/$b")
             log "installing $b ($(date -r "$bin_dir/$b" '+built %F %T'))"
         else
             log "not built, not installed: $bin_dir/$b"
         fi
     done
     if [ -x "$bin_dir/kata-live" ]; then
-        ln -sfn /usr/local/bin/kata-live "$root/usr/bin/kata-live"
+        kata_link=1
     else
         log "WARNING: no kata-live in $bin_dir: build it (cargo build --workspace --bins) or pass --bin-dir"
     fi
@@ -368,92 +585,94 @@ cmd_boot() {
         done
     fi
     local tree
-    local -a all_trees=()
+    local -a copied_trees=()
     if [ $base_trees = 1 ]; then
         for tree in "$repo"/tests/*/node-root; do
-            [ -d "$tree" ] && all_trees+=("$tree")
+            [ -d "$tree" ] && copied_trees+=("$tree")
         done
     fi
     # The sid nodes bring their own runtime configuration: the stand-in's CRI-O files stay out.
+    local base_trees_count=${#copied_trees[@]}
     local -a tar_exclude=()
     [ "$runtime" != crio ] && tar_exclude=(--exclude=./etc/crio)
-    for tree in ${all_trees[@]+"${all_trees[@]}"}; do
-        tar -C "$tree" -cf - ${tar_exclude[@]+"${tar_exclude[@]}"} . |
-            tar -C "$root" -xf - --no-overwrite-dir
-        log "copied tree $tree"
-    done
-    for tree in $runtime_tree ${trees[@]+"${trees[@]}"}; do
-        [ -d "$tree" ] || die "--tree $tree is not a directory"
-        # tar keeps the modes of the node's existing directories (cp -a would copy the
-        # tree's, and a 0700 / stops D-Bus from starting).
-        tar -C "$tree" -cf - . | tar -C "$root" -xf - --no-overwrite-dir
-        log "copied tree $tree"
-    done
+    # The ostree node copies the trees' /usr again into the deployment it reboots into: a
+    # caller's tree is kept with the node (the caller may remove its own at once).
+    if [ "$flavour" = ostree ]; then
+        local i=0 t
+        local -a kept=()
+        for t in ${trees[@]+"${trees[@]}"}; do
+            [ -d "$t" ] || die "--tree $t is not a directory"
+            mkdir -p "$dir/trees"
+            cp -a "$t" "$dir/trees/$i"
+            kept+=("$dir/trees/$i")
+            i=$((i + 1))
+        done
+        trees=(${kept[@]+"${kept[@]}"})
+    fi
+    # shellcheck disable=SC2206 # runtime_tree is a list of words
+    copied_trees+=($runtime_tree ${trees[@]+"${trees[@]}"})
+    copy_trees "$root" "$var_dir"
     if [ "$runtime" = containerd ]; then
         mkdir -p "$dir/containerd-lib"
         nspawn_opts+=("--bind=$dir/containerd-lib:/var/lib/containerd")
     fi
     echo "$runtime" >"$dir/runtime"
+    echo "$flavour" >"$dir/flavour"
     rm -f "$root/etc/hostname"
+    # What a reboot needs to start the node again as it was booted.
+    declare -p nspawn_env nspawn_opts binds copied_trees tar_exclude base_trees_count node_start start_units \
+        no_start explicit_start kata_link runtime flavour >"$dir/boot.env"
     log "installed in $(since "$t_install")s"
 
-    local t_boot pid leader state='' deadline
-    t_boot=$(now)
-    make_cgroups "$dir"
-    (
-        # The node's lock stays with this script, not with the node's lifetime.
-        exec {node_lock}<&-
-        # Enter the node's own cgroups, then become nspawn (same pid).
-        while read -r cgdir; do
-            echo "$BASHPID" >"$cgdir/cgroup.procs"
-        done <"$dir/cgroups"
-        exec env ${nspawn_env[@]+"${nspawn_env[@]}"} setsid systemd-nspawn --quiet -D "$root" \
-            --boot --register=no --keep-unit --private-network --machine="kl-$name" \
-            --console=read-only ${binds[@]+"${binds[@]}"} ${nspawn_opts[@]+"${nspawn_opts[@]}"}
-    ) </dev/null >"$dir/console.log" 2>&1 &
-    pid=$!
-    echo "$pid" >"$dir/nspawn.pid"
-    deadline=$((SECONDS + timeout))
-    while :; do
-        alive "$pid" || die "systemd-nspawn exited during boot"
-        if leader=$(find_leader "$pid"); then
-            state=$(in_node "$leader" systemctl is-system-running 2>/dev/null) || true
-            case $state in running | degraded) break ;; esac
-        fi
-        [ $SECONDS -lt $deadline ] || die "not running after ${timeout}s (last state: '${state:-none}')"
-        sleep 0.05
-    done
-    echo "$leader" >"$dir/leader.pid"
-    log "booted $name: $state in $(since "$t_boot")s (leader pid $leader)"
-    if [ "$state" = degraded ]; then
-        log "failed units at boot:"
-        in_node "$leader" systemctl --failed --no-legend --no-pager >&2 || true
-    fi
-
-    if [ $no_start = 0 ] && [ $explicit_start = 0 ]; then
-        for f in "${node_start[@]}"; do
-            [ -e "$root/etc/systemd/system/$f" ] || [ -e "$root/lib/systemd/system/$f" ] &&
-                start_units+=("$f")
-        done
-    fi
-    if [ $no_start = 0 ] && [ ${#start_units[@]} -gt 0 ]; then
-        local t_start
-        t_start=$(now)
-        if ! in_node "$leader" timeout "$timeout" systemctl start "${start_units[@]}"; then
-            local -a unit_args=()
-            for f in "${start_units[@]}"; do unit_args+=(-u "$f"); done
-            log "journal of ${start_units[*]}:"
-            in_node "$leader" journalctl -b --no-pager -o short-precise -n 40 "${unit_args[@]}" >&2 || true
-            die "could not start ${start_units[*]} within ${timeout}s"
-        fi
-        log "started ${start_units[*]} in $(since "$t_start")s"
-    fi
+    local pid leader state
+    launch_node "$name" "$dir" "$root"
     trap - EXIT
     unlock_node
     log "node $name up in $(since "$t0")s; shell: $0 shell $name; down: $0 down $name"
-    # Machine-readable summary for the Rust harness.
-    printf 'NODE_DIR=%s\nNODE_ROOT=%s\nNODE_NSPAWN_PID=%s\nNODE_LEADER_PID=%s\nNODE_STATE=%s\nNODE_RUNTIME=%s\n' \
-        "$dir" "$root" "$pid" "$leader" "$state" "$runtime"
+    print_summary "$dir" "$root"
+}
+
+# `node.sh reboot NAME`: the ostree node powers off (systemd stops every unit; ostree's
+# finalize-staged.service writes a staged deployment and its boot entry), then boots the
+# newest boot entry's deployment with the same binaries, binds and units as at its boot.
+cmd_reboot() {
+    local name=${1:?usage: node.sh reboot NAME [--timeout SECS]} timeout=60 dir t0
+    shift
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --timeout) timeout=$2; shift 2 ;;
+            *) die "unknown reboot option $1" ;;
+        esac
+    done
+    valid_name "$name"
+    [[ $timeout =~ ^[0-9]+$ ]] || die "--timeout wants whole seconds, got '$timeout'"
+    dir=$(node_dir "$name")
+    [ "$(cat "$dir/flavour" 2>/dev/null)" = ostree ] || die "node '$name' is not an ostree node"
+    lock_node "$dir" || die "node '$name' is busy or gone"
+    t0=$(now)
+    # shellcheck source=/dev/null # written by cmd_boot
+    . "$dir/boot.env"
+    local pid leader state deadline root
+    pid=$(nspawn_pid "$name") || die "node '$name' is not running"
+    leader=$(find_leader "$pid") || die "node '$name': nspawn $pid has no systemd child"
+    in_node "$leader" systemctl poweroff --no-block
+    deadline=$((SECONDS + timeout))
+    while alive "$pid"; do
+        [ $SECONDS -lt $deadline ] || die "node '$name' still running ${timeout}s after poweroff"
+        sleep 0.05
+    done
+    log "$name powered off in $(since "$t0")s"
+    boot_name=$name boot_dir=$dir
+    trap boot_failed EXIT
+    trap 'exit 143' TERM INT
+    root=$(ostree_deployment "$dir/root")
+    log "ostree deployment: $root"
+    copy_trees "$root" "$dir/root/ostree/deploy/$ostree_os/var" 1
+    launch_node "$name" "$dir" "$root"
+    trap - EXIT
+    unlock_node
+    log "node $name rebooted in $(since "$t0")s"
+    print_summary "$dir" "$root"
 }
 
 cmd_gc() {
@@ -545,6 +764,7 @@ case $sub in
         ;;
     list) cmd_list ;;
     gc) cmd_gc ;;
+    reboot) cmd_reboot "$@" ;;
     *)
         sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
         exit 2

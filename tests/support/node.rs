@@ -32,6 +32,10 @@ pub const ROOTFS_DEADLINE: Duration = Duration::from_secs(1800);
 
 static NEXT_NODE: AtomicU32 = AtomicU32::new(0);
 
+#[path = "node_ostree.rs"]
+mod ostree;
+pub use ostree::Flavour;
+
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error(
@@ -161,6 +165,8 @@ pub struct NodeOptions {
     /// Where the node's binaries come from (default: the test binary's own profile dir).
     /// The size bench points it at a directory holding the shipped release kata-live.
     pub bin_dir: Option<PathBuf>,
+    /// Plain (the rootfs is the node's /) or booted from an ostree deployment.
+    pub flavour: Flavour,
 }
 
 impl Default for NodeOptions {
@@ -173,6 +179,7 @@ impl Default for NodeOptions {
             boot_timeout: Duration::from_secs(60),
             runtime: Runtime::Crio,
             bin_dir: None,
+            flavour: Flavour::Plain,
         }
     }
 }
@@ -270,6 +277,7 @@ pub struct Node {
     boot_state: String,
     boot_time: Duration,
     runtime: Runtime,
+    flavour: Flavour,
     down: bool,
 }
 
@@ -316,7 +324,10 @@ impl Node {
 
         // The rootfs build (minutes, once) gets its own deadline, so that the boot deadline
         // below measures the boot.
-        let (script_path, script_args) = opts.runtime.rootfs_script();
+        let (script_path, script_args) = match opts.flavour {
+            Flavour::Plain => opts.runtime.rootfs_script(),
+            Flavour::Ostree => ostree::rootfs_script(opts.runtime),
+        };
         let rootfs = paths.repo.join(script_path);
         let out = Command::new("timeout")
             .arg("--kill-after=30")
@@ -355,7 +366,9 @@ impl Node {
             .arg("--timeout")
             .arg(opts.boot_timeout.as_secs().max(1).to_string())
             .arg("--runtime")
-            .arg(opts.runtime.arg());
+            .arg(opts.runtime.arg())
+            .arg("--flavour")
+            .arg(opts.flavour.arg());
         if !opts.files.is_empty() {
             cmd.arg("--tree").arg(tree.path());
         }
@@ -395,27 +408,6 @@ impl Node {
             });
         }
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let field = |key: &str| -> Result<String, NodeError> {
-            stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-                .map(str::to_owned)
-                .ok_or_else(|| NodeError::BootOutput {
-                    script: script.clone(),
-                    name: name.clone(),
-                    key: key.into(),
-                    stdout: stdout.clone(),
-                })
-        };
-        let pid = |key: &str| -> Result<u32, NodeError> {
-            let v = field(key)?;
-            v.parse().map_err(|_| NodeError::BootOutput {
-                script: script.clone(),
-                name: name.clone(),
-                key: format!("{key} (a pid, got {v:?})"),
-                stdout: stdout.clone(),
-            })
-        };
         // Drop tears the node down whatever goes wrong from here on.
         let mut node = Node {
             name: name.clone(),
@@ -426,14 +418,11 @@ impl Node {
             boot_state: String::new(),
             boot_time,
             runtime: opts.runtime,
+            flavour: opts.flavour,
             paths,
             down: false,
         };
-        node.dir = PathBuf::from(field("NODE_DIR")?);
-        node.overlay_root = PathBuf::from(field("NODE_ROOT")?);
-        node.boot_state = field("NODE_STATE")?;
-        node.nspawn_pid = pid("NODE_NSPAWN_PID")?;
-        node.leader = pid("NODE_LEADER_PID")?;
+        node.take_summary(&script, &stdout)?;
         Ok(node)
     }
 
@@ -444,6 +433,11 @@ impl Node {
     /// The node's container runtime, as booted.
     pub fn runtime(&self) -> Runtime {
         self.runtime
+    }
+
+    /// Plain or ostree, as booted.
+    pub fn flavour(&self) -> Flavour {
+        self.flavour
     }
 
     /// Host pid of the node's systemd (PID 1 inside): `nsenter -t` target.

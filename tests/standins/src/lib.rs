@@ -22,4 +22,5 @@ pub mod crio_server;
 pub mod crio_state;
 pub mod kubelet_standin;
 pub mod mini_http;
+pub mod rpm_ostree_real;
 pub mod test_rpms;

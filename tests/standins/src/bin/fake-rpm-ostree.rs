@@ -129,6 +129,24 @@
 //!   it is refused as any other;
 //! - no D-Bus: the transaction's sender is always `:1.42`, and its title the command line.
 //!
+//! On a node booted from an ostree deployment (`/run/ostree-booted`: the ostree test node,
+//! `node.sh boot --flavour ostree`), ostree's state is the fake's and its changes are real
+//! (`kata_live_standins::rpm_ostree_real`): `status --json` is read from ostree, a layered
+//! deployment is a real commit staged with `ostree admin deploy --stage`, the live apply goes
+//! through the real transient unlock and copies into ostree's overlay in rpm-ostree's order,
+//! and `live-replaced`/`live-inprogress` are rpm-ostree's refs. There `state.json`,
+//! `live-packages.json`, `root`, `delay` and `hold-files` are not used; `hold-copy` holds a
+//! live apply with the overlay mounted (and writable to the daemon) before anything is
+//! copied (`held` says `copy`); `live-timings` gets a line `WHAT EPOCH-SECS` when the
+//! unlock's overlay is mounted (`overlay-mounted`), the copy starts (`copy-started`) and
+//! `/usr` and `/etc` are filled (`copied`), for benchmarks. The daemon runs as a transient unit of the node's systemd
+//! (`rpm-ostreed-fake-<client pid>`), outside the client's unit and its sandbox, as
+//! rpm-ostreed runs in a service of its own: killing the client's unit leaves it running.
+//! An unlock state other than none, `transient` or `development` (a hotfix) is refused,
+//! `apply-live is incompatible with unlock state: STATE` (on both backends).
+//! Still faked there: the depsolve, RPM scriptlets, the rpmdb (a commit's packages are its
+//! metadata key `kata-live-test.packages`), the D-Bus daemon.
+//!
 //! Not copied: depsolving against repositories (there are none on RHCOS; a name is taken as
 //! a package of that name, with no version), `%pre`/`%post` scriptlets (they never run
 //! live), the `notice: auto-inferring -y/--assumeyes` line and its 1 s sleep, progress
@@ -141,6 +159,12 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use kata_live_standins::rpm_ostree_real::{LiveState, Ostree};
+
+// Not `mod on_ostree;`: a file of src/bin/ would be a binary target of its own.
+#[path = "fake_rpm_ostree/on_ostree.rs"]
+mod on_ostree;
+use on_ostree::{status_text, Daemon};
 use serde_json::{json, Value};
 use sha2::Digest;
 
@@ -165,6 +189,9 @@ const BOOT_CHECKSUM: &str = "3c5b4e4f2d2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2
 
 struct Fake {
     dir: PathBuf,
+    /// On a node booted from an ostree deployment: ostree's state is the fake's
+    /// (`kata_live_standins::rpm_ostree_real`).
+    ostree: Option<Ostree>,
     /// In the daemon: the transaction's directory (`transactions/<client pid>/`).
     tx: Option<PathBuf>,
     /// In the daemon: each local RPM argument → the copy its client handed over.
@@ -179,6 +206,7 @@ fn main() -> ExitCode {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/lib/fake-rpm-ostree"));
     let mut fake = Fake {
+        ostree: Ostree::detect(&dir),
         dir,
         tx: None,
         rpms: BTreeMap::new(),
@@ -453,6 +481,26 @@ fn diff(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> 
     }
 }
 
+/// The package diff as the live apply prints it.
+fn diff_output(d: &Diff) -> String {
+    let mut out = String::new();
+    for (title, list) in [("Added", &d.added), ("Removed", &d.removed)] {
+        if !list.is_empty() {
+            out.push_str(&format!("{title}:\n"));
+            for p in list {
+                out.push_str(&format!("  {p}\n"));
+            }
+        }
+    }
+    if !d.changed.is_empty() {
+        out.push_str("Changed:\n");
+        for (old, new) in &d.changed {
+            out.push_str(&format!("  {old} -> {new}\n"));
+        }
+    }
+    out
+}
+
 impl Fake {
     fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
@@ -473,6 +521,9 @@ impl Fake {
     }
 
     fn load(&self) -> Res<Value> {
+        if let Some(o) = &self.ostree {
+            return o.status();
+        }
         match std::fs::read_to_string(self.path("state.json")) {
             Ok(s) => serde_json::from_str(&s).map_err(|e| format!("bad fake state: {e}")),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(json!({
@@ -485,6 +536,10 @@ impl Fake {
     }
 
     fn save(&self, state: &Value) -> Res<()> {
+        // On ostree, the state is ostree's: changed by staging and the live apply.
+        if self.ostree.is_some() {
+            return Ok(());
+        }
         let tmp = self.path(&format!(".state.json.{}", std::process::id()));
         let body = serde_json::to_string_pretty(state).map_err(|e| e.to_string())?;
         let mut f = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
@@ -559,12 +614,7 @@ impl Fake {
                         serde_json::to_string_pretty(&state).map_err(|e| e.to_string())?
                     );
                 } else {
-                    println!("State: idle\nDeployments:");
-                    for d in state["deployments"].as_array().into_iter().flatten() {
-                        let mark = if d["booted"] == true { "*" } else { " " };
-                        let pkgs: Vec<String> = pkg_map(d).into_values().collect();
-                        println!("{mark} {} packages: {}", d["checksum"], pkgs.join(" "));
-                    }
+                    print!("{}", status_text(&state));
                 }
                 Ok(())
             }
@@ -633,21 +683,27 @@ impl Fake {
                 "{prefix}Transaction in progress: {title}\n You can cancel the current transaction with `rpm-ostree cancel`"
             ));
         }
-        let exe = own_exe();
-        use std::os::unix::process::CommandExt;
-        // Its own process group: a signal to the client's group (a terminal's Ctrl-C,
-        // `timeout`) does not reach it; only its work ends it.
-        let mut daemon = std::process::Command::new(exe)
-            .arg0("rpm-ostreed-fake")
-            .arg("__daemon")
-            .arg(tx)
-            .env("FAKE_RPM_OSTREE_DIR", &self.dir)
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("starting the transaction: {e}"))?;
+        let mut daemon = if self.ostree.is_some() {
+            drop((out, err));
+            self.start_daemon_unit(tx)?
+        } else {
+            use std::os::unix::process::CommandExt;
+            // Its own process group: a signal to the client's group (a terminal's Ctrl-C,
+            // `timeout`) does not reach it; only its work ends it.
+            Daemon::Child(
+                std::process::Command::new(own_exe())
+                    .arg0("rpm-ostreed-fake")
+                    .arg("__daemon")
+                    .arg(tx)
+                    .env("FAKE_RPM_OSTREE_DIR", &self.dir)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(out)
+                    .stderr(err)
+                    .process_group(0)
+                    .spawn()
+                    .map_err(|e| format!("starting the transaction: {e}"))?,
+            )
+        };
         let title = args.join(" ");
         std::fs::write(
             self.path("transaction"),
@@ -681,12 +737,12 @@ impl Fake {
             if let Ok(r) = std::fs::read_to_string(tx.join("result")) {
                 break Some(r);
             }
-            if daemon.try_wait().ok().flatten().is_some() {
+            if daemon.exited() {
                 break std::fs::read_to_string(tx.join("result")).ok();
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let _ = daemon.wait();
+        daemon.wait();
         relay(&tx.join("out"), offsets.0, &mut std::io::stdout());
         relay(&tx.join("err"), offsets.1, &mut std::io::stderr());
         if reported.is_some() {
@@ -710,6 +766,8 @@ impl Fake {
     /// The daemon side of one transaction: runs it to its end whatever becomes of the
     /// client, then writes `result` (`ok\n` or `error\nMESSAGE`) in its directory.
     fn daemon(&mut self, tx: &Path) -> ExitCode {
+        // Started as a unit (ostree node), its client learns its pid here.
+        let _ = std::fs::write(tx.join("daemon.pid"), std::process::id().to_string());
         let request: Value = std::fs::read_to_string(tx.join("request.json"))
             .ok()
             .and_then(|b| serde_json::from_str(&b).ok())
@@ -791,6 +849,9 @@ impl Fake {
     fn execute(&self, args: &[String]) -> Res<()> {
         let (cmd, rest) = args.split_first().ok_or("No command specified")?;
         let o = client_opts(cmd, rest)?;
+        if let Some(o) = &self.ostree {
+            o.sync_live_refs()?;
+        }
         // Before anything changes (an install's staging): cancellable.
         self.hold("hang", "staging", true)?;
         match cmd.as_str() {
@@ -809,6 +870,7 @@ impl Fake {
                     return Ok(());
                 }
                 self.save(&state)?;
+                self.stage_real(&mut state)?;
                 if o.flags.contains("--apply-live") {
                     self.apply_live(&mut state, None, false)?;
                 } else {
@@ -828,6 +890,7 @@ impl Fake {
                     return Ok(());
                 }
                 self.save(&state)?;
+                self.stage_real(&mut state)?;
                 println!("Run \"systemctl reboot\" to start a reboot");
                 Ok(())
             }
@@ -984,15 +1047,36 @@ impl Fake {
         let find = |c: &str| deps.iter().find(|d| d["checksum"] == c).cloned();
         let target_dep = find(&target).ok_or(format!("Commit {target} not found"))?;
         // The transient unlock comes before the package check: a refused first try
-        // leaves `/usr` unlocked all the same.
-        if booted["unlocked"] != "transient" {
-            state["deployments"][bi]["unlocked"] = Value::from("transient");
-            self.save(state)?;
+        // leaves `/usr` unlocked all the same. Nothing applied live yet and `/usr` locked:
+        // unlock; already unlocked for a live apply or for development: go on; unlocked
+        // otherwise (a hotfix): refused [rpm-ostree rust/src/live.rs].
+        let applied = booted["live-replaced"].is_string() || booted["live-inprogress"].is_string();
+        match booted["unlocked"].as_str().unwrap_or("none") {
+            "transient" | "development" => {}
+            "none" if !applied => {
+                if let Some(o) = &self.ostree {
+                    o.unlock_transient()?;
+                    self.timing("overlay-mounted");
+                } else {
+                    state["deployments"][bi]["unlocked"] = Value::from("transient");
+                    self.save(state)?;
+                }
+            }
+            "none" => return Err("deployment not unlocked, is in state: none".into()),
+            other => {
+                return Err(format!(
+                    "apply-live is incompatible with unlock state: {other}"
+                ))
+            }
         }
-        let before = if booted["live-replaced"].is_string() {
-            self.live_packages()?
-        } else {
-            pkg_map(&booted)
+        if let Some(o) = &self.ostree {
+            // rpm-ostreed's own namespace, where ostree's read-only overlay is writable.
+            o.remount_usr_rw()?;
+        }
+        let before = match (&self.ostree, booted["live-replaced"].as_str()) {
+            (Some(o), Some(live)) => o.packages(live),
+            (None, Some(_)) => self.live_packages()?,
+            (_, None) => pkg_map(&booted),
         };
         let after = pkg_map(&target_dep);
         let d = diff(&before, &after);
@@ -1022,11 +1106,45 @@ impl Fake {
         // The target is recorded first: an apply cut off leaves it as `live-inprogress`.
         state["deployments"][bi]["live-inprogress"] = Value::from(target.clone());
         self.save(state)?;
+        let real = self.ostree.as_ref().map(|o| -> Res<_> {
+            let d = o.booted()?;
+            let live = LiveState {
+                commit: booted["live-replaced"].as_str().unwrap_or_default().into(),
+                inprogress: target.clone(),
+            };
+            o.write_live_state(&d, &live)?;
+            Ok((o, d, live))
+        });
+        let real = real.transpose()?;
         if self.marker("interrupt") {
             return Err("Transaction interrupted (fake)".into());
         }
         // The live step ignores cancellation: held here, it still runs to its end.
         self.hold("hang-live", "live", false)?;
+        if let Some((o, dep, live)) = real {
+            let source = if live.commit.is_empty() {
+                dep.checksum.clone()
+            } else {
+                live.commit.clone()
+            };
+            // A test holds the copy with the overlay mounted and nothing copied yet.
+            o.copy_live(&source, &target, &mut || {
+                self.hold("hold-copy", "copy", false)?;
+                self.timing("copy-started");
+                Ok(())
+            })?;
+            self.timing("copied");
+            o.write_live_state(
+                &dep,
+                &LiveState {
+                    commit: target.clone(),
+                    inprogress: String::new(),
+                },
+            )?;
+            print!("{}", diff_output(&d));
+            println!("Successfully updated running filesystem tree.");
+            return Ok(());
+        }
         let dep = &mut state["deployments"][bi];
         if let Some(o) = dep.as_object_mut() {
             o.remove("live-inprogress");
@@ -1081,22 +1199,7 @@ impl Fake {
         if !new_files.is_empty() {
             self.spawn_file_creator(&new_files)?;
         }
-        let mut out = String::new();
-        for (title, list) in [("Added", &d.added), ("Removed", &d.removed)] {
-            if !list.is_empty() {
-                out.push_str(&format!("{title}:\n"));
-                for p in list {
-                    out.push_str(&format!("  {p}\n"));
-                }
-            }
-        }
-        if !d.changed.is_empty() {
-            out.push_str("Changed:\n");
-            for (old, new) in &d.changed {
-                out.push_str(&format!("  {old} -> {new}\n"));
-            }
-        }
-        print!("{out}");
+        print!("{}", diff_output(&d));
         println!("Successfully updated running filesystem tree.");
         Ok(())
     }
