@@ -298,7 +298,7 @@ impl RolloutView {
         };
         let eta = eta(s.tickets, &counts, phase, slots);
         RolloutView {
-            at: s.now.to_string(),
+            at: s.now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             daemonset: s.pacing.map(|p| p.name.clone()),
             phase,
             counts,
