@@ -118,10 +118,12 @@ impl WithMeta for DynamicObject {
 }
 
 /// The three stores `--watch` keeps, each by its own reflector (list, then watch; relist on
-/// 410 Gone and back-off on errors, all kube-runtime's).
+/// 410 Gone and back-off on errors, all kube-runtime's). All three hold `DynamicObject`s and
+/// are decoded into their types when a view is built: one instance of kube-runtime's generic
+/// machinery in the binary, not three (the shipped binary's size: docs/figures.md).
 pub struct Stores {
-    tickets: Store<Lease>,
-    nodes: Store<Node>,
+    tickets: Store<DynamicObject>,
+    nodes: Store<DynamicObject>,
     daemonset: Store<DynamicObject>,
 }
 
@@ -131,9 +133,15 @@ impl Stores {
             .tickets
             .state()
             .iter()
-            .filter_map(|l| Ticket::from_lease(l))
+            .filter_map(|l| l.as_ref().clone().try_parse::<Lease>().ok())
+            .filter_map(|l| Ticket::from_lease(&l))
             .collect();
-        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let nodes: Vec<Node> = self
+            .nodes
+            .state()
+            .iter()
+            .filter_map(|n| n.as_ref().clone().try_parse::<Node>().ok())
+            .collect();
         let pacing = self
             .daemonset
             .state()
@@ -186,16 +194,18 @@ pub async fn watch(
         .map(|ds| Pacing::from_daemonset(t.daemonset, &ds.data_with_meta()).pool_selector)
         .unwrap_or_default();
 
-    let w_tickets: Writer<Lease> = Writer::default();
-    let w_nodes: Writer<Node> = Writer::default();
-    let w_set: Writer<DynamicObject> = Writer::new(ar);
+    let lease_ar = ApiResource::erase::<Lease>(&());
+    let node_ar = ApiResource::erase::<Node>(&());
+    let w_tickets = Writer::new(lease_ar.clone());
+    let w_nodes = Writer::new(node_ar.clone());
+    let w_set = Writer::new(ar);
     let stores = Stores {
         tickets: w_tickets.as_reader(),
         nodes: w_nodes.as_reader(),
         daemonset: w_set.as_reader(),
     };
-    let leases: Api<Lease> = Api::namespaced(client.clone(), t.namespace);
-    let nodes: Api<Node> = Api::all(client);
+    let leases: Api<DynamicObject> = Api::namespaced_with(client.clone(), t.namespace, &lease_ar);
+    let nodes: Api<DynamicObject> = Api::all_with(client, &node_ar);
     let label = format!("{TICKET_LABEL}=true");
     let s1 = reflector::reflector(
         w_tickets,
