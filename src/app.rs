@@ -63,10 +63,6 @@ fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
         crate::generate::run(args)?;
         return Ok(ExitCode::Ok);
     }
-    // The rollout is read from the cluster, with the administrator's kubeconfig: no host.
-    if let Command::Rollout(args) = &cli.command {
-        return Ok(crate::rollout::run(args, cli.global.json));
-    }
     // The pod works on the host under --host-root, with the host's configuration there.
     if let Command::Pod(args) = &cli.command {
         return Ok(crate::pod::run(args));
@@ -151,9 +147,7 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
         Command::Status => Ok(crate::status::status(&ctx, cli.global.json).await),
         Command::Verify => Ok(crate::status::verify(&ctx, cli.global.json).await),
         // Handled before the runtime starts.
-        Command::Config | Command::Generate(_) | Command::Pod(_) | Command::Rollout(_) => {
-            Ok(ExitCode::Ok)
-        }
+        Command::Config | Command::Generate(_) | Command::Pod(_) => Ok(ExitCode::Ok),
     }
 }
 

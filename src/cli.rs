@@ -145,8 +145,6 @@ pub enum Command {
     Verify,
     /// Print the merged configuration and which file set each value.
     Config,
-    /// Follow the rollout over the cluster, from an administrator's machine (like kubectl).
-    Rollout(crate::rollout::RolloutArgs),
     /// Write the man pages or shell completions (packaging; see src/generate.rs).
     #[command(hide = true)]
     Generate(GenerateArgs),

@@ -142,8 +142,6 @@ mod tests {
             [
                 "kata-live-config.8",
                 "kata-live-install.8",
-                "kata-live-rollout-status.8",
-                "kata-live-rollout.8",
                 "kata-live-status.8",
                 "kata-live-uninstall.8",
                 "kata-live-verify.8",
@@ -160,16 +158,6 @@ mod tests {
         let uninstall = text(&pages, "kata-live-uninstall.8");
         assert!(uninstall.contains("\\-\\-force"), "{uninstall}");
         assert!(uninstall.contains("\\-\\-root"), "{uninstall}");
-        // The rollout's page: its kubectl-like options and the plugin's name.
-        let rollout = text(&pages, "kata-live-rollout-status.8");
-        for word in [
-            "\\-\\-kubeconfig",
-            "\\-\\-context",
-            "\\-\\-watch",
-            "kubectl\\-kata_live",
-        ] {
-            assert!(rollout.contains(word), "{word} not in {rollout}");
-        }
     }
 
     #[test]
@@ -207,12 +195,12 @@ mod tests {
             out_dir: out.clone(),
         })
         .unwrap();
-        assert_eq!(written.len(), 8);
+        assert_eq!(written.len(), 6);
         for p in written {
             assert!(p.starts_with(&out));
             assert!(std::fs::metadata(&p).unwrap().len() > 100);
         }
         // Nothing else (no temp files) is left behind.
-        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 8);
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 6);
     }
 }

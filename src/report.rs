@@ -41,7 +41,7 @@ pub enum Kind {
     Config,
     Install,
     Uninstall,
-    /// `kata-live rollout status` (src/rollout/).
+    /// `kubectl-kata_live rollout status` (src/rollout/).
     Rollout,
 }
 

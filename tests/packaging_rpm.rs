@@ -47,7 +47,6 @@ fn file_list_is_exactly_the_shipped_files() {
         "/etc/kata-live",
         "/etc/kata-live/config.d",
         "/usr/bin/kata-live",
-        "/usr/bin/kubectl-kata_live",
         "/usr/lib/kata-live",
         "/usr/lib/kata-live/config.d",
         "/usr/lib/kata-live/config.d/50-defaults.toml",
@@ -68,8 +67,6 @@ fn file_list_is_exactly_the_shipped_files() {
         "-status",
         "-verify",
         "-config",
-        "-rollout",
-        "-rollout-status",
     ] {
         want.insert(format!("/usr/share/man/man8/kata-live{page}.8.gz"));
     }
@@ -130,13 +127,6 @@ fn name_version_and_payload_modes() {
         f[4].to_string()
     };
     assert_eq!(mode("/usr/bin/kata-live"), "0100755");
-    // The kubectl plugin is a link to the binary (--dump's last field: the link's target).
-    assert_eq!(mode("/usr/bin/kubectl-kata_live"), "0120777");
-    let link = dump
-        .lines()
-        .find(|l| l.starts_with("/usr/bin/kubectl-kata_live "))
-        .and_then(|l| l.split(' ').nth(10));
-    assert_eq!(link, Some("kata-live"));
     assert_eq!(
         mode("/usr/lib/kata-live/config.d/50-defaults.toml"),
         "0100644"

@@ -1,4 +1,4 @@
-//! `kata-live rollout status` (src/rollout/), the real binary, against the real kube-apiserver
+//! `kubectl-kata_live rollout status` (src/rollout/), the real binary, against the real kube-apiserver
 //! and etcd of tests/fleet/control-plane.sh, as an administrator runs it: a kubeconfig, a
 //! context in it, and credentials that hold only packaging/rbac/kata-live-rollout-viewer.yaml
 //! (a service account's token). Simulated Nodes and tickets in every state; no node booted.
@@ -16,7 +16,7 @@ const NS: &str = "kata-live";
 const POOL_LABEL: &str = "kata-live.io/test-pool";
 
 fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_kata-live")
+    env!("CARGO_BIN_EXE_kubectl-kata_live")
 }
 
 fn node(name: &str, in_pool: bool, unschedulable: bool, mco_updating: bool) -> serde_json::Value {

@@ -1,4 +1,4 @@
-//! `kata-live rollout status`: the rollout as an administrator follows it from their own
+//! `kubectl-kata_live rollout status`: the rollout as an administrator follows it from their own
 //! machine, like kubectl (their kubeconfig, its context, the namespace), or as the kubectl
 //! plugin `kubectl kata-live` (the same binary named `kubectl-kata_live`).
 //!
@@ -27,6 +27,37 @@ pub enum RolloutError {
     Api { what: String, detail: String },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+}
+
+/// The command line of `kubectl-kata_live`, the administrator's binary (the kubectl plugin
+/// `kubectl kata-live`): its own binary, so that the host binary the nodes run never links
+/// kube-runtime's watcher and the view (docs/figures.md, "Size").
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "kubectl-kata_live",
+    version,
+    about = "kata-live's rollout over the cluster, read from an administrator's machine (as the kubectl plugin: kubectl kata-live)"
+)]
+pub struct PluginCli {
+    /// One JSON document on stdout (schema 1, kind "rollout"; docs/operations.md).
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Follow the rollout over the cluster (like kubectl: --kubeconfig, --context, -n).
+    Rollout(RolloutArgs),
+}
+
+/// `kubectl-kata_live`'s main: parses its command line and runs it.
+pub fn plugin_main() -> std::process::ExitCode {
+    use clap::Parser as _;
+    let cli = PluginCli::parse();
+    let PluginCommand::Rollout(a) = &cli.command;
+    run(a, cli.json).into()
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,6 @@
 //! The rollout as an administrator sees it (pure): built from the tickets, the pool's Nodes,
 //! what the DaemonSet says of the pacing, and the time. Nothing here knows how they were
-//! read: `kata-live rollout status` lists and watches them ([`super::client`]); a decider
+//! read: `kubectl-kata_live rollout status` lists and watches them ([`super::client`]); a decider
 //! that keeps them in its informers' stores (docs/pacing-design.md) can feed the same view.
 
 use crate::pace::ticket::{State, Ticket};
