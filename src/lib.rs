@@ -27,6 +27,7 @@ pub mod pod;
 pub mod process;
 pub mod proof;
 pub mod report;
+pub mod rollout;
 pub mod rpm_ostree;
 pub mod runtime;
 pub mod scriptlets;

@@ -41,6 +41,8 @@ pub enum Kind {
     Config,
     Install,
     Uninstall,
+    /// `kubectl-kata_live rollout status` (src/rollout/).
+    Rollout,
 }
 
 impl Kind {
@@ -51,6 +53,7 @@ impl Kind {
             Kind::Config => "config",
             Kind::Install => "install",
             Kind::Uninstall => "uninstall",
+            Kind::Rollout => "rollout",
         }
     }
 

@@ -60,6 +60,7 @@ mod packaging_monitoring;
 mod packaging_openshift;
 mod packaging_rpm;
 mod packaging_units;
+mod rollout_api;
 mod rpm_ostree_fake;
 mod rpm_ostree_interrupted;
 mod rpm_ostree_plan;

@@ -90,6 +90,9 @@ pub struct Ticket {
     pub operation: Option<String>,
     pub detail: Option<String>,
     pub since: Option<String>,
+    /// The Lease's renewTime: when its state was last set by its node (taken, then done or
+    /// failed), so a done ticket's run lasted from `since` to this.
+    pub renewed: Option<String>,
 }
 
 /// The ticket's name for a node; a node name too long for the prefix is cut and made unique
@@ -147,6 +150,7 @@ impl Ticket {
             operation: get(OPERATION_ANNOTATION),
             detail: get(DETAIL_ANNOTATION),
             since: spec.acquire_time.as_ref().map(|t| t.0.to_string()),
+            renewed: spec.renew_time.as_ref().map(|t| t.0.to_string()),
         })
     }
 

@@ -13,6 +13,7 @@ fn t(node: &str, state: State, order: u64) -> Ticket {
         operation: Some("install".into()),
         detail: None,
         since: None,
+        renewed: None,
     }
 }
 

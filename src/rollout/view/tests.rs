@@ -1,0 +1,311 @@
+use super::*;
+use crate::rollout::render;
+use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+use std::collections::BTreeMap;
+
+const NOW: &str = "2026-12-06T12:00:00Z";
+
+fn now() -> Timestamp {
+    NOW.parse().unwrap()
+}
+
+fn node(name: &str) -> Node {
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    n.spec = Some(NodeSpec::default());
+    n.status = Some(NodeStatus {
+        conditions: Some(vec![NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    n
+}
+
+fn cordoned(mut n: Node, by_kata_live: bool) -> Node {
+    n.spec.as_mut().unwrap().unschedulable = Some(true);
+    if by_kata_live {
+        n.metadata.annotations = Some(BTreeMap::from([(
+            crate::pace::CORDON_ANNOTATION.into(),
+            "kata-live-turn-x".into(),
+        )]));
+    }
+    n
+}
+
+fn mco_updating(mut n: Node) -> Node {
+    n.metadata.annotations = Some(BTreeMap::from([
+        (
+            "machineconfiguration.openshift.io/desiredConfig".into(),
+            "rendered-worker-2".into(),
+        ),
+        (
+            "machineconfiguration.openshift.io/currentConfig".into(),
+            "rendered-worker-1".into(),
+        ),
+    ]));
+    n
+}
+
+/// A ticket; `run` = (taken, ended) as minutes before NOW.
+fn ticket(node: &str, state: Option<State>, order: u64, run: (Option<i64>, Option<i64>)) -> Ticket {
+    let at = |m: i64| (now() - k8s_openapi::jiff::SignedDuration::from_mins(m)).to_string();
+    Ticket {
+        name: format!("kata-live-turn-{node}"),
+        node: node.into(),
+        state,
+        order,
+        place: Some(order),
+        operation: Some("install".into()),
+        detail: None,
+        since: run.0.map(at),
+        renewed: run.1.map(at),
+    }
+}
+
+fn pacing(budget: Budget, paused: bool) -> Pacing {
+    Pacing {
+        name: "kata-live-install".into(),
+        paused,
+        budget,
+        pool_selector: "node-role.kubernetes.io/worker=".into(),
+    }
+}
+
+fn view(tickets: &[Ticket], nodes: &[Node], p: &Pacing) -> RolloutView {
+    RolloutView::build(&Seen {
+        tickets,
+        nodes,
+        pacing: Some(p),
+        now: now(),
+    })
+}
+
+fn names(n: usize) -> Vec<Node> {
+    (1..=n).map(|i| node(&format!("w{i:02}"))).collect()
+}
+
+/// Six nodes done in 3-minute runs (two at a time), w07 and w08 activating, four waiting.
+fn mid() -> (Vec<Ticket>, Vec<Node>) {
+    let mut nodes = names(12);
+    nodes[6] = cordoned(nodes[6].clone(), true);
+    let mut t = Vec::new();
+    for i in 1..=6 {
+        let start = 30 - 3 * i as i64;
+        t.push(ticket(
+            &format!("w{i:02}"),
+            Some(State::Done),
+            100 + i,
+            (Some(start + 3), Some(start)),
+        ));
+    }
+    t.push(ticket("w07", Some(State::Activating), 107, (Some(2), None)));
+    t.push(ticket("w08", Some(State::Activating), 108, (Some(1), None)));
+    for i in 9..=12 {
+        t.push(ticket(
+            &format!("w{i:02}"),
+            Some(State::Waiting),
+            200 + i,
+            (None, None),
+        ));
+    }
+    (t, nodes)
+}
+
+fn snapshot(name: &str, v: &RolloutView) {
+    let text = format!(
+        "{}\n--- one line ---\n{}\n",
+        render::screen(v, "kata-live"),
+        render::line(v)
+    );
+    insta::assert_snapshot!(name, text);
+}
+
+#[test]
+fn a_fresh_fleet_has_not_started_and_no_eta() {
+    let nodes = names(4);
+    let v = view(&[], &nodes, &pacing(Budget::Count(1), false));
+    assert_eq!(v.phase, Phase::NotStarted);
+    assert_eq!((v.counts.total, v.counts.not_queued), (4, 4));
+    assert_eq!(v.eta.seconds, None);
+    assert!(
+        v.eta.words.contains("no node has finished"),
+        "{}",
+        v.eta.words
+    );
+    snapshot("fresh", &v);
+}
+
+#[test]
+fn mid_rollout_shows_the_bar_the_holders_the_next_nodes_and_an_eta_from_the_runs() {
+    let (t, nodes) = mid();
+    let v = view(&t, &nodes, &pacing(Budget::Count(2), false));
+    assert_eq!(v.phase, Phase::Running);
+    let c = &v.counts;
+    assert_eq!((c.done, c.activating, c.waiting, c.total), (6, 2, 4, 12));
+    assert_eq!(
+        v.holders
+            .iter()
+            .map(|h| h.node.as_str())
+            .collect::<Vec<_>>(),
+        ["w07", "w08"]
+    );
+    assert_eq!(v.holders[0].for_seconds, Some(120));
+    assert_eq!(
+        v.next.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(),
+        ["w09", "w10", "w11", "w12"]
+    );
+    // kata-live's own cordon of w07 is its run, not something that holds the rollout.
+    assert_eq!(
+        v.holds.iter().map(|h| h.reason).collect::<Vec<_>>(),
+        [Reason::BudgetFull]
+    );
+    // Six 3-minute runs; six nodes left, two at a time: three rounds of 3 minutes.
+    assert_eq!(
+        (v.eta.runs, v.eta.median_run_seconds, v.eta.seconds),
+        (6, Some(180), Some(540))
+    );
+    snapshot("mid_rollout", &v);
+    insta::assert_snapshot!(
+        "mid_rollout_json",
+        serde_json::to_string_pretty(&crate::report::json_document(
+            crate::report::Kind::Rollout,
+            &v
+        ))
+        .unwrap()
+    );
+}
+
+#[test]
+fn a_pause_holds_the_rollout_and_has_no_eta() {
+    let (t, nodes) = mid();
+    let v = view(&t, &nodes, &pacing(Budget::Count(2), true));
+    assert_eq!(v.phase, Phase::Paused);
+    assert_eq!(v.holds[0].reason, Reason::Paused);
+    assert!(v.holds[0].words.contains("kata-live.io/paused-"));
+    assert_eq!(v.eta.seconds, None);
+    snapshot("paused", &v);
+}
+
+#[test]
+fn a_failed_node_stops_the_rollout_with_its_reason() {
+    let (mut t, mut nodes) = mid();
+    nodes[6] = node("w07");
+    t[6].state = Some(State::Failed);
+    t[6].detail = Some("exit 13: the proof failed; rolled back".into());
+    t[7].state = Some(State::Done);
+    t[7].renewed = t[7].since.clone();
+    let v = view(&t, &nodes, &pacing(Budget::Count(1), false));
+    assert_eq!(v.phase, Phase::Stopped);
+    let failed = &v.holds[0];
+    assert_eq!(
+        (failed.reason, failed.node.as_deref()),
+        (Reason::Failed, Some("w07"))
+    );
+    assert!(failed.words.contains("exit 13"), "{}", failed.words);
+    assert_eq!(v.eta.seconds, None);
+    snapshot("failed", &v);
+}
+
+#[test]
+fn a_blocked_node_an_mco_update_and_a_cordon_are_named() {
+    let (mut t, mut nodes) = mid();
+    nodes[8] = cordoned(nodes[8].clone(), false);
+    nodes[9] = mco_updating(nodes[9].clone());
+    t[8].state = Some(State::Blocked);
+    t[8].detail = Some("this node is unavailable (cordoned (unschedulable))".into());
+    let v = view(&t, &nodes, &pacing(Budget::Count(4), false));
+    let reasons: Vec<(Reason, Option<&str>)> = v
+        .holds
+        .iter()
+        .map(|h| (h.reason, h.node.as_deref()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (Reason::Cordoned, Some("w09")),
+            (Reason::McoUpdating, Some("w10")),
+            (Reason::Blocked, Some("w09")),
+            (Reason::BudgetFull, None),
+        ]
+    );
+    assert_eq!(v.counts.blocked, 1);
+    assert_eq!(v.next[0].node, "w10");
+    assert!(v.next[0].unavailable.is_some());
+    snapshot("blocked", &v);
+}
+
+#[test]
+fn a_done_pool_says_so_and_has_nothing_left() {
+    let nodes = names(3);
+    let t: Vec<Ticket> = (1..=3)
+        .map(|i| {
+            ticket(
+                &format!("w{i:02}"),
+                Some(State::Done),
+                i,
+                (Some(10 - i as i64), Some(9 - i as i64)),
+            )
+        })
+        .collect();
+    let v = view(&t, &nodes, &pacing(Budget::Count(1), false));
+    assert_eq!(v.phase, Phase::Done);
+    assert_eq!((v.eta.left, v.eta.seconds), (0, None));
+    assert!(v.holds.is_empty());
+    snapshot("done", &v);
+}
+
+#[test]
+fn a_ticket_outside_the_pool_is_listed_not_counted() {
+    let nodes = names(2);
+    let t = vec![ticket("gone", Some(State::Activating), 1, (Some(1), None))];
+    let v = view(&t, &nodes, &pacing(Budget::Count(1), false));
+    assert_eq!(v.outside_pool, ["gone"]);
+    assert_eq!(v.counts.activating, 0);
+    assert_eq!(v.budget.in_use, 0);
+}
+
+#[test]
+fn the_pacing_is_read_from_the_daemonsets_env_else_its_node_selector() {
+    let ds = serde_json::json!({
+        "metadata": {"annotations": {"kata-live.io/paused": "true"}},
+        "spec": {"template": {"spec": {
+            "nodeSelector": {"node-role.kubernetes.io/worker": ""},
+            "containers": [{"name": "pod", "env": [
+                {"name": "KATA_LIVE_MAX_UNAVAILABLE", "value": "10%"}]}]}}}
+    });
+    let p = Pacing::from_daemonset("ds", &ds);
+    assert_eq!(
+        (p.paused, p.budget, p.pool_selector.as_str()),
+        (true, Budget::Percent(10), "node-role.kubernetes.io/worker=")
+    );
+    let mut other = ds.clone();
+    other["spec"]["template"]["spec"]["containers"][0]["env"] =
+        serde_json::json!([{"name": "KATA_LIVE_POOL_SELECTOR", "value": "pool=a"}]);
+    other["metadata"]["annotations"] = serde_json::json!({});
+    let p = Pacing::from_daemonset("ds", &other);
+    assert_eq!(
+        (p.paused, p.budget, p.pool_selector.as_str()),
+        (false, Budget::Count(1), "pool=a")
+    );
+}
+
+#[test]
+fn the_bar_is_each_states_share_of_the_pool() {
+    let (t, nodes) = mid();
+    let v = view(&t, &nodes, &pacing(Budget::Count(2), false));
+    let b = render::bar(&v);
+    assert_eq!(b.chars().count(), 42, "{b}");
+    assert_eq!(b.matches('#').count(), 20, "{b}");
+    assert_eq!(b.matches('>').count(), 6, "{b}");
+}
+
+#[test]
+fn one_node_of_a_hundred_still_shows_on_the_bar() {
+    let nodes = names(100);
+    let t = vec![ticket("w01", Some(State::Failed), 1, (Some(1), None))];
+    let b = render::bar(&view(&t, &nodes, &pacing(Budget::Count(1), false)));
+    assert_eq!((b.chars().count(), b.matches('!').count()), (42, 1), "{b}");
+}
