@@ -4,14 +4,15 @@
 //! the end of each run, so a scrape never reads half a file and an install's figures stay
 //! beside a later uninstall's. The names follow Prometheus's naming guide (base units,
 //! `_seconds`); docs/operations.md lists them with what each means.
+//!
+//! The text is written here, not by prometheus-client: a dozen gauges need only the format's
+//! HELP, TYPE and sample lines, and the crate's registry and encoder weighed 50 KB of the host
+//! binary, which has 10 MB in all (docs/figures.md, "Size"). Prometheus's own `promtool check
+//! metrics` checks every file the units write (tests/node_metrics.rs).
 
 use crate::report::{RunResult, RunStatus, StepOutcome};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::{Registry, Unit};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 
 /// The prefix of every name.
 const PREFIX: &str = "kata_live";
@@ -109,109 +110,96 @@ fn duration_s(v: &serde_json::Value) -> Option<f64> {
     Some(secs as f64 + nanos as f64 / 1e9)
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Run {
-    operation: String,
-    handler: String,
-}
+/// The Prometheus text format (version 0.0.4, what the textfile collector parses): one
+/// gauge family after another, each with its HELP and TYPE lines.
+#[derive(Default)]
+struct Text(String);
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RunOutcome {
-    operation: String,
-    handler: String,
-    result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RunStep {
-    operation: String,
-    handler: String,
-    step: String,
-}
-
-type FGauge = Gauge<f64, AtomicU64>;
-
-/// Registers a gauge family and returns it for setting.
-fn family<L>(reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>) -> Family<L, FGauge>
-where
-    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
-{
-    let f = Family::<L, FGauge>::default();
-    match unit {
-        Some(u) => reg.register_with_unit(name, help, u, f.clone()),
-        None => reg.register(name, help, f.clone()),
+impl Text {
+    fn family(&mut self, name: &str, help: &str) {
+        // HELP escapes backslashes and newlines (the format's rule).
+        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+        let _ = writeln!(self.0, "# HELP {PREFIX}_{name} {help}.");
+        let _ = writeln!(self.0, "# TYPE {PREFIX}_{name} gauge");
     }
-    f
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        let _ = write!(self.0, "{PREFIX}_{name}{{");
+        for (i, (k, v)) in labels.iter().enumerate() {
+            // Label values escape backslashes, quotes and newlines.
+            let v = v
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(self.0, "{sep}{k}=\"{v}\"");
+        }
+        // A whole number keeps its ".0" (the Go client writes "3" too; both parse).
+        let _ = if value.fract() == 0.0 && value.abs() < 1e15 {
+            writeln!(self.0, "}} {value:.1}")
+        } else {
+            writeln!(self.0, "}} {value}")
+        };
+    }
+
+    /// A family of one sample, labelled by the run.
+    fn gauge(&mut self, name: &str, help: &str, run: &[(&str, &str)], value: f64) {
+        self.family(name, help);
+        self.sample(name, run, value);
+    }
 }
 
-/// The figures in the Prometheus text format (version 0.0.4, what the textfile collector
-/// parses).
-pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
-    let mut reg = Registry::with_prefix(PREFIX);
-    let run = Run {
-        operation: f.operation.clone(),
-        handler: f.handler.clone(),
-    };
-    family::<RunOutcome>(
-        &mut reg,
+/// The figures in the Prometheus text format.
+pub fn render(f: &RunFigures) -> String {
+    let mut t = Text::default();
+    let run = [
+        ("operation", f.operation.as_str()),
+        ("handler", f.handler.as_str()),
+    ];
+    t.family(
         "last_run_result",
         "The last run's result (1 for the result it had)",
-        None,
-    )
-    .get_or_create(&RunOutcome {
-        operation: f.operation.clone(),
-        handler: f.handler.clone(),
-        result: f.result.clone(),
-    })
-    .set(1.0);
-    let set = |reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>, v: f64| {
-        family::<Run>(reg, name, help, unit)
-            .get_or_create(&run)
-            .set(v);
-    };
-    set(
-        &mut reg,
+    );
+    t.sample(
+        "last_run_result",
+        &[run[0], run[1], ("result", f.result.as_str())],
+        1.0,
+    );
+    t.gauge(
         "last_run_exit_code",
         "The last run's exit code (0 proven; 10-19 as documented in kata-live(8))",
-        None,
+        &run,
         f64::from(f.exit_code),
     );
-    set(
-        &mut reg,
-        "last_run_end_timestamp",
+    t.gauge(
+        "last_run_end_timestamp_seconds",
         "When the last run ended, in seconds since the epoch",
-        Some(Unit::Seconds),
+        &run,
         f.finished_unix,
     );
-    set(
-        &mut reg,
-        "last_run_duration",
+    t.gauge(
+        "last_run_duration_seconds",
         "The last run's wall time, lock to end",
-        Some(Unit::Seconds),
+        &run,
         f.duration_s,
     );
-    let steps = family::<RunStep>(
-        &mut reg,
-        "last_run_step_duration",
+    t.family(
+        "last_run_step_duration_seconds",
         "Each step of the last run that ran, by step (package, activate, prove, ...)",
-        Some(Unit::Seconds),
     );
     for (step, s) in &f.steps {
-        steps
-            .get_or_create(&RunStep {
-                operation: f.operation.clone(),
-                handler: f.handler.clone(),
-                step: step.clone(),
-            })
-            .set(*s);
+        t.sample(
+            "last_run_step_duration_seconds",
+            &[run[0], run[1], ("step", step.as_str())],
+            *s,
+        );
     }
     if let Some(s) = f.runtime_restart_s {
-        set(
-            &mut reg,
-            "last_run_runtime_restart_duration",
+        t.gauge(
+            "last_run_runtime_restart_duration_seconds",
             "The runtime's restart in the last run: the restart job's start until the unit \
              was active again (it serves nothing meanwhile)",
-            Some(Unit::Seconds),
+            &run,
             s,
         );
     }
@@ -233,12 +221,10 @@ pub fn render(f: &RunFigures) -> Result<String, std::fmt::Error> {
         ),
     ] {
         if let Some(v) = v {
-            set(&mut reg, name, help, None, v as f64);
+            t.gauge(name, help, &run, v as f64);
         }
     }
-    let mut out = String::new();
-    prometheus_client::encoding::prometheus_text::encode(&mut out, &reg)?;
-    Ok(out)
+    t.0
 }
 
 /// The file of an operation's figures in `dir` (the collector reads every `*.prom` there).
@@ -254,14 +240,13 @@ pub fn write_textfile(root: &Path, dir: &Path, st: &RunStatus) {
         return;
     };
     let path = textfile_path(dir, &f.operation);
-    let written = render(&f).map_err(|e| e.to_string()).and_then(|text| {
-        crate::files::write_atomic(root, &path, text.as_bytes(), 0o644).map_err(|e| {
-            match e.node_fault() {
-                Some(fault) => fault.to_string(),
-                None => e.to_string(),
-            }
-        })
-    });
+    let written =
+        crate::files::write_atomic(root, &path, render(&f).as_bytes(), 0o644).map_err(|e| match e
+            .node_fault()
+        {
+            Some(fault) => fault.to_string(),
+            None => e.to_string(),
+        });
     if let Err(why) = written {
         tracing::warn!(path = %path.display(), "the run's metrics were not written for node_exporter: {why}");
     }
@@ -308,7 +293,7 @@ mod tests {
 
     #[test]
     fn the_text_is_prometheus_text_with_base_units() {
-        let text = render(&RunFigures::of(&status(PROVEN)).unwrap()).unwrap();
+        let text = render(&RunFigures::of(&status(PROVEN)).unwrap());
         for line in [
             "# TYPE kata_live_last_run_exit_code gauge",
             r#"kata_live_last_run_exit_code{operation="install",handler="kata-remote"} 0.0"#,
@@ -320,6 +305,19 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line}\nnot in:\n{text}");
         }
         assert!(!text.contains("# EOF"), "OpenMetrics' end marker: {text}");
+    }
+
+    #[test]
+    fn label_values_and_help_are_escaped() {
+        let mut f = RunFigures::of(&status(PROVEN)).unwrap();
+        f.handler = "a\"b\\c\nd".into();
+        let text = render(&f);
+        assert!(text.contains(r#"handler="a\"b\\c\nd""#), "{text}");
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("# TYPE")).count(),
+            9,
+            "{text}"
+        );
     }
 
     #[test]
@@ -342,7 +340,7 @@ mod tests {
             (f.exit_code, f.runtime_restart_s, f.pods_kept),
             (10, None, None)
         );
-        let text = render(&f).unwrap();
+        let text = render(&f);
         assert!(
             !text.contains("restart_duration") && !text.contains("pods_"),
             "{text}"
