@@ -58,11 +58,10 @@ pub struct Global {
     ///
     /// Every document is an object with "schema" (1, the
     /// version, raised only on incompatible changes), "kind" ("status", "verify", "config",
-    /// "install", "uninstall" or "rollout") and the payload's fields: status: the observation;
+    /// "install" or "uninstall") and the payload's fields: status: the observation;
     /// verify: "observation" and "verdict"; config: "config", "fragments", "provenance";
     /// install/uninstall: the /run/kata-live/status.json document (operation, result,
-    /// exit_code, steps, evidence, error); rollout: the rollout's view (phase, counts, budget,
-    /// holders, next, holds, eta: docs/operations.md).
+    /// exit_code, steps, evidence, error). (kubectl-kata_live's "rollout": docs/operations.md.)
     #[arg(long, global = true)]
     pub json: bool,
     /// More detail on stderr (-v: every log record, debug included; -vv trace). Without it,
