@@ -465,20 +465,10 @@ impl Ostree {
     /// The transient unlock, in a unit of the host's systemd (out of any private mount
     /// namespace of the caller), as rpm-ostreed runs it.
     pub fn unlock_transient(&self) -> Res<()> {
-        run(Command::new("systemd-run").args([
-            "--collect",
-            "--wait",
-            "--pipe",
-            "--quiet",
-            "--unit",
+        transient_unit(
             "rpm-ostree-unlock",
-            "--",
-            "ostree",
-            "admin",
-            "unlock",
-            "--transient",
-        ]))
-        .map(|_| ())
+            &["ostree", "admin", "unlock", "--transient"],
+        )
     }
 
     /// `/usr` read-write for this process only: its own mount namespace (a slave of the
@@ -543,20 +533,15 @@ impl Ostree {
 
     /// `systemd-tmpfiles --create --prefix=/run --prefix=/var` in a transient unit.
     pub fn rerun_tmpfiles(&self) -> Res<()> {
-        run(Command::new("systemd-run").args([
-            "--collect",
-            "--wait",
-            "--pipe",
-            "--quiet",
-            "--unit",
+        transient_unit(
             "rpm-ostree-tmpfiles",
-            "--",
-            "systemd-tmpfiles",
-            "--create",
-            "--prefix=/run",
-            "--prefix=/var",
-        ]))
-        .map(|_| ())
+            &[
+                "systemd-tmpfiles",
+                "--create",
+                "--prefix=/run",
+                "--prefix=/var",
+            ],
+        )
     }
 
     /// The heart of the live apply, as rpm-ostree orders it: `/usr` from `target` (added
@@ -655,4 +640,21 @@ impl Ostree {
         }
         self.rerun_tmpfiles()
     }
+}
+
+/// Runs `argv` as the transient unit `unit` of the host's systemd and waits for it, as
+/// rpm-ostreed runs its helpers (out of any private mount namespace of the caller).
+fn transient_unit(unit: &str, argv: &[&str]) -> Res<()> {
+    run(Command::new("systemd-run")
+        .args([
+            "--collect",
+            "--wait",
+            "--pipe",
+            "--quiet",
+            "--unit",
+            unit,
+            "--",
+        ])
+        .args(argv))
+    .map(|_| ())
 }
