@@ -117,3 +117,110 @@ fn every_alert_is_tested_and_has_a_runbook() {
     }
     assert!(n >= 2, "{n} alerts");
 }
+
+/// `promtool check metrics` (Prometheus's own parser and linter) on `text`.
+fn check_metrics(text: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; .ci/run installs it)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    child.wait_with_output().expect("promtool")
+}
+
+/// A rollout with every family written: turns taken, an ETA, a node proven and listed, one
+/// proven and not, an unavailable node.
+fn a_rollouts_metrics() -> String {
+    use k8s_openapi::api::core::v1::{Node, NodeRuntimeHandler};
+    use kata_live::pace::ticket::{State, Ticket};
+    use kata_live::rollout::{RolloutView, Seen};
+    let node = |name: &str, proven: bool, handlers: &[&str], ready: bool| -> Node {
+        let handlers: Vec<NodeRuntimeHandler> = handlers
+            .iter()
+            .map(|h| NodeRuntimeHandler {
+                name: Some(h.to_string()),
+                features: None,
+            })
+            .collect();
+        let labels = if proven {
+            serde_json::json!({"kata-live.io/kata-remote": "proven"})
+        } else {
+            serde_json::json!({})
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}],
+                       "runtimeHandlers": handlers}
+        }))
+        .expect("a Node")
+    };
+    let ticket = |n: &str, state: State, since: Option<&str>, renewed: Option<&str>| Ticket {
+        name: format!("kata-live-turn-{n}"),
+        node: n.into(),
+        state: Some(state),
+        order: 1,
+        place: Some(1),
+        operation: Some("install".into()),
+        detail: None,
+        since: since.map(str::to_string),
+        renewed: renewed.map(str::to_string),
+    };
+    let nodes = [
+        node("w1", true, &["runc", "kata-remote"], true),
+        node("w2", true, &["runc"], true),
+        node("w3", false, &["runc"], true),
+        node("w4", false, &["runc"], false),
+    ];
+    let tickets = [
+        ticket(
+            "w1",
+            State::Done,
+            Some("2026-12-06T11:00:00Z"),
+            Some("2026-12-06T11:02:00Z"),
+        ),
+        ticket(
+            "w2",
+            State::Done,
+            Some("2026-12-06T11:02:00Z"),
+            Some("2026-12-06T11:04:00Z"),
+        ),
+        ticket("w3", State::Waiting, None, None),
+    ];
+    let v = RolloutView::build(&Seen {
+        tickets: &tickets,
+        nodes: &nodes,
+        pacing: None,
+        now: "2026-12-06T11:05:00Z".parse().expect("a time"),
+    });
+    kata_live::rollout::metrics::render(&v)
+}
+
+#[test]
+fn the_rollouts_metrics_pass_promtool_check_metrics() {
+    let text = a_rollouts_metrics();
+    for family in [
+        "kata_live_rollout_nodes",
+        "kata_live_rollout_expected_end_timestamp_seconds",
+        "kata_live_node_runtime_handler_listed",
+    ] {
+        assert!(text.contains(&format!("# TYPE {family} gauge")), "{text}");
+    }
+    let out = check_metrics(&text);
+    assert_ok(&out, &format!("promtool check metrics on\n{text}"));
+    // The linter can refuse: a counter's name without _total.
+    let bad = text.replace(
+        "# TYPE kata_live_rollout_turns_taken gauge",
+        "# TYPE kata_live_rollout_turns_taken counter",
+    );
+    assert_ne!(bad, text);
+    assert!(!check_metrics(&bad).status.success(), "{bad}");
+}

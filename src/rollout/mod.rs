@@ -9,6 +9,7 @@
 //! (packaging/rbac/kata-live-rollout-viewer.yaml), and writes nothing.
 
 pub mod client;
+pub mod metrics;
 pub mod render;
 pub mod view;
 
