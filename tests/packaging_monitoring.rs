@@ -37,85 +37,113 @@ fn assert_ok(out: &std::process::Output, what: &str) {
 }
 
 /// Writes the rules and their tests side by side in a scratch directory, as the tests name
-/// them.
+/// them (`NAME.rules.yaml` for packaging/monitoring/NAME.yaml).
 fn scratch(rules: &str, test: &str) -> tempfile::TempDir {
     let d = tempfile::tempdir().expect("scratch dir");
-    std::fs::write(
-        d.path().join("kata-live-node-alerts.rules.yaml"),
-        rule_file(rules),
-    )
-    .expect("write the rules");
+    std::fs::write(d.path().join(rules_name(rules)), rule_file(rules)).expect("write the rules");
     std::fs::copy(repo(test), d.path().join("test.yaml")).expect("copy the tests");
     d
 }
 
-const RULES: &str = "packaging/monitoring/kata-live-node-alerts.yaml";
-const TESTS: &str = "tests/monitoring/kata-live-node-alerts.test.yaml";
-
-#[test]
-fn the_node_alerts_pass_promtool_check_and_their_unit_tests() {
-    let d = scratch(RULES, TESTS);
-    assert_ok(
-        &promtool(
-            &["check", "rules", "kata-live-node-alerts.rules.yaml"],
-            d.path(),
-        ),
-        "promtool check rules",
-    );
-    assert_ok(
-        &promtool(&["test", "rules", "test.yaml"], d.path()),
-        "promtool test rules",
-    );
+fn rules_name(manifest: &str) -> String {
+    let stem = Path::new(manifest)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("a file name");
+    format!("{stem}.rules.yaml")
 }
 
-/// The unit tests can fail: an alert that fires one evaluation late is caught.
+const RULES: &str = "packaging/monitoring/kata-live-node-alerts.yaml";
+const TESTS: &str = "tests/monitoring/kata-live-node-alerts.test.yaml";
+const ROLLOUT_RULES: &str = "packaging/monitoring/kata-live-rollout-alerts.yaml";
+const ROLLOUT_TESTS: &str = "tests/monitoring/kata-live-rollout-alerts.test.yaml";
+
+#[test]
+fn the_alerts_pass_promtool_check_and_their_unit_tests() {
+    for (rules, tests) in [(RULES, TESTS), (ROLLOUT_RULES, ROLLOUT_TESTS)] {
+        let d = scratch(rules, tests);
+        assert_ok(
+            &promtool(&["check", "rules", &rules_name(rules)], d.path()),
+            &format!("promtool check rules {rules}"),
+        );
+        assert_ok(
+            &promtool(&["test", "rules", "test.yaml"], d.path()),
+            &format!("promtool test rules {tests}"),
+        );
+    }
+}
+
+/// The unit tests can fail: each change here (a threshold, a `for:`, a condition) makes an
+/// alert fire at another time or on other series, and its tests say so.
 #[test]
 fn the_unit_tests_catch_an_alert_that_changed() {
-    let d = scratch(RULES, TESTS);
-    let rules = d.path().join("kata-live-node-alerts.rules.yaml");
-    let text = std::fs::read_to_string(&rules).expect("rules");
-    let changed = text.replace(">= 12", ">= 13");
-    assert_ne!(changed, text, "the threshold is in the rule");
-    std::fs::write(&rules, changed).expect("write");
-    let out = promtool(&["test", "rules", "test.yaml"], d.path());
-    assert!(
-        !out.status.success(),
-        "a rule that misses exit 12 passed its tests"
-    );
+    for (rules, tests, from, to) in [
+        (RULES, TESTS, ">= 12", ">= 13"),
+        (ROLLOUT_RULES, ROLLOUT_TESTS, "> 30 * 60", "> 31 * 60"),
+        (ROLLOUT_RULES, ROLLOUT_TESTS, "for: 1m", "for: 0m"),
+        (
+            ROLLOUT_RULES,
+            ROLLOUT_TESTS,
+            "(max(kata_live_rollout_paused) == 0)",
+            "(max(kata_live_rollout_paused) >= 0)",
+        ),
+        (ROLLOUT_RULES, ROLLOUT_TESTS, "for: 10m", "for: 9m"),
+        (
+            ROLLOUT_RULES,
+            ROLLOUT_TESTS,
+            "(kata_live_node_runtime_handler_listed) == 0",
+            "(kata_live_node_runtime_handler_listed) <= 1",
+        ),
+        (ROLLOUT_RULES, ROLLOUT_TESTS, "for: 4h", "for: 3h"),
+    ] {
+        let d = scratch(rules, tests);
+        let path = d.path().join(rules_name(rules));
+        let text = std::fs::read_to_string(&path).expect("rules");
+        let changed = text.replacen(from, to, 1);
+        assert_ne!(changed, text, "{from} is in {rules}");
+        std::fs::write(&path, changed).expect("write");
+        let out = promtool(&["test", "rules", "test.yaml"], d.path());
+        assert!(
+            !out.status.success(),
+            "{rules} with {from:?} changed to {to:?} passed its tests"
+        );
+    }
 }
 
 /// Every alert has a unit test and a runbook section in docs/operations.md.
 #[test]
 fn every_alert_is_tested_and_has_a_runbook() {
-    let doc: serde_json::Value =
-        serde_norway::from_str(&std::fs::read_to_string(repo(RULES)).expect("rules"))
-            .expect("YAML");
-    let tests = std::fs::read_to_string(repo(TESTS)).expect("tests");
     let ops = std::fs::read_to_string(repo("docs/operations.md")).expect("operations.md");
     let mut n = 0;
-    for g in doc["spec"]["groups"].as_array().expect("groups") {
-        for r in g["rules"].as_array().expect("rules") {
-            let Some(alert) = r["alert"].as_str() else {
-                continue;
-            };
-            n += 1;
-            assert!(
-                tests.contains(&format!("alertname: {alert}")),
-                "{alert} has no unit test"
-            );
-            let anchor = alert.to_lowercase();
-            let url = r["annotations"]["runbook_url"].as_str().unwrap_or_default();
-            assert!(
-                url.ends_with(&format!("operations.md#{anchor}")),
-                "{alert}: {url}"
-            );
-            assert!(
-                ops.contains(&format!("### {alert}\n")),
-                "no runbook section '### {alert}' in docs/operations.md"
-            );
+    for (rules, tests) in [(RULES, TESTS), (ROLLOUT_RULES, ROLLOUT_TESTS)] {
+        let doc: serde_json::Value =
+            serde_norway::from_str(&std::fs::read_to_string(repo(rules)).expect("rules"))
+                .expect("YAML");
+        let tests = std::fs::read_to_string(repo(tests)).expect("tests");
+        for g in doc["spec"]["groups"].as_array().expect("groups") {
+            for r in g["rules"].as_array().expect("rules") {
+                let Some(alert) = r["alert"].as_str() else {
+                    continue;
+                };
+                n += 1;
+                assert!(
+                    tests.contains(&format!("alertname: {alert}")),
+                    "{alert} has no unit test"
+                );
+                let anchor = alert.to_lowercase();
+                let url = r["annotations"]["runbook_url"].as_str().unwrap_or_default();
+                assert!(
+                    url.ends_with(&format!("operations.md#{anchor}")),
+                    "{alert}: {url}"
+                );
+                assert!(
+                    ops.contains(&format!("### {alert}\n")),
+                    "no runbook section '### {alert}' in docs/operations.md"
+                );
+            }
         }
     }
-    assert!(n >= 2, "{n} alerts");
+    assert!(n >= 5, "{n} alerts");
 }
 
 /// `promtool check metrics` (Prometheus's own parser and linter) on `text`.

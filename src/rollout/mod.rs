@@ -8,7 +8,9 @@
 //! `list` and `watch` on Leases and DaemonSets in the namespace and on Nodes
 //! (packaging/rbac/kata-live-rollout-viewer.yaml), and writes nothing.
 
+pub mod access;
 pub mod client;
+pub mod exporter;
 pub mod metrics;
 pub mod render;
 pub mod view;
