@@ -252,3 +252,137 @@ fn the_rollouts_metrics_pass_promtool_check_metrics() {
     assert_ne!(bad, text);
     assert!(!check_metrics(&bad).status.success(), "{bad}");
 }
+
+const SERVICE_MONITOR: &str = "packaging/monitoring/kata-live-pace-servicemonitor.yaml";
+
+/// The documents of a multi-document manifest, as JSON.
+fn documents(manifest: &str) -> Vec<serde_json::Value> {
+    use serde::Deserialize as _;
+    let text = std::fs::read_to_string(repo(manifest)).expect("the manifest");
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| serde_json::Value::deserialize(d).expect("YAML"))
+        .collect()
+}
+
+fn kind<'a>(docs: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+/// The Service, the ServiceMonitor and what they name agree: the decider's pods
+/// (`app.kubernetes.io/name: kata-live-pace`), the port, the service CA's Secret and bundle,
+/// the Service's DNS name as the certificate's, the token's Secret.
+#[test]
+fn the_service_monitor_scrapes_the_deciders_service_as_openshift_expects() {
+    let docs = documents(SERVICE_MONITOR);
+    let svc = kind(&docs, "Service")[0];
+    let sm = kind(&docs, "ServiceMonitor")[0];
+    let (ns, name) = (
+        svc["metadata"]["namespace"].as_str().unwrap(),
+        svc["metadata"]["name"].as_str().unwrap(),
+    );
+    assert_eq!(
+        svc["spec"]["selector"]["app.kubernetes.io/name"], "kata-live-pace",
+        "the decider's pods"
+    );
+    assert_eq!(
+        svc["metadata"]["annotations"]["service.beta.openshift.io/serving-cert-secret-name"],
+        "kata-live-pace-metrics-tls"
+    );
+    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &svc["metadata"]["labels"][k], v,
+            "the ServiceMonitor selects {k}"
+        );
+    }
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["port"], svc["spec"]["ports"][0]["name"]);
+    assert_eq!(ep["scheme"], "https");
+    assert_eq!(ep["tlsConfig"]["serverName"], format!("{name}.{ns}.svc"));
+    let ca = &ep["tlsConfig"]["ca"]["configMap"];
+    let bundle = kind(&docs, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == ca["name"])
+        .expect("the CA bundle's ConfigMap");
+    assert_eq!(
+        bundle["metadata"]["annotations"]["service.beta.openshift.io/inject-cabundle"],
+        "true"
+    );
+    assert_eq!(
+        ca["key"], "service-ca.crt",
+        "the key the service CA injects"
+    );
+    let token = &ep["authorization"]["credentials"];
+    let secret = kind(&docs, "Secret")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == token["name"])
+        .expect("the token's Secret");
+    assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+    assert_eq!(token["key"], "token");
+    assert!(
+        ep.get("bearerTokenFile").is_none() && ep["tlsConfig"].get("caFile").is_none(),
+        "user-workload monitoring refuses files from Prometheus's own disk"
+    );
+}
+
+/// packaging/monitoring/'s manifests against a real kube-apiserver serving
+/// prometheus-operator's CRDs (tests/fleet/monitoring-crds.sh): a server-side dry run with
+/// strict field validation, as a cluster would judge them; a misspelt field is refused.
+#[test]
+fn the_monitoring_manifests_pass_the_real_api_servers_validation() {
+    use crate::support::fleet::ControlPlane;
+    let o = Command::new(repo("tests/fleet/monitoring-crds.sh"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("tests/fleet/monitoring-crds.sh");
+    assert!(o.status.success(), "tests/fleet/monitoring-crds.sh failed");
+    let crds = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    let cp = ControlPlane::start_api_only(18343, 25690);
+    for crd in ["servicemonitors", "prometheusrules"] {
+        cp.kubectl(&[
+            "apply",
+            "--server-side",
+            "-f",
+            &crds.join(format!("{crd}.crd.yaml")).display().to_string(),
+        ]);
+        cp.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            &format!("crd/{crd}.monitoring.coreos.com"),
+        ]);
+    }
+    cp.wait(
+        "the ServiceMonitor kind served",
+        std::time::Duration::from_secs(30),
+        |cp| {
+            cp.kubectl_output(&["get", "servicemonitors", "-A"], None)
+                .status
+                .success()
+        },
+    );
+    cp.kubectl(&["create", "namespace", "kata-live"]);
+    let dry_run = |text: &str| {
+        cp.kubectl_output(
+            &["apply", "--dry-run=server", "--validate=strict", "-f", "-"],
+            Some(text),
+        )
+    };
+    for manifest in [SERVICE_MONITOR, RULES, ROLLOUT_RULES] {
+        let text = std::fs::read_to_string(repo(manifest)).expect("manifest");
+        let o = dry_run(&text);
+        assert_ok(&o, &format!("{manifest} refused by the API server"));
+        eprintln!(
+            "monitoring-api: {manifest}: {}",
+            String::from_utf8_lossy(&o.stdout).trim()
+        );
+    }
+    let text = std::fs::read_to_string(repo(SERVICE_MONITOR)).expect("manifest");
+    let bad = text.replace("serverName:", "servername:");
+    assert_ne!(bad, text);
+    let o = dry_run(&bad);
+    assert!(
+        !o.status.success(),
+        "a misspelt tlsConfig field was accepted: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
