@@ -262,3 +262,69 @@ pub async fn feed(
     let error = |e: &str| tracing::warn!("the rollout's watch: {e} (retrying)");
     client::watch(kube, target, show, error).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::view::Seen;
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> crate::http::Answer {
+        let connect = async move {
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        crate::http::get(connect, path, "localhost", 1 << 20, until)
+            .await
+            .unwrap()
+    }
+
+    fn a_view() -> RolloutView {
+        let mut n = k8s_openapi::api::core::v1::Node::default();
+        n.metadata.name = Some("w1".into());
+        RolloutView::build(&Seen {
+            tickets: &[],
+            nodes: &[n],
+            pacing: None,
+            now: "2026-12-06T12:00:00Z".parse().unwrap(),
+        })
+    }
+
+    #[tokio::test]
+    async fn plain_http_when_asked_503_until_the_first_view_then_its_text() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = watch::channel(None);
+        let server = tokio::spawn(serve(listener, None, None, rx));
+        assert_eq!(get(addr, "/metrics").await.status, 503);
+        assert_eq!(get(addr, "/").await.status, 404);
+        tx.send_replace(Some(a_view()));
+        let a = get(addr, "/metrics").await;
+        assert_eq!(a.status, 200);
+        let text = String::from_utf8(a.body.to_vec()).unwrap();
+        assert!(
+            text.contains("kata_live_rollout_nodes{state=\"not-queued\"} 1.0"),
+            "{text}"
+        );
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_tls_pair_that_does_not_load_is_said_with_its_paths() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("tls.crt"), "not a certificate").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (_tx, rx) = watch::channel(None);
+        let tls = Tls {
+            cert: d.path().join("tls.crt"),
+            key: d.path().join("tls.key"),
+        };
+        let e = serve(listener, Some(tls), None, rx).await.unwrap_err();
+        let words = e.to_string();
+        assert!(
+            words.contains("tls.crt") && words.contains("tls.key"),
+            "{words}"
+        );
+    }
+}
