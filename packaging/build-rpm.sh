@@ -3,6 +3,8 @@
 #
 #   packaging/build-rpm.sh              package the release binary; build it if missing
 #   KATA_LIVE_BIN=path packaging/build-rpm.sh   package this binary (no compile at all)
+#   KATA_LIVE_KUBECTL_BIN=path                  and this kubectl-kata_live (the
+#                                               kata-live-kubectl subpackage, same directory)
 #
 # Needs rpmbuild (Debian: apt-get install rpm). The binary also generates the man pages and
 # completions that go into the package. Prints the path of the built RPM on stdout.
@@ -27,6 +29,16 @@ if [ ! -x "$bin" ]; then
     (cd "$src" && cargo build --release --locked --bin kata-live)
 fi
 bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+plugin="${KATA_LIVE_KUBECTL_BIN:-$target/release/kubectl-kata_live}"
+if [ ! -x "$plugin" ]; then
+    if [ -n "${KATA_LIVE_KUBECTL_BIN:-}" ]; then
+        echo "build-rpm.sh: KATA_LIVE_KUBECTL_BIN=$plugin is not an executable" >&2
+        exit 1
+    fi
+    echo "build-rpm.sh: no release kubectl-kata_live at $plugin; building it" >&2
+    (cd "$src" && cargo build --release --locked --bin kubectl-kata_live)
+fi
+plugin="$(cd "$(dirname "$plugin")" && pwd)/$(basename "$plugin")"
 
 command -v rpmbuild >/dev/null || {
     echo "build-rpm.sh: rpmbuild not found (Debian: apt-get install rpm)" >&2
@@ -46,5 +58,6 @@ rpmbuild -bb --nodeps --quiet \
     --define "kl_srcdir $src" \
     --define "kl_version $version" \
     --define "kl_prebuilt_bin $bin" \
+    --define "kl_prebuilt_plugin $plugin" \
     "$src/packaging/rpm/kata-live.spec" >&2
 find "$out" -name "kata-live-$version-*.rpm" -newer "$top" -print

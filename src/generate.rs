@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 /// Section 8: system administration commands (kata-live runs as root on a node).
 pub const MAN_SECTION: &str = "8";
+/// Section 1: user commands (`kubectl-kata_live` runs on an administrator's machine).
+pub const PLUGIN_MAN_SECTION: &str = "1";
 
 /// The shells whose completions are shipped.
 pub const SHELLS: [Shell; 3] = [Shell::Bash, Shell::Zsh, Shell::Fish];
@@ -31,6 +33,14 @@ pub enum GenerateError {
 
 /// Renders every page in memory: (file name, content). Hidden subcommands get no page.
 pub fn man_pages(cmd: clap::Command) -> Result<Vec<(String, Vec<u8>)>, GenerateError> {
+    man_pages_in(cmd, MAN_SECTION)
+}
+
+/// [`man_pages`] in manual section `section`.
+pub fn man_pages_in(
+    cmd: clap::Command,
+    section: &'static str,
+) -> Result<Vec<(String, Vec<u8>)>, GenerateError> {
     let mut cmd = cmd.disable_help_subcommand(true);
     // Building propagates the global options into the subcommands and names them
     // `kata-live-install` etc., which titles their pages.
@@ -39,7 +49,7 @@ pub fn man_pages(cmd: clap::Command) -> Result<Vec<(String, Vec<u8>)>, GenerateE
     let mut pending = vec![cmd];
     while let Some(c) = pending.pop() {
         pending.extend(c.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
-        let man = clap_mangen::Man::new(c).section(MAN_SECTION);
+        let man = clap_mangen::Man::new(c).section(section);
         let file = man.get_filename();
         let mut buf = Vec::new();
         man.render(&mut buf)
@@ -106,9 +116,18 @@ pub fn write_all(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<PathBuf>
 
 /// The subcommand: writes the files and lists them on stdout.
 pub fn run(args: &GenerateArgs) -> Result<Vec<PathBuf>, GenerateError> {
-    let cmd = crate::cli::command();
+    run_for(crate::cli::command(), MAN_SECTION, args)
+}
+
+/// The subcommand for the command line `cmd` (kata-live's, or kubectl-kata_live's), its man
+/// pages in `section`.
+pub fn run_for(
+    cmd: clap::Command,
+    section: &'static str,
+    args: &GenerateArgs,
+) -> Result<Vec<PathBuf>, GenerateError> {
     let files = match args.what {
-        Artifact::Man => man_pages(cmd)?,
+        Artifact::Man => man_pages_in(cmd, section)?,
         Artifact::Completions => completions(cmd),
     };
     let written = write_all(&args.out_dir, &files)?;
@@ -132,6 +151,32 @@ mod tests {
 
     fn names(files: &[(String, Vec<u8>)]) -> Vec<&str> {
         files.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn the_kubectl_plugin_has_its_pages_in_section_1() {
+        use clap::CommandFactory as _;
+        let pages = man_pages_in(crate::rollout::PluginCli::command(), PLUGIN_MAN_SECTION).unwrap();
+        assert_eq!(
+            names(&pages),
+            [
+                "kubectl-kata_live-rollout-status.1",
+                "kubectl-kata_live-rollout.1",
+                "kubectl-kata_live.1",
+            ]
+        );
+        let top = text(&pages, "kubectl-kata_live.1");
+        assert!(top.contains(".TH kubectl-kata_live 1"), "{top:.200}");
+        assert!(!top.contains("generate"), "hidden subcommand leaked");
+        let status = text(&pages, "kubectl-kata_live-rollout-status.1");
+        for opt in [
+            "\\-\\-kubeconfig",
+            "\\-\\-context",
+            "\\-\\-watch",
+            "\\-\\-json",
+        ] {
+            assert!(status.contains(opt), "{opt} not in:\n{status}");
+        }
     }
 
     #[test]

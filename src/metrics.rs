@@ -111,39 +111,42 @@ fn duration_s(v: &serde_json::Value) -> Option<f64> {
 }
 
 /// The Prometheus text format (version 0.0.4, what the textfile collector parses): one
-/// gauge family after another, each with its HELP and TYPE lines.
+/// gauge family after another, each with its HELP and TYPE lines. The rollout's figures
+/// (src/rollout/metrics.rs) are written by it too: one encoder in the crate.
 #[derive(Default)]
-struct Text(String);
+pub(crate) struct Text(pub(crate) String);
 
 impl Text {
-    fn family(&mut self, name: &str, help: &str) {
+    pub(crate) fn family(&mut self, name: &str, help: &str) {
         // HELP escapes backslashes and newlines (the format's rule).
         let help = help.replace('\\', "\\\\").replace('\n', "\\n");
         let _ = writeln!(self.0, "# HELP {PREFIX}_{name} {help}.");
         let _ = writeln!(self.0, "# TYPE {PREFIX}_{name} gauge");
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        let _ = write!(self.0, "{PREFIX}_{name}{{");
+    pub(crate) fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        let _ = write!(self.0, "{PREFIX}_{name}");
         for (i, (k, v)) in labels.iter().enumerate() {
             // Label values escape backslashes, quotes and newlines.
             let v = v
                 .replace('\\', "\\\\")
                 .replace('"', "\\\"")
                 .replace('\n', "\\n");
-            let sep = if i == 0 { "" } else { "," };
+            let sep = if i == 0 { "{" } else { "," };
             let _ = write!(self.0, "{sep}{k}=\"{v}\"");
         }
+        // No braces without labels.
+        let close = if labels.is_empty() { "" } else { "}" };
         // A whole number keeps its ".0" (the Go client writes "3" too; both parse).
         let _ = if value.fract() == 0.0 && value.abs() < 1e15 {
-            writeln!(self.0, "}} {value:.1}")
+            writeln!(self.0, "{close} {value:.1}")
         } else {
-            writeln!(self.0, "}} {value}")
+            writeln!(self.0, "{close} {value}")
         };
     }
 
     /// A family of one sample, labelled by the run.
-    fn gauge(&mut self, name: &str, help: &str, run: &[(&str, &str)], value: f64) {
+    pub(crate) fn gauge(&mut self, name: &str, help: &str, run: &[(&str, &str)], value: f64) {
         self.family(name, help);
         self.sample(name, run, value);
     }

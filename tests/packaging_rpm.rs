@@ -28,6 +28,10 @@ fn rpm() -> &'static Path {
         let src = Path::new(env!("CARGO_MANIFEST_DIR"));
         let stdout = run(Command::new(src.join("packaging/build-rpm.sh"))
             .env("KATA_LIVE_BIN", env!("CARGO_BIN_EXE_kata-live"))
+            .env(
+                "KATA_LIVE_KUBECTL_BIN",
+                env!("CARGO_BIN_EXE_kubectl-kata_live"),
+            )
             .env("RPM_OUT", dir.path()));
         let path = PathBuf::from(stdout.trim());
         assert!(path.is_file(), "build-rpm.sh printed {stdout:?}");
@@ -109,6 +113,61 @@ fn file_list_is_exactly_the_shipped_files() {
             "test binary in the RPM: {f}"
         );
     }
+}
+
+/// The kata-live-kubectl subpackage, built beside the main RPM: the plugin and its pages.
+#[test]
+fn the_kubectl_subpackage_holds_the_plugin_and_its_man_pages() {
+    let version = env!("CARGO_PKG_VERSION");
+    let dir = rpm().parent().expect("the RPMs' directory");
+    let sub: Vec<PathBuf> = walk(dir)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("kata-live-kubectl-{version}-")))
+        })
+        .collect();
+    assert_eq!(sub.len(), 1, "{sub:?}");
+    let listed: BTreeSet<String> = run(Command::new("rpm").args(["-qpl"]).arg(&sub[0]))
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let want: BTreeSet<String> = [
+        "/usr/bin/kubectl-kata_live",
+        "/usr/share/man/man1/kubectl-kata_live.1.gz",
+        "/usr/share/man/man1/kubectl-kata_live-rollout.1.gz",
+        "/usr/share/man/man1/kubectl-kata_live-rollout-status.1.gz",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(listed, want);
+    // The pages as the spec generates them (`kubectl-kata_live generate man`), rendered by man.
+    let out = tempfile::tempdir().unwrap();
+    run(Command::new(env!("CARGO_BIN_EXE_kubectl-kata_live"))
+        .args(["generate", "man", "--out-dir"])
+        .arg(out.path()));
+    let text = run(Command::new("man")
+        .env("MANWIDTH", "100")
+        .arg("-l")
+        .arg(out.path().join("kubectl-kata_live-rollout-status.1")));
+    for words in ["--kubeconfig", "--watch", "--json", "kubectl kata-live"] {
+        assert!(text.contains(words), "{words} not in the page:\n{text}");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("a directory").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[test]

@@ -12,14 +12,19 @@ use std::time::Duration;
 
 use support::fleet::ControlPlane;
 
-const NS: &str = "kata-live";
+pub(crate) const NS: &str = "kata-live";
 const POOL_LABEL: &str = "kata-live.io/test-pool";
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_kubectl-kata_live")
 }
 
-fn node(name: &str, in_pool: bool, unschedulable: bool, mco_updating: bool) -> serde_json::Value {
+pub(crate) fn node(
+    name: &str,
+    in_pool: bool,
+    unschedulable: bool,
+    mco_updating: bool,
+) -> serde_json::Value {
     let mut ann = serde_json::Map::new();
     if mco_updating {
         ann.insert(
@@ -45,7 +50,7 @@ fn node(name: &str, in_pool: bool, unschedulable: bool, mco_updating: bool) -> s
 }
 
 /// A ticket as the pods write it; `run`: its acquireTime and renewTime.
-fn ticket(
+pub(crate) fn ticket(
     node: &str,
     state: &str,
     detail: Option<&str>,
@@ -71,13 +76,13 @@ fn ticket(
     })
 }
 
-fn list(items: Vec<serde_json::Value>) -> String {
+pub(crate) fn list(items: Vec<serde_json::Value>) -> String {
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }
 
 /// The pacing's DaemonSet as the pods read it: the pool's selector and a budget of 2. With
 /// no controller running, it creates no pod.
-fn daemonset() -> String {
+pub(crate) fn daemonset() -> String {
     serde_json::json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": "kata-live-install", "namespace": NS},

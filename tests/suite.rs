@@ -61,6 +61,7 @@ mod packaging_openshift;
 mod packaging_rpm;
 mod packaging_units;
 mod rollout_api;
+mod rollout_exporter;
 mod rpm_ostree_fake;
 mod rpm_ostree_interrupted;
 mod rpm_ostree_plan;

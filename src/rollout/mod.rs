@@ -8,7 +8,10 @@
 //! `list` and `watch` on Leases and DaemonSets in the namespace and on Nodes
 //! (packaging/rbac/kata-live-rollout-viewer.yaml), and writes nothing.
 
+pub mod access;
 pub mod client;
+pub mod exporter;
+pub mod metrics;
 pub mod render;
 pub mod view;
 
@@ -50,14 +53,28 @@ pub struct PluginCli {
 pub enum PluginCommand {
     /// Follow the rollout over the cluster (like kubectl: --kubeconfig, --context, -n).
     Rollout(RolloutArgs),
+    /// Write the man pages (section 1) or shell completions (packaging; src/generate.rs).
+    #[command(hide = true)]
+    Generate(crate::cli::GenerateArgs),
 }
 
 /// `kubectl-kata_live`'s main: parses its command line and runs it.
 pub fn plugin_main() -> std::process::ExitCode {
-    use clap::Parser as _;
+    use clap::{CommandFactory as _, Parser as _};
     let cli = PluginCli::parse();
-    let PluginCommand::Rollout(a) = &cli.command;
-    run(a, cli.json).into()
+    match &cli.command {
+        PluginCommand::Rollout(a) => run(a, cli.json).into(),
+        PluginCommand::Generate(g) => {
+            let cmd = PluginCli::command();
+            match crate::generate::run_for(cmd, crate::generate::PLUGIN_MAN_SECTION, g) {
+                Ok(_) => ExitCode::Ok.into(),
+                Err(e) => {
+                    eprintln!("kubectl-kata_live: error: {e}");
+                    ExitCode::Usage.into()
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Args)]
