@@ -6,6 +6,7 @@
 
 use crate::support;
 use support::kata::{serial, KataNode};
+use support::prometheus::{self, firing, Prometheus};
 
 /// The collector's directory on these nodes; the unit gets write access to it as an
 /// operator would give it (a ReadWritePaths= drop-in: ProtectSystem=strict).
@@ -43,21 +44,7 @@ fn checked(k: &KataNode, name: &str) -> String {
         .read_file(format!("{TEXTFILE_DIR}/{name}"))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let text = String::from_utf8(bytes).expect("UTF-8");
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus package; .ci/run installs it)");
-    use std::io::Write as _;
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write to promtool");
-    let out = child.wait_with_output().expect("promtool");
+    let out = prometheus::check_metrics(&text);
     assert!(
         out.status.success(),
         "promtool check metrics refused {name}:\n{}{}\n{text}",
@@ -161,77 +148,9 @@ fn a_rolled_back_install_says_13() {
     );
 }
 
-/// A process of the host test ended with the test.
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn daemon(program: &str, args: &[&str], log: &std::path::Path) -> Daemon {
-    let out = std::fs::File::create(log).expect("log file");
-    let err = out.try_clone().expect("log file");
-    Daemon(
-        std::process::Command::new(program)
-            .args(args)
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program} (Debian's package; .ci/run installs it): {e}")),
-    )
-}
-
 /// Host ports of this module's Prometheus and node_exporter.
 const PROMETHEUS: &str = "127.0.0.1:19090";
 const NODE_EXPORTER: &str = "127.0.0.1:19100";
-
-/// The alerts Prometheus has now, by name and state (`pending`, `firing`), with their labels.
-fn alerts() -> Vec<serde_json::Value> {
-    let out = std::process::Command::new("curl")
-        .args(["-sf", "--max-time", "5"])
-        .arg(format!("http://{PROMETHEUS}/api/v1/alerts"))
-        .output()
-        .expect("curl");
-    serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        .ok()
-        .and_then(|v| v["data"]["alerts"].as_array().cloned())
-        .unwrap_or_default()
-}
-
-/// Waits until `pred` holds of Prometheus's alerts; panics with them and the logs after
-/// `within`.
-fn wait_alerts(
-    what: &str,
-    within: std::time::Duration,
-    logs: &std::path::Path,
-    pred: impl Fn(&[serde_json::Value]) -> bool,
-) {
-    let start = std::time::Instant::now();
-    loop {
-        let now = alerts();
-        if pred(&now) {
-            return;
-        }
-        if start.elapsed() > within {
-            let log = |n: &str| std::fs::read_to_string(logs.join(n)).unwrap_or_default();
-            panic!(
-                "{what}: not within {within:?}; alerts: {now:?}\nprometheus:\n{}\nnode_exporter:\n{}",
-                log("prometheus.log"),
-                log("node-exporter.log")
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
-}
-
-fn firing(alerts: &[serde_json::Value], name: &str) -> bool {
-    alerts
-        .iter()
-        .any(|a| a["labels"]["alertname"] == name && a["state"] == "firing")
-}
 
 /// The shipped PrometheusRule on a real Prometheus (Debian's) scraping a real node_exporter
 /// that reads the node's textfile directory: a rolled-back install fires
@@ -243,28 +162,7 @@ fn the_rolled_back_alert_fires_on_a_real_prometheus_and_clears() {
     let textfile = k.node.host_path(TEXTFILE_DIR).expect("the textfile dir");
     let scratch = tempfile::tempdir().expect("scratch");
     let d = scratch.path();
-    let rules: serde_json::Value = serde_norway::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("packaging/monitoring/kata-live-node-alerts.yaml"),
-        )
-        .expect("the PrometheusRule"),
-    )
-    .expect("YAML");
-    std::fs::write(
-        d.join("rules.yaml"),
-        serde_norway::to_string(&rules["spec"]).expect("rules"),
-    )
-    .expect("write rules");
-    std::fs::write(
-        d.join("prometheus.yml"),
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
-             scrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['{NODE_EXPORTER}']\n"
-        ),
-    )
-    .expect("write config");
-    let _exporter = daemon(
+    let _exporter = prometheus::daemon(
         "prometheus-node-exporter",
         &[
             "--collector.disable-defaults",
@@ -274,14 +172,11 @@ fn the_rolled_back_alert_fires_on_a_real_prometheus_and_clears() {
         ],
         &d.join("node-exporter.log"),
     );
-    let _prometheus = daemon(
-        "prometheus",
-        &[
-            &format!("--config.file={}", d.join("prometheus.yml").display()),
-            &format!("--storage.tsdb.path={}", d.join("data").display()),
-            &format!("--web.listen-address={PROMETHEUS}"),
-        ],
-        &d.join("prometheus.log"),
+    let prom = Prometheus::start(
+        d,
+        PROMETHEUS,
+        "packaging/monitoring/kata-live-node-alerts.yaml",
+        &format!("  - job_name: node\n    static_configs:\n      - targets: ['{NODE_EXPORTER}']\n"),
     );
 
     k.unit_drop_in(
@@ -291,10 +186,10 @@ fn the_rolled_back_alert_fires_on_a_real_prometheus_and_clears() {
     );
     assert_eq!(run_unit(&k, UNIT), "13");
     let within = std::time::Duration::from_secs(90);
-    wait_alerts("KataLiveNodeRolledBack firing", within, d, |a| {
+    prom.wait_alerts("KataLiveNodeRolledBack firing", within, |a| {
         firing(a, "KataLiveNodeRolledBack")
     });
-    let a = alerts();
+    let a = prom.alerts();
     let ours = a
         .iter()
         .find(|a| a["labels"]["alertname"] == "KataLiveNodeRolledBack")
@@ -308,7 +203,7 @@ fn the_rolled_back_alert_fires_on_a_real_prometheus_and_clears() {
     k.systemctl(&["restart", "crio.service"]);
     k.wait_kubelet_connected(std::time::Duration::from_secs(60));
     assert_eq!(run_unit(&k, UNIT), "0");
-    wait_alerts("KataLiveNodeRolledBack cleared", within, d, |a| {
+    prom.wait_alerts("KataLiveNodeRolledBack cleared", within, |a| {
         !a.iter()
             .any(|a| a["labels"]["alertname"] == "KataLiveNodeRolledBack")
     });

@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::prometheus;
+
 fn repo(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
 }
@@ -146,25 +148,6 @@ fn every_alert_is_tested_and_has_a_runbook() {
     assert!(n >= 5, "{n} alerts");
 }
 
-/// `promtool check metrics` (Prometheus's own parser and linter) on `text`.
-fn check_metrics(text: &str) -> std::process::Output {
-    use std::io::Write as _;
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus package; .ci/run installs it)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write to promtool");
-    child.wait_with_output().expect("promtool")
-}
-
 /// A rollout with every family written: turns taken, an ETA, a node proven and listed, one
 /// proven and not, an unavailable node.
 fn a_rollouts_metrics() -> String {
@@ -242,7 +225,7 @@ fn the_rollouts_metrics_pass_promtool_check_metrics() {
     ] {
         assert!(text.contains(&format!("# TYPE {family} gauge")), "{text}");
     }
-    let out = check_metrics(&text);
+    let out = prometheus::check_metrics(&text);
     assert_ok(&out, &format!("promtool check metrics on\n{text}"));
     // The linter can refuse: a counter's name without _total.
     let bad = text.replace(
@@ -250,7 +233,7 @@ fn the_rollouts_metrics_pass_promtool_check_metrics() {
         "# TYPE kata_live_rollout_turns_taken counter",
     );
     assert_ne!(bad, text);
-    assert!(!check_metrics(&bad).status.success(), "{bad}");
+    assert!(!prometheus::check_metrics(&bad).status.success(), "{bad}");
 }
 
 const SERVICE_MONITOR: &str = "packaging/monitoring/kata-live-pace-servicemonitor.yaml";

@@ -9,6 +9,7 @@
 
 use crate::rollout_api::{daemonset, list, node, ticket, NS};
 use crate::support::fleet::ControlPlane;
+use crate::support::prometheus::{self, state_of, Prometheus};
 
 use kata_live::rollout::access::Access;
 use kata_live::rollout::client::{self, Target};
@@ -19,6 +20,8 @@ use std::time::Duration;
 
 const EXPORTER_PORT: u16 = 19391;
 const PROMETHEUS: &str = "127.0.0.1:19290";
+/// How long an alert may take to change (a deadline against a hang, not a timing).
+const WITHIN: Duration = Duration::from_secs(180);
 /// The Service's name as the service CA signs it (`SERVICE.NAMESPACE.svc`).
 const SERVER_NAME: &str = "kata-live-pace.kata-live.svc";
 
@@ -214,58 +217,6 @@ fn sa_kubeconfig(cp: &ControlPlane, sa: &str) -> PathBuf {
     path
 }
 
-/// A daemon of the test, ended with it.
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn alerts() -> Vec<serde_json::Value> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5"])
-        .arg(format!("http://{PROMETHEUS}/api/v1/alerts"))
-        .output()
-        .expect("curl");
-    serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        .ok()
-        .and_then(|v| v["data"]["alerts"].as_array().cloned())
-        .unwrap_or_default()
-}
-
-fn state_of(alerts: &[serde_json::Value], name: &str) -> Option<String> {
-    alerts
-        .iter()
-        .find(|a| a["labels"]["alertname"] == name)
-        .map(|a| a["state"].as_str().unwrap_or_default().to_string())
-}
-
-/// Waits until `pred` holds of Prometheus's alerts (a deadline against a hang, not a timing).
-fn wait_alerts(what: &str, d: &Path, pred: impl Fn(&[serde_json::Value]) -> bool) {
-    let start = std::time::Instant::now();
-    loop {
-        let now = alerts();
-        if pred(&now) {
-            return;
-        }
-        if start.elapsed() > Duration::from_secs(180) {
-            let targets = Command::new("curl")
-                .args(["-s", &format!("http://{PROMETHEUS}/api/v1/targets")])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-                .unwrap_or_default();
-            panic!(
-                "{what}: not within 180 s; alerts: {now:?}\ntargets: {targets}\nprometheus:\n{}",
-                std::fs::read_to_string(d.join("prometheus.log")).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
@@ -428,20 +379,7 @@ fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_ale
     ] {
         assert_eq!(value(&text, series), Some(want), "{series}");
     }
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    use std::io::Write as _;
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = check.wait_with_output().unwrap();
+    let o = prometheus::check_metrics(&text);
     assert!(
         o.status.success(),
         "promtool check metrics: {}",
@@ -459,46 +397,22 @@ fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_ale
     assert_eq!(scrape(d, Some(&token)).0, "200", "after the rotation");
 
     // A real Prometheus, configured as the ServiceMonitor configures it, with the shipped rules.
-    let rules: serde_json::Value = serde_norway::from_str(
-        &std::fs::read_to_string(repo("packaging/monitoring/kata-live-rollout-alerts.yaml"))
-            .unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("rules.yaml"),
-        serde_norway::to_string(&rules["spec"]).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("prometheus.yml"),
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
-             scrape_configs:\n  - job_name: kata-live-pace\n    scheme: https\n    tls_config:\n      \
+    let prom = Prometheus::start(
+        d,
+        PROMETHEUS,
+        "packaging/monitoring/kata-live-rollout-alerts.yaml",
+        &format!(
+            "  - job_name: kata-live-pace\n    scheme: https\n    tls_config:\n      \
              ca_file: {ca}\n      server_name: {SERVER_NAME}\n    authorization:\n      \
              credentials_file: {tok}\n    static_configs:\n      - targets: ['127.0.0.1:{EXPORTER_PORT}']\n",
             ca = d.join("ca.crt").display(),
             tok = d.join("token").display(),
         ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(d.join("prometheus.log")).unwrap();
-    let _prometheus = Daemon(
-        Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                d.join("prometheus.yml").display()
-            ))
-            .arg(format!("--storage.tsdb.path={}", d.join("data").display()))
-            .arg(format!("--web.listen-address={PROMETHEUS}"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("prometheus (Debian's package; .ci/run installs it)"),
     );
-    wait_alerts("KataLiveRolloutStalled firing", d, |a| {
+    prom.wait_alerts("KataLiveRolloutStalled firing", WITHIN, |a| {
         state_of(a, "KataLiveRolloutStalled").as_deref() == Some("firing")
     });
-    let a = alerts();
+    let a = prom.alerts();
     let stalled = a
         .iter()
         .find(|a| a["labels"]["alertname"] == "KataLiveRolloutStalled")
@@ -540,7 +454,7 @@ fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_ale
         "-p",
         &patch,
     ]);
-    wait_alerts("KataLiveRolloutStalled cleared", d, |a| {
+    prom.wait_alerts("KataLiveRolloutStalled cleared", WITHIN, |a| {
         state_of(a, "KataLiveRolloutStalled").is_none()
     });
 }

@@ -10,5 +10,6 @@ pub mod kata;
 pub mod kube_bin;
 pub mod kubelet_node;
 pub mod node;
+pub mod prometheus;
 pub mod referee;
 pub mod systemd_fake;
