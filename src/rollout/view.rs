@@ -605,4 +605,4 @@ pub fn human(secs: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

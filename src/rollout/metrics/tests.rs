@@ -1,25 +1,11 @@
 use super::*;
 use crate::pace::ticket::{State, Ticket};
 use crate::pace::turn::Budget;
+use crate::rollout::view::tests::node;
 use crate::rollout::view::{Pacing, Seen};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeRuntimeHandler, NodeSpec, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeRuntimeHandler};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
-
-fn node(name: &str) -> Node {
-    let mut n = Node::default();
-    n.metadata.name = Some(name.into());
-    n.spec = Some(NodeSpec::default());
-    n.status = Some(NodeStatus {
-        conditions: Some(vec![NodeCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    });
-    n
-}
 
 /// `n` labelled proven for kata-remote, its runtimeHandlers naming `handlers`.
 fn proven(mut n: Node, handlers: &[&str]) -> Node {

@@ -9,7 +9,8 @@ fn now() -> Timestamp {
     NOW.parse().unwrap()
 }
 
-fn node(name: &str) -> Node {
+/// A Ready, schedulable Node named `name` (the metrics' tests start from it too).
+pub(crate) fn node(name: &str) -> Node {
     let mut n = Node::default();
     n.metadata.name = Some(name.into());
     n.spec = Some(NodeSpec::default());
