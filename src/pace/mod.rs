@@ -59,6 +59,7 @@
 
 mod client;
 pub mod cordon;
+pub mod decider;
 pub mod pool;
 pub mod ticket;
 pub mod turn;
