@@ -60,6 +60,7 @@
 mod client;
 pub mod cordon;
 pub mod decider;
+pub mod elected;
 pub mod pool;
 pub mod ticket;
 pub mod turn;
