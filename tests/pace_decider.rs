@@ -41,11 +41,20 @@ struct Decider {
 
 impl Decider {
     fn start(cp: &ControlPlane, identity: &str, budget: &str) -> Decider {
+        let pool = format!("{POOL_LABEL}=true");
+        Decider::start_with(
+            cp,
+            identity,
+            &["--max-unavailable", budget, "--pool-selector", &pool],
+        )
+    }
+
+    fn start_with(cp: &ControlPlane, identity: &str, args: &[&str]) -> Decider {
         let log = cp.dir().join(format!("{identity}.log"));
         let child = Command::new(bin())
             .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
-            .args(["--namespace", NS, "--max-unavailable", budget])
-            .args(["--pool-selector", &format!("{POOL_LABEL}=true")])
+            .args(["--namespace", NS])
+            .args(args)
             .args(["--identity", identity, "--lease", LEASE])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -501,4 +510,139 @@ fn a_standby_decider_takes_over_from_a_killed_leader_without_a_double_grant() {
         unavailable <= 2,
         "more unavailable at once than the budget of 2: {who:?}"
     );
+}
+
+fn openshift_crds() -> PathBuf {
+    let o = Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fleet/openshift-crds.sh"),
+    )
+    .stderr(Stdio::inherit())
+    .output()
+    .expect("tests/fleet/openshift-crds.sh");
+    assert!(o.status.success(), "tests/fleet/openshift-crds.sh failed");
+    PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
+}
+
+/// A Node with OpenShift's role labels: an infra node keeps its worker label, as on a cluster
+/// (the MCO puts it in the custom pool, not in worker).
+fn role_node(name: &str, infra: bool) -> Node {
+    let mut labels = json!({"node-role.kubernetes.io/worker": ""});
+    if infra {
+        labels["node-role.kubernetes.io/infra"] = json!("");
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .expect("a Node")
+}
+
+/// Issue 50, one pool and one budget with the MCO, on the real API server serving
+/// openshift/api's MachineConfigPool: a worker pool (maxUnavailable 25%) and a custom infra
+/// pool (maxUnavailable 2) whose nodes carry the worker label too. Each node's pool is the
+/// MCO's choice (infra before worker), each budget scaled on its own pool's nodes: the
+/// worker pool's unavailable count never exceeds its own 1 (25% of its four nodes; of all
+/// eight the worker selector matches it would be 2), while infra runs two at once.
+#[test]
+fn with_custom_machineconfigpools_each_pool_keeps_its_own_budget() {
+    let dir = openshift_crds();
+    let cp = ControlPlane::start_api_only(18243, 25590);
+    cp.kubectl(&[
+        "apply",
+        "-f",
+        &dir.join("machineconfigpools.crd.yaml")
+            .display()
+            .to_string(),
+    ]);
+    cp.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/machineconfigpools.machineconfiguration.openshift.io",
+    ]);
+    cp.wait("MachineConfigPools served", Duration::from_secs(30), |cp| {
+        cp.kubectl_output(&["get", "machineconfigpools"], None)
+            .status
+            .success()
+    });
+    let pools = r#"
+apiVersion: machineconfiguration.openshift.io/v1
+kind: MachineConfigPool
+metadata: {name: worker}
+spec:
+  maxUnavailable: 25%
+  nodeSelector: {matchLabels: {node-role.kubernetes.io/worker: ""}}
+  machineConfigSelector: {matchLabels: {machineconfiguration.openshift.io/role: worker}}
+---
+apiVersion: machineconfiguration.openshift.io/v1
+kind: MachineConfigPool
+metadata: {name: infra}
+spec:
+  maxUnavailable: 2
+  nodeSelector: {matchLabels: {node-role.kubernetes.io/infra: ""}}
+  machineConfigSelector: {matchLabels: {machineconfiguration.openshift.io/role: infra}}
+"#;
+    cp.kubectl_in(&["apply", "-f", "-"], Some(pools));
+    let workers = ["w1", "w2", "w3", "w4"];
+    let infra = ["i1", "i2", "i3", "i4"];
+    let mut nodes: Vec<Node> = workers.iter().map(|n| role_node(n, false)).collect();
+    nodes.extend(infra.iter().map(|n| role_node(n, true)));
+    // Interleaved arrivals: each pool's grants must not wait on the other's.
+    let order = ["w1", "i1", "w2", "i2", "w3", "i3", "w4", "i4"];
+    let local = tokio::task::LocalSet::new();
+    let decider = Rc::new(RefCell::new(None::<Decider>));
+    local.block_on(&runtime(), async {
+        let client = admin(&cp).await;
+        fleet(&client, &nodes, &order).await;
+        *decider.borrow_mut() = Some(Decider::start_with(&cp, "pace-mco", &[]));
+        let words = || {
+            decider
+                .borrow()
+                .as_ref()
+                .map(Decider::said)
+                .unwrap_or_default()
+        };
+        agents(
+            client.clone(),
+            Duration::from_millis(1000),
+            &[],
+            &order,
+            Duration::from_secs(120),
+            |_| true,
+            words,
+        )
+        .await;
+    });
+    let words = decider
+        .borrow()
+        .as_ref()
+        .map(Decider::said)
+        .unwrap_or_default();
+    decider.borrow_mut().take();
+    eprintln!("pace decider: mco: it said:\n{words}");
+    assert!(
+        words.contains("pools and budgets from the MachineConfigPools"),
+        "the decider did not read the MachineConfigPools"
+    );
+    let audit = Audit::read(cp.dir().join("audit.log"));
+    let (w, who_w) = audit.max_unavailable(&workers);
+    let (i, who_i) = audit.max_unavailable(&infra);
+    eprintln!("pace decider: mco: audit: most unavailable at once: worker {w} ({who_w:?}), infra {i} ({who_i:?})");
+    assert!(
+        w <= 1,
+        "the worker pool past its maxUnavailable of 1 (25% of 4): {who_w:?}"
+    );
+    assert!(
+        i <= 2,
+        "the infra pool past its maxUnavailable of 2: {who_i:?}"
+    );
+    // All requests were there when the decider started: its first decision granted infra's
+    // two at once (one pool's budget for both would have allowed one).
+    assert_eq!(i, 2, "infra never ran its two at once: {who_i:?}");
+    let twice: Vec<_> = audit
+        .grant_writes()
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect();
+    assert!(twice.is_empty(), "granted more than once: {twice:?}");
 }
