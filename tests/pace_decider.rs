@@ -456,6 +456,7 @@ fn a_standby_decider_takes_over_from_a_killed_leader_without_a_double_grant() {
             }
         }
         *killed_at.borrow_mut() = Some((leader.clone(), Instant::now()));
+        let killed_wall = k8s_openapi::jiff::Timestamp::now();
         eprintln!("pace decider: failover: killed the leader {leader}");
         agents(
             client.clone(),
@@ -472,10 +473,27 @@ fn a_standby_decider_takes_over_from_a_killed_leader_without_a_double_grant() {
             "pace decider: failover: the rollout ended {:.1} s after the kill",
             at.elapsed().as_secs_f64()
         );
-        let by: BTreeMap<String, usize> = leases
-            .list(&Default::default())
-            .await
-            .expect("the requests")
+        let all = leases.list(&Default::default()).await.expect("the requests");
+        // Figures only: the survivor's first grant after the kill (its acquireTime).
+        let first = all
+            .items
+            .iter()
+            .filter(|l| {
+                l.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("kata-live.io/granted-by"))
+                    .is_some_and(|g| *g != leader)
+            })
+            .filter_map(|l| l.spec.as_ref()?.acquire_time.as_ref().map(|t| t.0))
+            .min();
+        if let Some(t) = first {
+            eprintln!(
+                "pace decider: failover: the standby's first grant {:.1} s after the kill (Lease duration 15 s)",
+                t.duration_since(killed_wall).as_secs_f64()
+            );
+        }
+        let by: BTreeMap<String, usize> = all
             .items
             .iter()
             .filter_map(|l| {

@@ -23,6 +23,9 @@ use tokio::sync::Notify;
 
 /// Each request's bound: a write lands within the Lease's duration after the fence said yes.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
+/// How many nodes the words name in a list (at 10% of a thousand nodes a list of all would be
+/// a hundred names at every change).
+const NAMED: usize = 10;
 /// A decision at least this often, events or not (a timed safety net; the reflectors wake it).
 const TICK: Duration = Duration::from_secs(30);
 
@@ -98,18 +101,27 @@ fn words(d: &Decision, paused: bool) -> String {
             p.nodes
         );
         if !p.using.is_empty() {
-            let names: Vec<String> = p
+            let mut names: Vec<String> = p
                 .using
                 .iter()
-                .take(10)
+                .take(NAMED)
                 .map(|(n, w)| format!("{n}: {w}"))
                 .collect();
+            if p.using.len() > NAMED {
+                names.push(format!("and {} more", p.using.len() - NAMED));
+            }
             line.push_str(&format!(": {}", names.join("; ")));
         }
         out.push(line);
     }
-    for (node, why) in &d.passed {
+    for (node, why) in d.passed.iter().take(NAMED) {
         out.push(format!("node {node} cannot take its turn, passed: {why}"));
+    }
+    if d.passed.len() > NAMED {
+        out.push(format!(
+            "and {} more node(s) that cannot take their turn, passed",
+            d.passed.len() - NAMED
+        ));
     }
     out.join("\n")
 }
