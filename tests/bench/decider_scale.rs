@@ -7,7 +7,9 @@
 //! (`apiserver_response_sizes_sum`, LIST of nodes) against one full list of the pool, then one
 //! status write per Node (a kubelet's heartbeat) and the Node watch events the API server
 //! delivered for them (`apiserver_watch_events_total` of nodes) against the Node writes it
-//! counted (`apiserver_request_total`); each replica's peak RSS and CPU time. A benchmark: one
+//! counted (`apiserver_request_total`), and the same for the Nodes' creation before any replica
+//! ran (`no_decider_*`: the API server's own Node watchers); each replica's peak RSS and CPU
+//! time. A benchmark: one
 //! `DECIDER_SCALE {json}` line per size, nothing asserted. `cargo bench --bench decider_scale`
 //! (KATA_LIVE_DECIDER_SCALE_NODES, default "1000").
 
@@ -156,6 +158,7 @@ fn decider(dir: &Path, identity: &str) -> Child {
 
 async fn run(n: usize, bin: &Path) {
     let cp = ControlPlane::start(bin);
+    let t_cp = std::cell::Cell::new(None::<(f64, f64, f64)>);
     let text = std::fs::read_to_string(cp.dir.path().join("admin.kubeconfig")).expect("kubeconfig");
     let conf = kube::Config::from_custom_kubeconfig(
         Kubeconfig::from_yaml(&text).expect("kubeconfig"),
@@ -170,6 +173,7 @@ async fn run(n: usize, bin: &Path) {
         .create(&PostParams::default(), &ns)
         .await
         .expect("the namespace");
+    t_cp.set(Some(counters(&metrics(&admin).await)));
     let nodes: Api<Node> = Api::all(admin.clone());
     let t = template();
     stream::iter(0..n)
@@ -208,6 +212,9 @@ async fn run(n: usize, bin: &Path) {
         .await;
 
     let before = counters(&metrics(&admin).await);
+    // Before any decider: the Node watchers the API server has of its own.
+    let start = t_cp.get().unwrap_or_default();
+    let (baseline_events, baseline_writes) = (before.1 - start.1, before.2 - start.2);
     let t0 = Instant::now();
     let mut replicas = [
         decider(cp.dir.path(), "pace-a"),
@@ -278,6 +285,8 @@ async fn run(n: usize, bin: &Path) {
             "first_grants_s": (first_grants_s * 100.0).round() / 100.0,
             "heartbeat_node_writes": after.2 - mid.2,
             "heartbeat_node_watch_events": after.1 - mid.1,
+            "no_decider_node_writes": baseline_writes,
+            "no_decider_node_watch_events": baseline_events,
             "replica_peak_rss_mb": usage.iter().map(|u| mb(u.peak_rss_bytes)).collect::<Vec<_>>(),
             "replica_cpu_s": usage.iter().map(|u| (u.cpu_seconds * 100.0).round() / 100.0).collect::<Vec<_>>(),
         })
