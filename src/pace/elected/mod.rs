@@ -238,7 +238,12 @@ pub async fn run(cfg: Config) -> Result<(), ElectedError> {
         }
         match election.fence().await {
             Ok(until) => {
-                writer.apply(&d.writes, until).await;
+                if writer.apply(&d.writes, until).await {
+                    // Decided again once the change that refused a write has reached the
+                    // stores (a moment: its event is on its way).
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    wake.notify_one();
+                }
             }
             Err(why) => {
                 say(&format!("not writing: {why}"));

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -88,22 +89,54 @@ pub struct Snapshot {
     pub paused: bool,
 }
 
-/// Drives `stream` for ever, waking `wake` on each event and saying each error (retried by
-/// kube-runtime's back-off).
-fn drive<S, T>(what: &'static str, stream: S, wake: Arc<Notify>)
-where
+/// Drives `stream` for ever, waking `wake` on each event `wakes` says matters and saying
+/// each error (retried by kube-runtime's back-off). The store is kept either way: the
+/// reflector applies every event before it reaches here.
+fn drive<S, T>(
+    what: &'static str,
+    stream: S,
+    wake: Arc<Notify>,
+    mut wakes: impl FnMut(&T) -> bool + Send + 'static,
+) where
     S: Stream<Item = Result<T, watcher::Error>> + Send + 'static,
     T: Send + 'static,
 {
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(e) = stream.next().await {
-            if let Err(e) = e {
-                say(&format!("watching {what}: {e}; retrying"));
+            match e {
+                Err(e) => say(&format!("watching {what}: {e}; retrying")),
+                Ok(ev) if !wakes(&ev) => continue,
+                Ok(_) => {}
             }
             wake.notify_one();
         }
     });
+}
+
+/// Whether a Node event changes what a decision reads: not a kubelet's heartbeat, which
+/// changes, of the slimmed Node, its resourceVersion only. At 5,000 Nodes each decision costs
+/// the leader a few milliseconds; heartbeats are most of a pool's events. Remembers each
+/// Node's slimmed content (without its resourceVersion) by name.
+fn node_changes() -> impl FnMut(&watcher::Event<Node>) -> bool + Send + 'static {
+    let mut seen: HashMap<String, Vec<u8>> = HashMap::new();
+    move |ev| {
+        let (n, init) = match ev {
+            watcher::Event::Apply(n) => (n, false),
+            watcher::Event::InitApply(n) => (n, true),
+            watcher::Event::Delete(n) => {
+                seen.remove(n.metadata.name.as_deref().unwrap_or_default());
+                return true;
+            }
+            watcher::Event::Init | watcher::Event::InitDone => return true,
+        };
+        let mut bare = n.clone();
+        bare.metadata.resource_version = None;
+        let content = serde_json::to_vec(&bare).unwrap_or_default();
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let changed = seen.insert(name, content.clone()) != Some(content);
+        init || changed
+    }
 }
 
 impl Stores {
@@ -124,14 +157,24 @@ impl Stores {
         let s = watcher(api, watcher::Config::default().labels(selector))
             .default_backoff()
             .modify(slim);
-        drive("the Nodes", reflector::reflector(w_nodes, s), wake.clone());
+        drive(
+            "the Nodes",
+            reflector::reflector(w_nodes, s),
+            wake.clone(),
+            node_changes(),
+        );
 
         let w_req = Writer::default();
         let requests = w_req.as_reader();
         let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
         let label = format!("{TICKET_LABEL}=true");
         let s = watcher(api, watcher::Config::default().labels(&label)).default_backoff();
-        drive("the requests", reflector::reflector(w_req, s), wake.clone());
+        drive(
+            "the requests",
+            reflector::reflector(w_req, s),
+            wake.clone(),
+            |_| true,
+        );
 
         let mcps = mco.then(|| {
             let ar = mcp_resource();
@@ -143,6 +186,7 @@ impl Stores {
                 "the MachineConfigPools",
                 reflector::reflector(w, s),
                 wake.clone(),
+                |_| true,
             );
             r
         });
@@ -153,7 +197,7 @@ impl Stores {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
             let by_name = format!("metadata.name={name}");
             let s = watcher(api, watcher::Config::default().fields(&by_name)).default_backoff();
-            drive("the DaemonSet", reflector::reflector(w, s), wake);
+            drive("the DaemonSet", reflector::reflector(w, s), wake, |_| true);
             r
         });
         Stores {
@@ -254,6 +298,23 @@ mod tests {
             n
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_heartbeat_wakes_no_decision_a_cordon_does() {
+        let mut wakes = node_changes();
+        let mut n = real(FIELD_MANAGER);
+        slim(&mut n);
+        assert!(wakes(&watcher::Event::InitApply(n.clone())));
+        // A heartbeat: a new resourceVersion, and what slim drops (the condition's times).
+        let mut beat = n.clone();
+        beat.metadata.resource_version = Some("43".into());
+        assert!(!wakes(&watcher::Event::Apply(beat.clone())));
+        let mut uncordoned = beat.clone();
+        uncordoned.spec.as_mut().unwrap().unschedulable = None;
+        uncordoned.metadata.resource_version = Some("44".into());
+        assert!(wakes(&watcher::Event::Apply(uncordoned)));
+        assert!(wakes(&watcher::Event::Delete(beat)));
     }
 
     #[test]

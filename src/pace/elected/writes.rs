@@ -70,10 +70,12 @@ impl Writer {
             .map(|_| ())
     }
 
-    /// Applies `writes` in order until `until` (the fence). Returns how many landed.
-    pub async fn apply(&mut self, writes: &[Write], until: Instant) -> usize {
+    /// Applies `writes` in order until `until` (the fence). Returns whether one was refused
+    /// because its object changed since read (409): the next decision must come even if that
+    /// change wakes nobody (a Node's heartbeat does not).
+    pub async fn apply(&mut self, writes: &[Write], until: Instant) -> bool {
         let mut refused: BTreeSet<&str> = BTreeSet::new();
-        let mut landed = 0;
+        let mut changed = false;
         for w in writes {
             if Instant::now() >= until {
                 say("the renew deadline passed during the writes: the rest is left to the next leader's decision");
@@ -142,16 +144,13 @@ impl Writer {
                 },
             };
             match r {
-                Ok(words) => {
-                    landed += 1;
-                    say(&words);
-                }
+                Ok(words) => say(&words),
                 // Changed since read (409) or gone (404): the next decision sees it.
-                Err(e) if matches!(code(&e), Some(409 | 404)) => {}
+                Err(e) if matches!(code(&e), Some(409 | 404)) => changed = true,
                 Err(e) => say(&format!("{}: {}", describe(w), api_error(&e))),
             }
         }
-        landed
+        changed
     }
 
     /// Frees `ticket` if the API server has no Node `node`; None: it has (the Node is only
