@@ -52,6 +52,7 @@ mod node_windows;
 mod openshift_api;
 mod operator_output;
 mod pace_api;
+mod pace_decider;
 mod packaging_catalog;
 mod packaging_config;
 mod packaging_daemonset;

@@ -18,7 +18,7 @@ use super::ticket::ticket_name;
 use super::turn::Budget;
 use super::PaceError;
 use crate::cluster::api::{api_error, EVENT_NAMESPACE};
-use daemonset::node_selector;
+pub(crate) use daemonset::node_selector;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};

@@ -59,6 +59,8 @@
 
 mod client;
 pub mod cordon;
+pub mod decider;
+pub mod elected;
 pub mod pool;
 pub mod ticket;
 pub mod turn;

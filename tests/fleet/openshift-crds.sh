@@ -1,6 +1,7 @@
 #!/bin/bash
 # Fetches (once per machine, cached outside the clone) the CustomResourceDefinitions of the
-# two OpenShift kinds packaging/openshift/ uses, from openshift/api's Go module (the module
+# two OpenShift kinds packaging/openshift/ uses, and the MachineConfigPool the decider reads
+# (tests/pace_decider.rs), from openshift/api's Go module (the module
 # proxy serves its zips): MachineConfiguration (operator.openshift.io/v1, the MCO's
 # nodeDisruptionPolicy) and MachineConfig (machineconfiguration.openshift.io/v1). A real
 # kube-apiserver loaded with them validates the manifests (tests/openshift_api.rs): the
@@ -15,7 +16,9 @@ set -euo pipefail
 
 OPENSHIFT_API=v0.0.0-20260709102940-580f1c1ba691
 cache=${KATA_LIVE_OPENSHIFT_API_CACHE:-/var/cache/kata-live/openshift-api}
-out=$cache/$OPENSHIFT_API
+# Keyed by the version and the files taken from it (a cache of fewer files is another one).
+files="machineconfigurations machineconfigs machineconfigpools"
+out=$cache/$OPENSHIFT_API-$(printf '%s' "$files" | sha256sum | cut -c1-12)
 die() { printf 'openshift-crds: ERROR: %s\n' "$*" >&2; exit 1; }
 
 if [ -e "$out/.complete" ]; then
@@ -34,6 +37,8 @@ cp "$dir/operator/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machin
     "$tmp/out/machineconfigurations.crd.yaml"
 cp "$dir/machineconfiguration/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigs.crd.yaml" \
     "$tmp/out/machineconfigs.crd.yaml"
+cp "$dir/machineconfiguration/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigpools-SelfManagedHA.crd.yaml" \
+    "$tmp/out/machineconfigpools.crd.yaml"
 echo "$OPENSHIFT_API" >"$tmp/out/VERSION"
 touch "$tmp/out/.complete"
 rm -rf "$out"

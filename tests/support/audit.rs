@@ -370,6 +370,21 @@ impl Audit {
         }
     }
 
+    /// Per ticket, how many successful writes left it activating: with an elected decider
+    /// (the only writer of `activating`), each is a grant, so more than one is a ticket
+    /// granted twice.
+    pub fn grant_writes(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for e in &self.events {
+            if let Change::Ticket { name, state, .. } = &e.change {
+                if *state == TicketState::Activating {
+                    *out.entry(name.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        out
+    }
+
     /// The most nodes holding a slot at once, where first, and who.
     pub fn peak_holders(&self) -> Peak {
         let mut peak = Peak::default();

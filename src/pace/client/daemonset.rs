@@ -5,7 +5,7 @@ use crate::pace::{PaceError, PAUSE_ANNOTATION};
 use kube::api::DynamicObject;
 
 /// The selector a DaemonSet's pods' nodes match (its nodeSelector; affinity is not read).
-pub(super) fn node_selector(ds: &DynamicObject) -> String {
+pub(crate) fn node_selector(ds: &DynamicObject) -> String {
     let sel = ds.data["spec"]["template"]["spec"]["nodeSelector"].as_object();
     sel.into_iter()
         .flatten()

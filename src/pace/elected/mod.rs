@@ -1,0 +1,278 @@
+//! `kata-live-pace`, the rollout's elected decider (the I/O edge of [`crate::pace::decider`]):
+//! every replica keeps its reflectors warm (`stores`); the one that holds the election Lease
+//! (`fence`) decides on every change and writes the decision (`writes`), while its fence
+//! holds. Nothing is kept between two decisions but the stores: a new leader decides from the
+//! API's state alone.
+
+mod fence;
+mod stores;
+mod writes;
+
+pub use stores::slim;
+pub use writes::GRANTED_BY_ANNOTATION;
+
+use crate::cluster::api::api_error;
+use crate::pace::decider::{self, pools::Scope, Decision, World};
+use crate::pace::turn::Budget;
+use clap::Parser;
+use kube::api::{Api, DynamicObject, ListParams};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Each request's bound: a write lands within the Lease's duration after the fence said yes.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
+/// How many nodes the words name in a list (at 10% of a thousand nodes a list of all would be
+/// a hundred names at every change).
+const NAMED: usize = 10;
+/// A decision at least this often, events or not (a timed safety net; the reflectors wake it).
+const TICK: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ElectedError {
+    #[error("no Kubernetes API configuration (in-cluster service account or KUBECONFIG): {0}")]
+    Config(String),
+    #[error("{what}: {detail}")]
+    Api { what: String, detail: String },
+    #[error("the leader election on the Lease {lease}: {detail}")]
+    Election { lease: String, detail: String },
+}
+
+/// The decider's configuration (the Deployment's environment).
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kata-live-pace",
+    version,
+    about = "The rollout's elected decider: grants the nodes' requests in arrival order within \
+             the pool's budget (the MachineConfigPool's where there are any)"
+)]
+pub struct Config {
+    /// The requests' namespace (the downward API's metadata.namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kata-live")]
+    pub namespace: String,
+    /// The agents' DaemonSet: its nodeSelector is the pool without MachineConfigPools, and its
+    /// annotation kata-live.io/paused=true pauses the rollout.
+    #[arg(long, env = "KATA_LIVE_DAEMONSET")]
+    pub daemonset: Option<String>,
+    /// The pool without MachineConfigPools: a label selector of Nodes (default: the
+    /// DaemonSet's nodeSelector).
+    #[arg(long, env = "KATA_LIVE_POOL_SELECTOR")]
+    pub pool_selector: Option<String>,
+    /// The budget, a count or a percentage: overrides the MachineConfigPools' maxUnavailable;
+    /// without them, the pool's (default 1).
+    #[arg(long, value_name = "N|P%", env = "KATA_LIVE_MAX_UNAVAILABLE")]
+    pub max_unavailable: Option<Budget>,
+    /// The election Lease, in the namespace.
+    #[arg(long, env = "KATA_LIVE_PACE_LEASE", default_value = "kata-live-pace")]
+    pub lease: String,
+    /// This replica's identity in the election (the downward API's metadata.name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+/// Words on stderr (the Deployment's log), each line prefixed.
+pub fn say(words: &str) {
+    for line in words.lines() {
+        eprintln!("kata-live-pace: {line}");
+    }
+}
+
+/// What a decision says about the pools and the nodes passed, as one text: said when it
+/// changes.
+fn words(d: &Decision, paused: bool) -> String {
+    let mut out = Vec::new();
+    if paused {
+        out.push(
+            "the rollout is paused (the DaemonSet's annotation kata-live.io/paused is \"true\")"
+                .to_string(),
+        );
+    }
+    for p in &d.pools {
+        let budget = match &p.budget {
+            Ok(b) => format!("{b}"),
+            Err(why) => format!("unreadable: {why}"),
+        };
+        let mut line = format!(
+            "pool {}: {} of {} in use (budget {budget} of {} node(s))",
+            p.name,
+            p.using.len(),
+            p.allowed,
+            p.nodes
+        );
+        if !p.using.is_empty() {
+            let mut names: Vec<String> = p
+                .using
+                .iter()
+                .take(NAMED)
+                .map(|(n, w)| format!("{n}: {w}"))
+                .collect();
+            if p.using.len() > NAMED {
+                names.push(format!("and {} more", p.using.len() - NAMED));
+            }
+            line.push_str(&format!(": {}", names.join("; ")));
+        }
+        out.push(line);
+    }
+    for (node, why) in d.passed.iter().take(NAMED) {
+        out.push(format!("node {node} cannot take its turn, passed: {why}"));
+    }
+    if d.passed.len() > NAMED {
+        out.push(format!(
+            "and {} more node(s) that cannot take their turn, passed",
+            d.passed.len() - NAMED
+        ));
+    }
+    out.join("\n")
+}
+
+/// Whether the MachineConfigPools' API is served (a list of one; 404: no such API).
+async fn mco_served(client: &kube::Client) -> Result<bool, ElectedError> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &stores::mcp_resource());
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(ElectedError::Api {
+            what: "looking for the MachineConfigPools' API".into(),
+            detail: api_error(&e),
+        }),
+    }
+}
+
+/// Runs the decider until the process is stopped.
+pub async fn run(cfg: Config) -> Result<(), ElectedError> {
+    let mut conf = kube::Config::infer()
+        .await
+        .map_err(|e| ElectedError::Config(e.to_string()))?;
+    conf.connect_timeout = Some(REQUEST_TIMEOUT);
+    conf.write_timeout = Some(REQUEST_TIMEOUT);
+    // Reads too: a watch's read timeout is the watcher's own (it asks for a timed watch).
+    let client = kube::Client::try_from(conf).map_err(|e| ElectedError::Config(api_error(&e)))?;
+    let identity = cfg.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "kata-live-pace".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let mco = mco_served(&client).await?;
+    let selector = match (&cfg.pool_selector, &cfg.daemonset, mco) {
+        (_, _, true) => String::new(),
+        (Some(s), _, false) => s.clone(),
+        (None, Some(ds), false) => {
+            let sets: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                &cfg.namespace,
+                &kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::DaemonSet>(&()),
+            );
+            let set = sets.get(ds).await.map_err(|e| ElectedError::Api {
+                what: format!("reading the DaemonSet {}/{ds}", cfg.namespace),
+                detail: api_error(&e),
+            })?;
+            crate::pace::client::node_selector(&set)
+        }
+        (None, None, false) => String::new(),
+    };
+    say(&format!(
+        "{identity}: {}; requests in namespace {}",
+        if mco {
+            "pools and budgets from the MachineConfigPools".to_string()
+        } else {
+            format!(
+                "the pool is the Nodes of selector \"{selector}\", budget {}",
+                cfg.max_unavailable.unwrap_or(Budget::Count(1))
+            )
+        },
+        cfg.namespace
+    ));
+    let wake = Arc::new(Notify::new());
+    let stores = stores::Stores::start(
+        &client,
+        &cfg.namespace,
+        &selector,
+        mco,
+        cfg.daemonset.as_deref(),
+        wake.clone(),
+    );
+    stores.ready().await;
+    let mut election =
+        fence::Election::join(client.clone(), &cfg.namespace, &cfg.lease, &identity).await?;
+    let mut writer = writes::Writer::new(&client, &cfg.namespace, &identity);
+    let (mut was_leading, mut said) = (false, String::new());
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = election.leading.changed() => {}
+            _ = tokio::time::sleep(TICK) => {}
+        }
+        let leading = *election.leading.borrow();
+        if leading != was_leading {
+            say(&format!(
+                "{identity}: {}",
+                if leading {
+                    "leading: deciding from the API's state"
+                } else {
+                    "not leading: keeping the stores warm, writing nothing"
+                }
+            ));
+            was_leading = leading;
+            said.clear();
+        }
+        if !leading {
+            continue;
+        }
+        let snap = stores.snapshot();
+        let d = decider::decide(&World {
+            nodes: &snap.nodes,
+            scope: snap.mcps.as_deref().map_or(Scope::One, Scope::Mco),
+            budget: cfg.max_unavailable,
+            requests: &snap.requests,
+            paused: snap.paused,
+        });
+        let w = words(&d, snap.paused);
+        if w != said {
+            say(&w);
+            said = w;
+        }
+        if d.writes.is_empty() {
+            continue;
+        }
+        match election.fence().await {
+            Ok(until) => {
+                if writer.apply(&d.writes, until).await {
+                    // Decided again once the change that refused a write has reached the
+                    // stores (a moment: its event is on its way).
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    wake.notify_one();
+                }
+            }
+            Err(why) => {
+                say(&format!("not writing: {why}"));
+                // Decided again shortly: the renewal may be a moment away.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                wake.notify_one();
+            }
+        }
+    }
+}
+
+/// The binary's entry point.
+pub fn main() -> ExitCode {
+    let cfg = Config::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            say(&format!("starting the runtime: {e}"));
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            say(&e.to_string());
+            ExitCode::from(1)
+        }
+    }
+}
