@@ -240,6 +240,47 @@ fn grant_order(audit: &Audit) -> Vec<String> {
     out
 }
 
+/// Where the first scenario's decider serves its /metrics.
+const METRICS: &str = "127.0.0.1:19591";
+
+/// A token Prometheus would send: a service account allowed `get` on `/metrics`.
+fn scraper_token(cp: &ControlPlane) -> String {
+    cp.kubectl(&[
+        "create",
+        "clusterrole",
+        "metrics-reader",
+        "--verb=get",
+        "--non-resource-url=/metrics",
+    ]);
+    cp.kubectl(&["-n", NS, "create", "serviceaccount", "scraper"]);
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "metrics-reader",
+        "--clusterrole=metrics-reader",
+        &format!("--serviceaccount={NS}:scraper"),
+    ]);
+    cp.kubectl(&["-n", NS, "create", "token", "scraper"])
+        .trim()
+        .to_string()
+}
+
+/// The decider's answer to a scrape: its status code and body.
+fn scrape(token: Option<&str>) -> (String, String) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "--max-time", "5", "-w", "\n%{http_code}"]);
+    if let Some(t) = token {
+        c.arg("-H").arg(format!("Authorization: Bearer {t}"));
+    }
+    let out = c
+        .arg(format!("http://{METRICS}/metrics"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.to_string(), body.to_string())
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -264,7 +305,21 @@ fn the_decider_grants_in_order_within_the_budget_past_a_node_that_cannot_go() {
     local.block_on(&runtime(), async {
         let client = admin(&cp).await;
         fleet(&client, &nodes, &pool).await;
-        *decider.borrow_mut() = Some(Decider::start(&cp, "pace-a", "3"));
+        let token = scraper_token(&cp);
+        let selector = format!("{POOL_LABEL}=true");
+        *decider.borrow_mut() = Some(Decider::start_with(
+            &cp,
+            "pace-a",
+            &[
+                "--max-unavailable",
+                "3",
+                "--pool-selector",
+                &selector,
+                "--metrics-address",
+                METRICS,
+                "--metrics-plain-http",
+            ],
+        ));
         let words = || {
             decider
                 .borrow()
@@ -330,6 +385,36 @@ fn the_decider_grants_in_order_within_the_budget_past_a_node_that_cannot_go() {
                 words()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // The rollout's /metrics, served by the decider from its own stores (issue 51): only
+        // to a token allowed `get /metrics`, and the figures are the API's.
+        assert_eq!(scrape(None).0, "401", "a scrape without a token");
+        let t0 = Instant::now();
+        loop {
+            let (code, text) = scrape(Some(&token));
+            let value = |series: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse::<f64>().ok())
+            };
+            let seen = (
+                value(r#"kata_live_rollout_nodes{state="done"}"#),
+                value(r#"kata_live_rollout_nodes{state="waiting"}"#),
+                value("kata_live_rollout_budget_slots"),
+            );
+            if code == "200" && seen == (Some(6.0), Some(1.0), Some(3.0)) {
+                let o = support::prometheus::check_metrics(&text);
+                assert!(
+                    o.status.success(),
+                    "promtool check metrics: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the decider's /metrics ({code}) do not say 6 done, 1 waiting, a budget of 3:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
     let words = decider

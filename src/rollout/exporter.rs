@@ -94,6 +94,11 @@ fn load(files: &Tls) -> Result<tokio_rustls::TlsAcceptor, ExporterError> {
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
+/// Whether the pair loads: for a server to refuse to start on a pair it could never serve.
+pub fn check(files: &Tls) -> Result<(), ExporterError> {
+    load(files).map(|_| ())
+}
+
 impl Reloading {
     fn new(files: Tls) -> Result<Reloading, ExporterError> {
         let stamps = (stamp(&files.cert), stamp(&files.key));

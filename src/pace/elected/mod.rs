@@ -14,12 +14,18 @@ pub use writes::GRANTED_BY_ANNOTATION;
 use crate::cluster::api::api_error;
 use crate::pace::decider::{self, pools::Scope, Decision, World};
 use crate::pace::turn::Budget;
+use crate::rollout::access::Access;
+use crate::rollout::exporter::{self, Tls};
+use crate::rollout::view::{Pacing, RolloutView, Seen};
 use clap::Parser;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
 
 /// Each request's bound: a write lands within the Lease's duration after the fence said yes.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
@@ -37,6 +43,8 @@ pub enum ElectedError {
     Api { what: String, detail: String },
     #[error("the leader election on the Lease {lease}: {detail}")]
     Election { lease: String, detail: String },
+    #[error("serving the rollout's /metrics on {address}: {detail}")]
+    Metrics { address: String, detail: String },
 }
 
 /// The decider's configuration (the Deployment's environment).
@@ -69,6 +77,22 @@ pub struct Config {
     /// This replica's identity in the election (the downward API's metadata.name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Where to serve the rollout's `/metrics` (every replica serves them; the alerts take
+    /// the maximum), e.g. `0.0.0.0:8443`; none: not served.
+    #[arg(long, value_name = "ADDRESS:PORT", env = "KATA_LIVE_METRICS_ADDRESS")]
+    pub metrics_address: Option<String>,
+    /// The directory of the serving certificate and key (`tls.crt`, `tls.key`: the Secret the
+    /// service CA fills for the Service, rotated in place).
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "KATA_LIVE_METRICS_TLS_DIR",
+        default_value = "/etc/kata-live/metrics-tls"
+    )]
+    pub metrics_tls_dir: PathBuf,
+    /// Serve `/metrics` over plain HTTP (a scrape's token is still checked).
+    #[arg(long)]
+    pub metrics_plain_http: bool,
 }
 
 /// Words on stderr (the Deployment's log), each line prefixed.
@@ -139,6 +163,60 @@ async fn mco_served(client: &kube::Client) -> Result<bool, ElectedError> {
     }
 }
 
+/// Binds `address` and serves the rollout's `/metrics` there (src/rollout/exporter.rs), each
+/// scrape's token checked with the API server; the view is sent on the channel returned.
+async fn metrics(
+    cfg: &Config,
+    address: &str,
+    client: &kube::Client,
+) -> Result<watch::Sender<Option<RolloutView>>, ElectedError> {
+    let err = |detail: String| ElectedError::Metrics {
+        address: address.to_string(),
+        detail,
+    };
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let tls = (!cfg.metrics_plain_http).then(|| Tls {
+        cert: cfg.metrics_tls_dir.join("tls.crt"),
+        key: cfg.metrics_tls_dir.join("tls.key"),
+    });
+    if let Some(t) = &tls {
+        exporter::check(t).map_err(|e| err(e.to_string()))?;
+    }
+    let (tx, rx) = watch::channel(None);
+    let access = Some(Access::new(client.clone()));
+    let address = address.to_string();
+    tokio::spawn(async move {
+        if let Err(e) = exporter::serve(listener, tls, access, rx).await {
+            say(&format!("serving the rollout's /metrics on {address}: {e}"));
+        }
+    });
+    Ok(tx)
+}
+
+/// The rollout as `rollout status` shows it, from what the decider's stores hold: the same
+/// view, so the same figures.
+/// With MachineConfigPools each pool has its own budget; the view has one: the configured
+/// budget, else the DaemonSet's (the decider's words say each pool's).
+fn view_of(snap: &stores::Snapshot, cfg: &Config, selector: &str) -> RolloutView {
+    let mut pacing = snap.pacing.clone().unwrap_or_else(|| Pacing {
+        name: cfg.daemonset.clone().unwrap_or_default(),
+        paused: snap.paused,
+        budget: Budget::Count(1),
+        pool_selector: selector.to_string(),
+    });
+    if let Some(b) = cfg.max_unavailable {
+        pacing.budget = b;
+    }
+    RolloutView::build(&Seen {
+        tickets: &snap.requests,
+        nodes: &snap.nodes,
+        pacing: Some(&pacing),
+        now: Timestamp::now(),
+    })
+}
+
 /// Runs the decider until the process is stopped.
 pub async fn run(cfg: Config) -> Result<(), ElectedError> {
     let mut conf = kube::Config::infer()
@@ -184,6 +262,10 @@ pub async fn run(cfg: Config) -> Result<(), ElectedError> {
         },
         cfg.namespace
     ));
+    let metrics = match &cfg.metrics_address {
+        Some(address) => Some(metrics(&cfg, address, &client).await?),
+        None => None,
+    };
     let wake = Arc::new(Notify::new());
     let stores = stores::Stores::start(
         &client,
@@ -217,10 +299,13 @@ pub async fn run(cfg: Config) -> Result<(), ElectedError> {
             was_leading = leading;
             said.clear();
         }
+        let snap = stores.snapshot();
+        if let Some(tx) = &metrics {
+            tx.send_replace(Some(view_of(&snap, &cfg, &selector)));
+        }
         if !leading {
             continue;
         }
-        let snap = stores.snapshot();
         let d = decider::decide(&World {
             nodes: &snap.nodes,
             scope: snap.mcps.as_deref().map_or(Scope::One, Scope::Mco),

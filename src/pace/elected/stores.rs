@@ -8,6 +8,7 @@ use super::say;
 use crate::pace::decider::pools::Mcp;
 use crate::pace::ticket::{Ticket, TICKET_LABEL};
 use crate::pace::PAUSE_ANNOTATION;
+use crate::rollout::view::Pacing;
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
@@ -37,7 +38,8 @@ fn daemonset_resource() -> ApiResource {
 /// Of a Node, what the decision reads: its name, labels (its MachineConfigPool), annotations
 /// (the MCO's state, kata-live's claim), resourceVersion (the conditional writes), the
 /// managed fields that record who set `spec.unschedulable` ([`crate::pace::cordon::at_end`]),
-/// `spec.unschedulable` and its conditions' type and status. A real Node is 10–30 KB (images,
+/// `spec.unschedulable`, its conditions' type and status, and its runtimeHandlers (the
+/// rollout's metrics). A real Node is 10–30 KB (images,
 /// addresses, capacity, every field's manager): kept whole, 5,000 of them are 100 MB.
 pub fn slim(n: &mut Node) {
     n.metadata.managed_fields = n.metadata.managed_fields.take().map(|m| {
@@ -68,6 +70,8 @@ pub fn slim(n: &mut Node) {
                 })
                 .collect()
         }),
+        // The rollout's metrics say whether a proven node's kubelet lists the handler.
+        runtime_handlers: s.runtime_handlers,
         ..Default::default()
     });
 }
@@ -87,6 +91,9 @@ pub struct Snapshot {
     /// None: no MachineConfigPools' API.
     pub mcps: Option<Vec<Mcp>>,
     pub paused: bool,
+    /// The agents' DaemonSet as `rollout status` reads it (its pause, budget and pool), for
+    /// the rollout's metrics; None without one.
+    pub pacing: Option<Pacing>,
 }
 
 /// Drives `stream` for ever, waking `wake` on each event `wakes` says matters and saying
@@ -221,14 +228,21 @@ impl Stores {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let paused = self.daemonset.as_ref().is_some_and(|d| {
-            d.state().iter().any(|ds| {
-                ds.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(PAUSE_ANNOTATION))
-                    .is_some_and(|v| v == "true")
-            })
+        let set = self
+            .daemonset
+            .as_ref()
+            .and_then(|d| d.state().into_iter().next());
+        let paused = set.as_ref().is_some_and(|ds| {
+            ds.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(PAUSE_ANNOTATION))
+                .is_some_and(|v| v == "true")
+        });
+        let pacing = set.as_ref().map(|ds| {
+            let mut v = ds.data.clone();
+            v["metadata"] = serde_json::to_value(&ds.metadata).unwrap_or_default();
+            Pacing::from_daemonset(ds.metadata.name.as_deref().unwrap_or_default(), &v)
         });
         Snapshot {
             nodes: self
@@ -254,6 +268,7 @@ impl Stores {
                     .collect()
             }),
             paused,
+            pacing,
         }
     }
 }
