@@ -19,28 +19,10 @@ cache=${KATA_LIVE_OPENSHIFT_API_CACHE:-/var/cache/kata-live/openshift-api}
 # Keyed by the version and the files taken from it (a cache of fewer files is another one).
 files="machineconfigurations machineconfigs machineconfigpools"
 out=$cache/$OPENSHIFT_API-$(printf '%s' "$files" | sha256sum | cut -c1-12)
-die() { printf 'openshift-crds: ERROR: %s\n' "$*" >&2; exit 1; }
-
-if [ -e "$out/.complete" ]; then
-    echo "$out"
-    exit 0
-fi
-command -v go >/dev/null || die "no go command: install Go first"
-mkdir -p "$cache"
-tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
-trap 'chmod -R u+w "$tmp" 2>/dev/null || true; rm -rf "$tmp"' EXIT
-dir=$(GOMODCACHE=$tmp/gomod GOFLAGS=-mod=mod go mod download -json \
-    "github.com/openshift/api@$OPENSHIFT_API" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-[ -d "$dir" ] || die "go mod download github.com/openshift/api@$OPENSHIFT_API gave no directory"
-mkdir -p "$tmp/out"
-cp "$dir/operator/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigurations-Default.crd.yaml" \
-    "$tmp/out/machineconfigurations.crd.yaml"
-cp "$dir/machineconfiguration/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigs.crd.yaml" \
-    "$tmp/out/machineconfigs.crd.yaml"
-cp "$dir/machineconfiguration/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigpools-SelfManagedHA.crd.yaml" \
-    "$tmp/out/machineconfigpools.crd.yaml"
-echo "$OPENSHIFT_API" >"$tmp/out/VERSION"
-touch "$tmp/out/.complete"
-rm -rf "$out"
-mv -T "$tmp/out" "$out"
-echo "$out"
+# shellcheck source=tests/fleet/module-files.sh
+. "$(dirname "$0")/module-files.sh"
+m=machineconfiguration/v1/zz_generated.crd-manifests/0000_80_machine-config_01
+module_files openshift-crds "$out" "github.com/openshift/api@$OPENSHIFT_API" \
+    machineconfigurations.crd.yaml=operator/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigurations-Default.crd.yaml \
+    machineconfigs.crd.yaml=${m}_machineconfigs.crd.yaml \
+    machineconfigpools.crd.yaml=${m}_machineconfigpools-SelfManagedHA.crd.yaml
