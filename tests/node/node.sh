@@ -296,7 +296,7 @@ ostree_deployment() {
 # came through ostree's merge and /var is the same).
 copy_trees() {
     local root=$1 var_dir=$2 usr_only=${3:-0} tree n=0
-    local entry dest pattern
+    local entry dest pattern link
     local -a sub=() excl=() base_excl=()
     for tree in ${copied_trees[@]+"${copied_trees[@]}"}; do
         [ -d "$tree" ] || die "--tree $tree is not a directory"
@@ -340,7 +340,21 @@ copy_trees() {
                     fi
                     ;;
                 etc) [ "$usr_only" = 1 ] && continue; dest=$root/etc ;;
-                *) dest=$root/$entry ;;
+                *)
+                    dest=$root/$entry
+                    # /root, /opt, /home, /srv, /mnt are links into the stateroot's var
+                    # (root -> var/roothome, opt -> var/opt): the files go there.
+                    if [ -L "$dest" ]; then
+                        link=$(readlink "$dest")
+                        case $link in
+                            var/*)
+                                [ "$usr_only" = 1 ] && continue
+                                dest=$var_dir/${link#var/}
+                                mkdir -p "$dest"
+                                ;;
+                        esac
+                    fi
+                    ;;
             esac
             [ -d "$dest" ] || die "$dest: no such directory in the deployment (from $tree/$entry)"
             for pattern in ${base_excl[@]+"${base_excl[@]}"}; do
