@@ -30,17 +30,17 @@ pub enum Flavour {
 }
 
 impl Flavour {
-    /// The flavour a node of `runtime` gets unless its options say: plain, or ostree for the
-    /// CRI-O nodes (stand-in and real) with `KATA_NODE_FLAVOUR=ostree`, to run the suite's
-    /// CRI-O modules on ostree (docs/testing.md, "The node's flavour": what fails there
-    /// today keeps ostree from being the default). containerd has no ostree flavour.
+    /// The flavour a node of `runtime` gets unless its options say (node.sh's default too):
+    /// ostree for the CRI-O nodes (stand-in and real), as RHCOS boots; plain for containerd
+    /// (no ostree flavour of that node). `KATA_NODE_FLAVOUR=plain` boots the CRI-O nodes plain
+    /// instead, to compare (docs/testing.md, "The node's flavour").
     pub fn of_runtime(runtime: super::Runtime) -> Flavour {
         match runtime {
             super::Runtime::Containerd => Flavour::Plain,
             super::Runtime::Crio | super::Runtime::CrioReal => {
                 match std::env::var("KATA_NODE_FLAVOUR").as_deref() {
-                    Ok("ostree") => Flavour::Ostree,
-                    _ => Flavour::Plain,
+                    Ok("plain") => Flavour::Plain,
+                    _ => Flavour::Ostree,
                 }
             }
         }
@@ -63,8 +63,9 @@ impl super::NodeOptions {
         }
     }
 
-    /// The same options on the plain flavour (the rootfs as the node's `/`), whatever
-    /// `KATA_NODE_FLAVOUR` says: for a node that must be plain (the bench's plain figures).
+    /// The same options on the plain flavour (the rootfs as the node's `/`): for what an
+    /// ostree node cannot show, or not yet (docs/testing.md, "The node's flavour"), and the
+    /// bench's plain figures.
     pub fn plain(self) -> Self {
         super::NodeOptions {
             flavour: Some(Flavour::Plain),
