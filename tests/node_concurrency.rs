@@ -6,6 +6,7 @@ use crate::support;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use support::kata::{ids, KataNode, Run, DROP_IN, STATUS};
+use support::node::NodeOptions;
 use support::referee::HANDLER;
 
 /// The kill scenarios watch phases that last a few seconds: run them one at a time so that
@@ -213,7 +214,9 @@ fn rerun_converges(k: &KataNode) -> String {
 #[test]
 fn install_killed_before_the_drop_in_then_rerun_restarts_once() {
     let _s = serial();
-    let k = KataNode::boot("");
+    // Plain: its window, files appearing after rpm-ostree said live, is the plain stand-in's
+    // `hold-files`; on ostree they are copied before the live apply ends.
+    let k = KataNode::boot_with(NodeOptions::default().plain(), "");
     // The live apply's files appear late, once the test removes `hold-files` (after the
     // kill): the visibility wait is the kill window, whatever the machine's speed (files 5 s
     // late raced the test's poll and kill, issue 41).

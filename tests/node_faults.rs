@@ -27,6 +27,23 @@ fn sh(k: &KataNode, script: &str) {
     );
 }
 
+/// Sets or clears a file attribute of the node's `path` with the host's chattr (an ostree
+/// node's tree has no e2fsprogs): the same inode, through the node's root as the host sees it.
+fn chattr(k: &KataNode, flag: &str, path: &str) {
+    let host = k.node.host_path(path).expect("the path on the host");
+    let o = std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(&host)
+        .output()
+        .expect("run chattr (e2fsprogs) on the host");
+    assert!(
+        o.status.success(),
+        "chattr {flag} {}: {}",
+        host.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// Mounts a 1 MiB tmpfs over `dir` inside the node, holding a copy of what `dir` held.
 fn small_tmpfs_over(k: &KataNode, dir: &str) {
     sh(
@@ -415,11 +432,11 @@ fn a_read_only_run_directory_refuses_at_the_lock_in_words() {
 fn a_write_denied_in_the_drop_in_directory_refuses_the_install_in_words() {
     let _one = serial();
     let k = KataNode::boot("");
-    sh(&k, &format!("chattr +i {CRIO_CONF_D}"));
+    chattr(&k, "+i", CRIO_CONF_D);
     let before = names(&k, CRIO_CONF_D);
 
     let run = k.install();
-    sh(&k, &format!("chattr -i {CRIO_CONF_D}"));
+    chattr(&k, "-i", CRIO_CONF_D);
     assert_refused_as_found(
         &k,
         &run,

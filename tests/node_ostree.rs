@@ -263,14 +263,17 @@ fn install_lands_in_the_ostree_overlay_and_the_next_boot_keeps_it() {
     k.referee_assert_serves(HANDLER);
 }
 
-/// The live apply held in ostree's window: `/usr` is the unlock's overlay and the shim not yet
-/// copied into it (the stand-in's `hold-copy` marker, not a timer). There kata-live restarts
-/// nothing and no check passes; released, the install ends proven, CRI-O restarted once,
-/// after the shim.
-#[test]
-fn in_the_window_between_the_overlay_and_the_copy_nothing_restarts() {
-    let _one = serial();
-    let k = KataNode::boot_with(ostree_options("o49-window"), "");
+/// The live apply held in ostree's window: `/usr` is the unlock's overlay and the handler's
+/// binary (`binary`) not yet copied into it (the stand-in's `hold-copy` marker, not a timer).
+/// There kata-live restarts nothing and no check passes (`refused` judges the handler as the
+/// node's runtime answers for it); released, the install ends proven (`served`), CRI-O
+/// restarted once, after the binary was written.
+fn nothing_restarts_in_the_window(
+    k: &KataNode,
+    binary: &str,
+    refused: impl Fn(&KataNode),
+    served: impl Fn(&KataNode),
+) {
     let crio_before = k.unit("crio.service");
     k.rpm_ostree_fault("hold-copy");
     let child = k.spawn_kata(&["install", "--no-detach"]);
@@ -288,8 +291,8 @@ fn in_the_window_between_the_overlay_and_the_copy_nothing_restarts() {
     let usr = ok(&k.node, &["findmnt", "-n", "-o", "FSTYPE", "/usr"]);
     assert_eq!(usr, "overlay", "the unlock's overlay is mounted");
     assert!(
-        !k.node.exists(SHIM).expect("stat the shim"),
-        "the shim is not copied yet"
+        !k.node.exists(binary).expect("stat the binary"),
+        "{binary} is not copied yet"
     );
     assert_eq!(
         k.unit("crio.service").invocation_id,
@@ -302,15 +305,61 @@ fn in_the_window_between_the_overlay_and_the_copy_nothing_restarts() {
         "verify passed in the window:\n{}",
         show(&verify)
     );
-    let view = k.referee();
-    assert!(!view.handler_probe.accepted(), "{view:?}");
+    refused(k);
+    // Still held, still the same CRI-O: the checks above did not end the window.
+    assert!(!k.node.exists(binary).expect("stat the binary"));
+    assert_eq!(
+        k.unit("crio.service").invocation_id,
+        crio_before.invocation_id
+    );
 
     k.clear_rpm_ostree_fault("hold-copy");
     let run = k.wait_run(child, Duration::from_secs(120));
     assert_eq!(run.code, 0, "{}", show(&run));
     assert_eq!(k.crio_starts(), 2, "CRI-O restarted once");
-    assert!(crio_started(&k) >= mtime(&k.node, SHIM));
-    k.referee_assert_serves(HANDLER);
+    assert!(crio_started(k) >= mtime(&k.node, binary));
+    served(k);
+}
+
+#[test]
+fn in_the_window_between_the_overlay_and_the_copy_nothing_restarts() {
+    let _one = serial();
+    let k = KataNode::boot_with(ostree_options("o49-window"), "");
+    nothing_restarts_in_the_window(
+        &k,
+        SHIM,
+        |k| {
+            let view = k.referee();
+            assert!(!view.handler_probe.accepted(), "{view:?}");
+        },
+        |k| {
+            k.referee_assert_serves(HANDLER);
+        },
+    );
+}
+
+/// The same window on the real-CRI-O ostree node: the real CRI-O refuses a sandbox on the
+/// handler while the copy is held (`failed to find runtime handler`), runs one after.
+#[test]
+fn on_real_crio_nothing_restarts_in_the_window_between_the_overlay_and_the_copy() {
+    let _one = serial();
+    let k = KataNode::boot_with(crio_real_ostree("o49-crwindow"), crio_real::OCI_CONFIG);
+    nothing_restarts_in_the_window(
+        &k,
+        "/usr/bin/kata-crun",
+        |k| {
+            let refused =
+                crio_real::runp(&k.node, HANDLER, "in-window").expect_err("no handler yet");
+            assert!(
+                refused.contains("failed to find runtime handler"),
+                "{refused}"
+            );
+        },
+        |k| {
+            crio_real::runp(&k.node, HANDLER, "after-window")
+                .unwrap_or_else(|e| panic!("a sandbox on the handler after the install: {e}"));
+        },
+    );
 }
 
 /// Installs, uninstalls with `package.uninstall = MODE`, checks the staged deployment and the
@@ -469,14 +518,11 @@ fn a_live_apply_killed_in_its_copy_converges_on_the_next_run() {
     k.referee_assert_serves(HANDLER);
 }
 
-/// The real-CRI-O node booted from ostree: kata-live's install (an oci handler the stand-in
-/// package brings as /usr/bin/kata-crun), judged by real `RunPodSandbox` calls on the
-/// handler; then the next boot serves it before any kata-live run of that boot.
-#[test]
-fn on_real_crio_the_install_and_the_next_boot_serve_the_handler() {
-    let _one = serial();
-    let opts = NodeOptions {
-        label: Some("o49-crioreal".into()),
+/// The real-CRI-O node booted from ostree, its stand-in package bringing the `oci` handler's
+/// binary as /usr/bin/kata-crun.
+fn crio_real_ostree(label: &str) -> NodeOptions {
+    NodeOptions {
+        label: Some(label.into()),
         runtime: Runtime::CrioReal,
         ..NodeOptions::ostree()
     }
@@ -484,8 +530,16 @@ fn on_real_crio_the_install_and_the_next_boot_serve_the_handler() {
         "/var/lib/fake-rpm-ostree/files",
         crio_real::OCI_PACKAGE,
         0o644,
-    );
-    let mut k = KataNode::boot_with(opts, crio_real::OCI_CONFIG);
+    )
+}
+
+/// The real-CRI-O node booted from ostree: kata-live's install (an oci handler the stand-in
+/// package brings as /usr/bin/kata-crun), judged by real `RunPodSandbox` calls on the
+/// handler; then the next boot serves it before any kata-live run of that boot.
+#[test]
+fn on_real_crio_the_install_and_the_next_boot_serve_the_handler() {
+    let _one = serial();
+    let mut k = KataNode::boot_with(crio_real_ostree("o49-crioreal"), crio_real::OCI_CONFIG);
     let refused = crio_real::runp(&k.node, HANDLER, "before").expect_err("no handler yet");
     assert!(
         refused.contains("failed to find runtime handler"),

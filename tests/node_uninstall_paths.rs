@@ -7,6 +7,7 @@
 use crate::support;
 use serde_json::Value;
 use support::kata::{ids, outcomes, serial, show, KataNode};
+use support::node::Flavour;
 
 fn installed(extra_config: &str) -> KataNode {
     let k = KataNode::boot(extra_config);
@@ -193,18 +194,32 @@ fn uninstall_removes_the_package_live() {
         !k.node.exists(KATA_CONFIG).unwrap(),
         "{KATA_CONFIG} still there"
     );
-    let live = String::from_utf8(
-        k.node
-            .read_file("/var/lib/fake-rpm-ostree/live-packages.json")
-            .expect("live-packages.json"),
-    )
-    .unwrap();
-    assert!(!live.contains("kata-containers"), "{live}");
     let status = k
         .node
         .exec_ok(&["rpm-ostree", "status", "--json"])
         .expect("rpm-ostree status");
     let status: Value = serde_json::from_str(&status).unwrap();
+    // What the running tree holds: the plain stand-in's own record; on ostree, the booted
+    // deployment's live commit is the next deployment's, which lacks the package.
+    match k.node.flavour() {
+        Flavour::Plain => {
+            let live = String::from_utf8(
+                k.node
+                    .read_file("/var/lib/fake-rpm-ostree/live-packages.json")
+                    .expect("live-packages.json"),
+            )
+            .unwrap();
+            assert!(!live.contains("kata-containers"), "{live}");
+        }
+        Flavour::Ostree => {
+            let deps = status["deployments"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let booted = deps.iter().find(|d| d["booted"] == true).expect("booted");
+            assert_eq!(booted["live-replaced"], deps[0]["checksum"], "{status:#}");
+        }
+    }
     assert!(
         !status["deployments"][0]["requested-packages"]
             .to_string()

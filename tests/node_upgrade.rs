@@ -26,8 +26,12 @@ fn boot(extra: &str) -> KataNode {
 }
 
 fn boot_with(opts: NodeOptions, extra: &str) -> KataNode {
+    // Plain, not yet ported to ostree: there, an upgrade over a layered deployment was at
+    // times planned as staged for the next boot (an OS update seen pending) in three of these
+    // tests, not yet explained; and one writes its OS update into the plain stand-in's JSON
+    // state (docs/testing.md, "The node's flavour").
     let k = KataNode::boot_with(
-        opts,
+        opts.plain(),
         &format!("[package]\nlocal_rpm_dir = \"{RPMS}\"\n{extra}"),
     );
     k.node

@@ -77,7 +77,7 @@ pub enum RpmOstreeError {
     #[error(
         "apply-live is incompatible with unlock state: {state} (rpm-ostree's refusal, seen \
          before any change: it would stage the package first): the booted /usr was unlocked \
-         by hand (`ostree admin unlock`); kata-live applies nothing live over it"
+         for a hotfix (`ostree admin unlock --hotfix`); kata-live applies nothing live over it"
     )]
     UnlockState { state: String },
     #[error(

@@ -67,7 +67,7 @@ fn main() {
     let mut plain = Vec::new();
     let mut ostree = Vec::new();
     for _ in 0..RUNS {
-        plain.push(install_once(NodeOptions::default()));
+        plain.push(install_once(NodeOptions::default().plain()));
         ostree.push(install_once(NodeOptions::ostree()));
     }
     println!("kata-live install, plain node (s):  {}", secs(&plain));

@@ -30,7 +30,8 @@
 #                    containerd 2.x + runc and fake-kubelet on its socket (see README.md);
 #                    crio-real: the sid node of rootfs-sid.sh with REAL upstream CRI-O and
 #                    kubelet built from the Go module proxy, Debian's conmon and crun
-#   --flavour F      plain (default): the rootfs is the node's /; ostree (runtime crio only):
+#   --flavour F      plain: the rootfs is the node's /; ostree (the default for runtimes crio
+#                    and crio-real; containerd is plain only):
 #                    the node boots from a real ostree deployment of rootfs-ostree.sh's
 #                    sysroot (root = the deployment, the sysroot at /sysroot, its boot at
 #                    /boot, the stateroot's var at /var; see README.md, "The ostree node")
@@ -296,7 +297,7 @@ ostree_deployment() {
 # came through ostree's merge and /var is the same).
 copy_trees() {
     local root=$1 var_dir=$2 usr_only=${3:-0} tree n=0
-    local entry dest pattern
+    local entry dest pattern link
     local -a sub=() excl=() base_excl=()
     for tree in ${copied_trees[@]+"${copied_trees[@]}"}; do
         [ -d "$tree" ] || die "--tree $tree is not a directory"
@@ -340,7 +341,21 @@ copy_trees() {
                     fi
                     ;;
                 etc) [ "$usr_only" = 1 ] && continue; dest=$root/etc ;;
-                *) dest=$root/$entry ;;
+                *)
+                    dest=$root/$entry
+                    # /root, /opt, /home, /srv, /mnt are links into the stateroot's var
+                    # (root -> var/roothome, opt -> var/opt): the files go there.
+                    if [ -L "$dest" ]; then
+                        link=$(readlink "$dest")
+                        case $link in
+                            var/*)
+                                [ "$usr_only" = 1 ] && continue
+                                dest=$var_dir/${link#var/}
+                                mkdir -p "$dest"
+                                ;;
+                        esac
+                    fi
+                    ;;
             esac
             [ -d "$dest" ] || die "$dest: no such directory in the deployment (from $tree/$entry)"
             for pattern in ${base_excl[@]+"${base_excl[@]}"}; do
@@ -423,7 +438,7 @@ print_summary() {
 
 cmd_boot() {
     local name=node bin_dir='' timeout=60 owner='' no_start=0 base_trees=1 runtime=crio
-    local flavour=plain
+    local flavour=''
     local -a trees=()
     local -a start_units=()
     local explicit_start=0
@@ -478,6 +493,13 @@ cmd_boot() {
             ;;
         *) die "--runtime wants crio, containerd or crio-real, got '$runtime'" ;;
     esac
+    # Booted from ostree as RHCOS is, where that flavour is built; containerd stays plain.
+    if [ -z "$flavour" ]; then
+        case $runtime in
+            containerd) flavour=plain ;;
+            *) flavour=ostree ;;
+        esac
+    fi
     case $flavour in
         plain) ;;
         ostree)

@@ -92,6 +92,11 @@ build_in_namespace() {
     rm -rf "$tools"/var/lib/apt/lists/* "$tools"/var/cache/apt/*.bin
     rootfs_prepare_node "$tools"
     rm -f "$tools/etc/systemd/system/multi-user.target.wants/containerd.service"
+    # The stand-in node is a CRI-O node, as RHCOS and the plain stand-in node are: no
+    # containerd unit beside CRI-O's (kata-live's runtime detection counts installed units).
+    if [ "$base_flavour" = stand-in ]; then
+        rm -f "$tools/usr/lib/systemd/system/containerd.service"
+    fi
     [ -e "$tools/etc/hosts" ] || printf '127.0.0.1 localhost\n::1 localhost\n' >"$tools/etc/hosts"
 
     log "preparing the tree to commit"

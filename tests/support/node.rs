@@ -165,8 +165,9 @@ pub struct NodeOptions {
     /// Where the node's binaries come from (default: the test binary's own profile dir).
     /// The size bench points it at a directory holding the shipped release kata-live.
     pub bin_dir: Option<PathBuf>,
-    /// Plain (the rootfs is the node's /) or booted from an ostree deployment.
-    pub flavour: Flavour,
+    /// Plain (the rootfs is the node's /) or booted from an ostree deployment. `None`: the
+    /// runtime's default ([`Flavour::of_runtime`]).
+    pub flavour: Option<Flavour>,
 }
 
 impl Default for NodeOptions {
@@ -179,7 +180,7 @@ impl Default for NodeOptions {
             boot_timeout: Duration::from_secs(60),
             runtime: Runtime::Crio,
             bin_dir: None,
-            flavour: Flavour::Plain,
+            flavour: None,
         }
     }
 }
@@ -324,7 +325,10 @@ impl Node {
 
         // The rootfs build (minutes, once) gets its own deadline, so that the boot deadline
         // below measures the boot.
-        let (script_path, script_args) = match opts.flavour {
+        let flavour = opts
+            .flavour
+            .unwrap_or_else(|| Flavour::of_runtime(opts.runtime));
+        let (script_path, script_args) = match flavour {
             Flavour::Plain => opts.runtime.rootfs_script(),
             Flavour::Ostree => ostree::rootfs_script(opts.runtime),
         };
@@ -368,7 +372,7 @@ impl Node {
             .arg("--runtime")
             .arg(opts.runtime.arg())
             .arg("--flavour")
-            .arg(opts.flavour.arg());
+            .arg(flavour.arg());
         if !opts.files.is_empty() {
             cmd.arg("--tree").arg(tree.path());
         }
@@ -418,7 +422,7 @@ impl Node {
             boot_state: String::new(),
             boot_time,
             runtime: opts.runtime,
-            flavour: opts.flavour,
+            flavour,
             paths,
             down: false,
         };

@@ -18,10 +18,9 @@ pub(super) fn rootfs_script(runtime: super::Runtime) -> (&'static str, &'static 
 }
 
 /// How the node's root is made (`node.sh boot --flavour`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavour {
     /// The cached rootfs is the node's `/` (an overlay of it).
-    #[default]
     Plain,
     /// The node boots from an ostree deployment: `/` is the deployment, the sysroot is at
     /// `/sysroot`, its boot at `/boot`, `/run/ostree-booted` exists; `ostree admin` sees the
@@ -31,6 +30,22 @@ pub enum Flavour {
 }
 
 impl Flavour {
+    /// The flavour a node of `runtime` gets unless its options say (node.sh's default too):
+    /// ostree for the CRI-O nodes (stand-in and real), as RHCOS boots; plain for containerd
+    /// (no ostree flavour of that node). `KATA_NODE_FLAVOUR=plain` boots the CRI-O nodes plain
+    /// instead, to compare (docs/testing.md, "The node's flavour").
+    pub fn of_runtime(runtime: super::Runtime) -> Flavour {
+        match runtime {
+            super::Runtime::Containerd => Flavour::Plain,
+            super::Runtime::Crio | super::Runtime::CrioReal => {
+                match std::env::var("KATA_NODE_FLAVOUR").as_deref() {
+                    Ok("plain") => Flavour::Plain,
+                    _ => Flavour::Ostree,
+                }
+            }
+        }
+    }
+
     pub(super) fn arg(self) -> &'static str {
         match self {
             Flavour::Plain => "plain",
@@ -43,8 +58,18 @@ impl super::NodeOptions {
     /// The ostree node with the CRI-O and kubelet stand-ins started.
     pub fn ostree() -> Self {
         super::NodeOptions {
-            flavour: Flavour::Ostree,
+            flavour: Some(Flavour::Ostree),
             ..super::NodeOptions::default()
+        }
+    }
+
+    /// The same options on the plain flavour (the rootfs as the node's `/`): for what an
+    /// ostree node cannot show, or not yet (docs/testing.md, "The node's flavour"), and the
+    /// bench's plain figures.
+    pub fn plain(self) -> Self {
+        super::NodeOptions {
+            flavour: Some(Flavour::Plain),
+            ..self
         }
     }
 }
