@@ -106,15 +106,29 @@ impl Tmpfs {
     fn path(&self) -> &Path {
         self.0.path()
     }
+    /// Read-only from now on. The kernel refuses (EBUSY) while anything holds a file of the
+    /// filesystem open for writing; seen once in tests/run, under load, right after this
+    /// test's own write had returned and closed its file (the holder was not found): asked
+    /// again for up to a second before it counts as a failure.
     fn remount_ro(&self) {
-        mount(
-            None::<&str>,
-            self.path(),
-            None::<&str>,
-            MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
-            None::<&str>,
-        )
-        .unwrap();
+        let remount = || {
+            mount(
+                None::<&str>,
+                self.path(),
+                None::<&str>,
+                MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+        };
+        let mut last = remount();
+        for _ in 0..50 {
+            if last != Err(nix::errno::Errno::EBUSY) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            last = remount();
+        }
+        last.unwrap_or_else(|e| panic!("remounting {} read-only: {e}", self.path().display()));
     }
 }
 impl Drop for Tmpfs {
