@@ -26,12 +26,8 @@ fn boot(extra: &str) -> KataNode {
 }
 
 fn boot_with(opts: NodeOptions, extra: &str) -> KataNode {
-    // Plain, not yet ported to ostree: there, an upgrade over a layered deployment was at
-    // times planned as staged for the next boot (an OS update seen pending) in three of these
-    // tests, not yet explained; and one writes its OS update into the plain stand-in's JSON
-    // state (docs/testing.md, "The node's flavour").
     let k = KataNode::boot_with(
-        opts.plain(),
+        opts,
         &format!("[package]\nlocal_rpm_dir = \"{RPMS}\"\n{extra}"),
     );
     k.node
@@ -253,7 +249,9 @@ fn a_downgrade_is_refused_unless_allowed() {
 #[test]
 fn with_an_os_update_staged_the_upgrade_is_staged_and_said() {
     let _one = serial();
-    let k = boot("");
+    // Plain: the OS update is written into the plain stand-in's own state; on ostree it
+    // would need a second OS commit staged (docs/testing.md, "The node's flavour").
+    let k = boot_with(NodeOptions::default().plain(), "");
     offer(&k, "3.20.0");
     let run = k.install();
     assert_eq!(run.code, 0, "install 3.20: {}", show(&run));
@@ -386,8 +384,11 @@ const BREAK_NEXT_PROOF: &str =
 #[test]
 fn a_failed_proof_after_an_upgrade_puts_the_previous_version_back() {
     let _one = serial();
+    // Plain: on ostree the upgrade's proof passed in 2 of 3 runs although the post-install
+    // unit that breaks it had run (kubelet never disconnected); not yet explained
+    // (docs/testing.md, "The node's flavour").
     let k = boot_with(
-        NodeOptions::default().file(
+        NodeOptions::default().plain().file(
             "/etc/systemd/system/break-next-proof.service",
             BREAK_NEXT_PROOF,
             0o644,

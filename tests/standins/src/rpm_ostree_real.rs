@@ -232,11 +232,19 @@ impl Ostree {
         serde_json::from_str(&v).unwrap_or_default()
     }
 
-    fn is_layered(&self, commit: &str) -> bool {
-        run(self
-            .ostree()
-            .args(["show", "--print-metadata-key=rpmostree.clientlayer", commit]))
-        .is_ok_and(|v| v.trim() == "true")
+    /// Whether `commit` is a client layer (rpm-ostree's `rpmostree.clientlayer`). Only the
+    /// key's absence says no (ostree show: "No such metadata key"); any other failure is an
+    /// error, never a guess: a layered commit taken for a base one reads as an OS update.
+    fn is_layered(&self, commit: &str) -> Res<bool> {
+        match run(self.ostree().args([
+            "show",
+            "--print-metadata-key=rpmostree.clientlayer",
+            commit,
+        ])) {
+            Ok(v) => Ok(v.trim() == "true"),
+            Err(e) if e.contains("No such metadata key") => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn parent(&self, commit: &str) -> Res<String> {
@@ -336,7 +344,7 @@ impl Ostree {
                 "regenerate-initramfs": false,
                 "gpg-enabled": false,
             });
-            if self.is_layered(&d.checksum) {
+            if self.is_layered(&d.checksum)? {
                 v["base-checksum"] = Value::from(self.parent(&d.checksum)?);
             }
             if d.booted {

@@ -220,6 +220,22 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("__create-files") {
         return fake.create_files_later(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("__status") {
+        let status = match &fake.ostree {
+            Some(o) => o.status(),
+            None => Err("__status is for a node booted from ostree".into()),
+        };
+        return match status.and_then(|v| serde_json::to_string(&v).map_err(|e| e.to_string())) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if args.first().map(String::as_str) == Some("__daemon") {
         return match args.get(1) {
             Some(tx) => fake.daemon(Path::new(tx)),
@@ -297,7 +313,15 @@ impl Fake {
 
     fn load(&self) -> Res<Value> {
         if let Some(o) = &self.ostree {
-            return o.status();
+            // rpm-ostree's client reads nothing of ostree itself: it asks rpm-ostreed over
+            // D-Bus, outside the caller's sandbox. ostree's commands set up a mount namespace
+            // on a booted system, which kata-live's unit forbids (RestrictNamespaces=net):
+            // read where the daemon would, in a transient unit, unless this is the daemon.
+            return if self.tx.is_some() {
+                o.status()
+            } else {
+                self.status_from_a_unit()
+            };
         }
         match std::fs::read_to_string(self.path("state.json")) {
             Ok(s) => serde_json::from_str(&s).map_err(|e| format!("bad fake state: {e}")),
@@ -308,6 +332,44 @@ impl Fake {
             })),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// ostree's state as the daemon reads it: `__status` in a transient unit of the host's
+    /// systemd, its JSON on our pipe.
+    fn status_from_a_unit(&self) -> Res<Value> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let exe = exe.to_string_lossy();
+        let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+        let out = std::process::Command::new("systemd-run")
+            .args([
+                "--quiet",
+                "--collect",
+                "--wait",
+                "--pipe",
+                "--no-ask-password",
+            ])
+            .arg(format!(
+                "--unit=rpm-ostreed-fake-status-{}",
+                std::process::id()
+            ))
+            .arg(format!(
+                "--setenv=FAKE_RPM_OSTREE_DIR={}",
+                self.dir.display()
+            ))
+            .arg(exe)
+            .arg("__status")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("reading the status: systemd-run: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(err
+                .trim()
+                .strip_prefix("error: ")
+                .unwrap_or(err.trim())
+                .to_string());
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("bad status from the daemon: {e}"))
     }
 
     fn save(&self, state: &Value) -> Res<()> {
