@@ -59,28 +59,8 @@ const VM_PACKAGE: &str = "kata-containers /usr/bin/containerd-shim-kata-v2 /usr/
 fn boot(config: &str, package: &str) -> KataNode {
     let opts = NodeOptions::crio_real().file("/var/lib/fake-rpm-ostree/files", package, 0o644);
     let k = KataNode::boot_with(opts, config);
-    wait_crio_ready(&k.node);
+    support::crio_real::wait_ready(&k.node);
     k
-}
-
-/// Waits until `crictl info` says the runtime and the network are ready.
-fn wait_crio_ready(node: &Node) {
-    node.wait_for("CRI-O RuntimeReady and NetworkReady", WAIT, |n| {
-        let o = crictl(n, &["info"]);
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) else {
-            return false;
-        };
-        let conds = v["status"]["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        ["RuntimeReady", "NetworkReady"].iter().all(|t| {
-            conds
-                .iter()
-                .any(|c| c["type"] == *t && c["status"] == serde_json::Value::Bool(true))
-        })
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("crio.service")));
 }
 
 /// The `runtimeHandler` field of a sandbox as `ListPodSandbox` (`crictl pods`) gives it.
@@ -370,7 +350,7 @@ fn restart_crio(k: &KataNode) {
     k.node
         .exec_ok(&["systemctl", "restart", "crio.service"])
         .expect("systemctl restart crio");
-    wait_crio_ready(&k.node);
+    support::crio_real::wait_ready(&k.node);
 }
 
 fn write(node: &Node, path: &str, contents: &str) {

@@ -344,6 +344,7 @@ fn in_the_window_between_the_overlay_and_the_copy_nothing_restarts() {
 fn on_real_crio_nothing_restarts_in_the_window_between_the_overlay_and_the_copy() {
     let _one = serial();
     let k = KataNode::boot_with(crio_real_ostree("o49-crwindow"), crio_real::OCI_CONFIG);
+    crio_real::wait_ready(&k.node);
     nothing_restarts_in_the_window(
         &k,
         "/usr/bin/kata-crun",
@@ -540,6 +541,7 @@ fn crio_real_ostree(label: &str) -> NodeOptions {
 fn on_real_crio_the_install_and_the_next_boot_serve_the_handler() {
     let _one = serial();
     let mut k = KataNode::boot_with(crio_real_ostree("o49-crioreal"), crio_real::OCI_CONFIG);
+    crio_real::wait_ready(&k.node);
     let refused = crio_real::runp(&k.node, HANDLER, "before").expect_err("no handler yet");
     assert!(
         refused.contains("failed to find runtime handler"),

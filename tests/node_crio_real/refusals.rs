@@ -43,7 +43,7 @@ fn upstream_crio_unit_keeps_the_default_start_limit() {
     k.node
         .exec_ok(&["systemctl", "start", "crio.service", "kubelet.service"])
         .unwrap();
-    wait_crio_ready(&k.node);
+    crate::support::crio_real::wait_ready(&k.node);
     k.assert_healthy();
 }
 

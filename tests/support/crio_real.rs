@@ -109,3 +109,29 @@ pub fn status_handlers(node: &Node) -> Vec<String> {
         .map(|h| h["name"].as_str().unwrap_or_default().to_string())
         .collect()
 }
+
+/// Waits until `crictl info` says the runtime and the network are ready: the real CRI-O
+/// starts serving before its CNI is initialised, and kata-live rightly refuses a node whose
+/// network is not ready.
+pub fn wait_ready(node: &Node) {
+    node.wait_for(
+        "CRI-O RuntimeReady and NetworkReady",
+        Duration::from_secs(60),
+        |n| {
+            let o = crictl(n, &["info"]);
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) else {
+                return false;
+            };
+            let conds = v["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            ["RuntimeReady", "NetworkReady"].iter().all(|t| {
+                conds
+                    .iter()
+                    .any(|c| c["type"] == *t && c["status"] == serde_json::Value::Bool(true))
+            })
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.journal_unit("crio.service")));
+}
