@@ -42,6 +42,10 @@ pub(super) async fn settle_turn(p: &Pacer, outcome: &RunOutcome) {
             say(words);
         }
         match r.map(|s| s.tickets) {
+            // Ended already: by this node's earlier pod on its way out, say.
+            Ok(names) if names.is_empty() && proven => {
+                return say("proven: its turn had already ended: nothing to release")
+            }
             Ok(names) if names.is_empty() => return,
             Ok(names) if proven => {
                 return say(&format!(
