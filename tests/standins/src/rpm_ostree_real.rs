@@ -86,7 +86,8 @@ pub struct Ostree {
     state_dir: PathBuf,
 }
 
-fn run(cmd: &mut Command) -> Res<String> {
+/// Runs `cmd` (stdin closed): its stdout, or its stderr without ostree's `error: ` prefix.
+pub fn run(cmd: &mut Command) -> Res<String> {
     let shown = format!("{cmd:?}");
     let out = cmd
         .stdin(Stdio::null())

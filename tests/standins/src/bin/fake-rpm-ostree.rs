@@ -159,7 +159,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kata_live_standins::rpm_ostree_real::Ostree;
+use kata_live_standins::rpm_ostree_real::{run, Ostree};
 
 // Not `mod on_ostree;`: a file of src/bin/ would be a binary target of its own.
 #[path = "fake_rpm_ostree/model.rs"]
@@ -340,7 +340,7 @@ impl Fake {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let exe = exe.to_string_lossy();
         let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
-        let out = std::process::Command::new("systemd-run")
+        let out = run(std::process::Command::new("systemd-run")
             .args([
                 "--quiet",
                 "--collect",
@@ -357,19 +357,8 @@ impl Fake {
                 self.dir.display()
             ))
             .arg(exe)
-            .arg("__status")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| format!("reading the status: systemd-run: {e}"))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            return Err(err
-                .trim()
-                .strip_prefix("error: ")
-                .unwrap_or(err.trim())
-                .to_string());
-        }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("bad status from the daemon: {e}"))
+            .arg("__status"))?;
+        serde_json::from_str(&out).map_err(|e| format!("bad status from the daemon: {e}"))
     }
 
     fn save(&self, state: &Value) -> Res<()> {
