@@ -13,7 +13,8 @@
 #                                   deployment), boot the newest boot entry's deployment
 #   node.sh down NAME | --all       tear down (kill, unmount, remove every trace)
 #   node.sh list                    list nodes and their state
-#   node.sh gc                      tear down nodes whose owner process or nspawn is gone
+#   node.sh gc                      tear down nodes whose owner process is gone, or without
+#                                   an owner, whose nspawn is gone
 #
 # boot options:
 #   --bin-dir DIR    where the built binaries are (default $CARGO_TARGET_DIR/debug or target/debug)
@@ -713,6 +714,10 @@ cmd_gc() {
         elif [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
             log "gc: $name: owner $owner is gone"
             (cmd_down "$name") || true
+        elif [ -n "$owner" ]; then
+            # Its owner lives: a node it powered off is still its to read and take down (a
+            # test reads the files a shutdown left; another test's boot must not remove them).
+            :
         elif [ -e "$dir/nspawn.pid" ] && ! nspawn_pid "$name" >/dev/null; then
             log "gc: $name: nspawn is gone"
             (cmd_down "$name") || true
