@@ -1,8 +1,8 @@
 # shellcheck shell=bash
-# Sourced by rootfs.sh and rootfs-sid.sh (never run): what the two rootfs builds share, the
-# reuse of a complete cached rootfs, the build lock, what makes a rootfs boot fast and quietly
-# as a test node, and the finish (rename into place, prune older recipes). Part of both
-# recipes: their cache keys hash this file too.
+# Sourced by rootfs.sh, rootfs-sid.sh and rootfs-ostree.sh (never run): what the rootfs
+# builds share, the reuse of a complete cached rootfs, the build lock, what makes a rootfs
+# boot fast and quietly as a test node, and the finish (rename into place, prune older
+# recipes). Part of every recipe: their cache keys hash this file too.
 #
 # The caller sets `cache` (the directory holding its rootfs-KEY directories and its lock),
 # `key` and `rootfs` (= $cache/rootfs-$key), and defines `log` and `die`.
@@ -66,9 +66,13 @@ CONF
 
 # Finishes the build at $1, started at $2 ($EPOCHREALTIME): drops apt's lists and caches,
 # marks it complete, renames it to $rootfs, prunes the rootfs of older recipes in $cache that
-# no running node uses (overlay lowerdir), and prints the path on stdout.
+# no running node uses (overlay lowerdir) with the remover given after $2 (a command taking
+# the path; default `rm -rf --one-file-system`: an ostree sysroot needs its immutable bits
+# cleared first), and prints the path on stdout.
 rootfs_finish() {
     local tmp=$1 start=$2 old
+    shift 2
+    [ "$#" -gt 0 ] || set -- rm -rf --one-file-system
     rm -rf "$tmp"/var/lib/apt/lists/* "$tmp"/var/cache/apt/*.bin
     echo "$key" >"$tmp/.complete"
 
@@ -82,7 +86,7 @@ rootfs_finish() {
             log "keeping $old: a node still uses it"
         else
             log "pruning $old"
-            rm -rf --one-file-system "$old"
+            "$@" "$old"
         fi
     done
     echo "$rootfs"

@@ -26,7 +26,7 @@
 # Cached as $KATA_NODE_CACHE/ostree/rootfs-<hash> (crio-real: ostree-crio-real/; default
 # /var/cache/kata-live/node), the hash covering this script, lib.sh, the package lists and the
 # base rootfs; its own directory and lock. The deployment directories carry ostree's immutable bit: `chattr -i` them before
-# deleting a sysroot by hand (the pruning here does).
+# deleting a sysroot by hand (remove_sysroot does; lib.sh's pruning runs it here).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -185,17 +185,4 @@ self=("$0")
 [ "$base_flavour" = crio-real ] && self+=(crio-real)
 unshare --mount --propagation private -- "${self[@]}" --build-in-namespace "$tmp" "$base" "$packages" ||
     die "the build failed"
-echo "$key" >"$tmp/upper/.complete"
-mv -T "$tmp/upper" "$rootfs"
-log "built $rootfs in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s"
-for old in "$cache"/rootfs-*; do
-    [ "$old" = "$rootfs" ] && continue
-    [ -d "$old" ] || continue
-    if grep -q "lowerdir=$old" /proc/mounts; then
-        log "keeping $old: a node still uses it"
-    else
-        log "pruning $old"
-        remove_sysroot "$old"
-    fi
-done
-echo "$rootfs"
+rootfs_finish "$tmp/upper" "$start" remove_sysroot

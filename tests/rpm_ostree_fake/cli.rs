@@ -312,3 +312,37 @@ fn sigint_ends_with_operation_was_cancelled() {
         "{err}"
     );
 }
+
+/// `deploy REVISION` stages an OS update with the packages kept, and a later install builds
+/// on it (rpm-ostree builds on the merge deployment): the update stays staged, and
+/// `install -A` cannot bring it live.
+#[test]
+fn an_os_update_staged_by_deploy_stays_under_a_later_install() {
+    let e = env();
+    let v20 = e.kata_rpm("3.20.0");
+    e.cli_ok(&["install", &v20]);
+    let update = "ab".repeat(32);
+    e.cli_ok(&["deploy", &update]);
+    let st = e.status_json();
+    let pending = &st["deployments"][0];
+    assert_eq!(pending["base-checksum"], update.as_str(), "{st}");
+    assert_eq!(
+        pending["requested-local-packages"],
+        serde_json::json!(["kata-containers-3.20.0-1.el9.x86_64"])
+    );
+    let err = e.cli_err(&["install", "-A", "kata-agent"]);
+    assert!(
+        err.contains("packages would be changed: 1, allow replacement to override"),
+        "{err}"
+    );
+    let st = e.status_json();
+    assert_eq!(st["deployments"][0]["base-checksum"], update.as_str());
+    assert_eq!(
+        st["deployments"][0]["requested-packages"],
+        serde_json::json!(["kata-agent"])
+    );
+    assert!(e.cli_err(&["deploy"]).contains("deploy takes one REVISION"));
+    assert!(e
+        .cli_err(&["deploy", "--reboot", &update])
+        .contains("Unknown option"));
+}

@@ -12,16 +12,20 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cri_api as proto;
 use clap::Parser;
 use hyper_util::rt::TokioIo;
 use proto::runtime_service_client::RuntimeServiceClient;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::oneshot;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::mini_http::{self, Reply};
@@ -66,6 +70,14 @@ pub struct Args {
         default_value = "/run/fake-kubelet/hold-disconnected"
     )]
     pub hold_marker: PathBuf,
+    /// Exists while the stand-in holds disconnected, written once its CRI stream is closed:
+    /// what a test waits on so that the hold has taken effect (the marker is only polled).
+    #[arg(
+        long = "hold-ack",
+        env = "FAKE_KUBELET_HOLD_ACK",
+        default_value = "/run/fake-kubelet/holding"
+    )]
+    pub hold_ack: PathBuf,
     /// Seconds to get a Version answer at start before exiting 1.
     #[arg(long = "startup-deadline", default_value_t = 10.0)]
     pub startup_deadline: f64,
@@ -137,6 +149,19 @@ pub async fn connect(
     socket: &Path,
     timeout: Duration,
 ) -> Result<RuntimeServiceClient<Channel>, tonic::transport::Error> {
+    connect_tracked(socket, timeout)
+        .await
+        .map(|(client, _)| client)
+}
+
+/// [`connect`], with a receiver that resolves once the unix stream is closed (dropped by
+/// the HTTP/2 connection's task, which outlives the client by a moment).
+async fn connect_tracked(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<(RuntimeServiceClient<Channel>, oneshot::Receiver<()>), tonic::transport::Error> {
+    let (closed_tx, closed_rx) = oneshot::channel();
+    let closed_tx = Arc::new(Mutex::new(Some(closed_tx)));
     let used = Arc::new(AtomicBool::new(false));
     let path = socket.to_path_buf();
     let endpoint = Endpoint::from_static("http://[::1]:50051")
@@ -146,22 +171,72 @@ pub async fn connect(
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             let used = used.clone();
+            let closed_tx = closed_tx.clone();
             async move {
                 if used.swap(true, Ordering::SeqCst) {
                     return Err(io::Error::other(
                         "CRI connection closed; fake-kubelet reconnects by itself",
                     ));
                 }
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, io::Error>(TokioIo::new(stream))
+                let inner = tokio::net::UnixStream::connect(path).await?;
+                let on_close = closed_tx.lock().ok().and_then(|mut t| t.take());
+                Ok::<_, io::Error>(TokioIo::new(Tracked {
+                    inner,
+                    _on_close: on_close,
+                }))
             }
         }))
         .await?;
-    Ok(RuntimeServiceClient::new(channel))
+    Ok((RuntimeServiceClient::new(channel), closed_rx))
+}
+
+/// The CRI stream; dropping it (closing the socket) drops `_on_close`, which wakes its
+/// receiver.
+struct Tracked {
+    inner: tokio::net::UnixStream,
+    _on_close: Option<oneshot::Sender<()>>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
 }
 
 struct Conn {
     client: RuntimeServiceClient<Channel>,
+    /// Resolves once the stream under `client` is closed.
+    closed: oneshot::Receiver<()>,
     number: u64,
     first_call_logged: bool,
 }
@@ -310,8 +385,10 @@ async fn startup(args: &Args) -> Result<Conn, KubeletError> {
     loop {
         attempts += 1;
         let left = deadline.saturating_sub(start.elapsed());
-        let err = match connect(&args.socket, rpc.min(left.max(Duration::from_millis(1)))).await {
-            Ok(mut client) => {
+        let err = match connect_tracked(&args.socket, rpc.min(left.max(Duration::from_millis(1))))
+            .await
+        {
+            Ok((mut client, closed)) => {
                 let version = with_timeout(
                     rpc,
                     client.version(proto::VersionRequest {
@@ -335,6 +412,7 @@ async fn startup(args: &Args) -> Result<Conn, KubeletError> {
                         ));
                         return Ok(Conn {
                             client,
+                            closed,
                             number: 1,
                             first_call_logged: true,
                         });
@@ -386,6 +464,8 @@ async fn run(args: Args) -> Result<(), KubeletError> {
             source,
         })?;
     tokio::spawn(mini_http::serve(listener, healthz_route));
+    // A new process holds nothing yet: an acknowledgement left by the previous one is stale.
+    remove_ack(&args.hold_ack);
     let mut term = signal(SignalKind::terminate()).map_err(KubeletError::Signal)?;
     let mut int = signal(SignalKind::interrupt()).map_err(KubeletError::Signal)?;
 
@@ -400,6 +480,18 @@ async fn run(args: Args) -> Result<(), KubeletError> {
         _ = main_loop(&args, first) => Ok(()),
         _ = term.recv() => { log(&format!("stopping at {}", now())); Ok(()) }
         _ = int.recv() => { log(&format!("stopping at {}", now())); Ok(()) }
+    }
+}
+
+/// Removes the hold acknowledgement, if any (a failure is logged: a stale one would lie).
+fn remove_ack(ack: &Path) {
+    match std::fs::remove_file(ack) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => log(&format!(
+            "cannot remove the hold acknowledgement {}: {e}",
+            ack.display()
+        )),
     }
 }
 
@@ -426,11 +518,25 @@ async fn main_loop(args: &Args, first: Conn) {
         if args.hold_marker.exists() {
             if !holding {
                 holding = true;
-                if let Some(c) = conn.take() {
+                if let Some(Conn {
+                    client,
+                    closed,
+                    number,
+                    ..
+                }) = conn.take()
+                {
+                    // Said (and acknowledged) once the socket is closed, not when asked.
+                    drop(client);
+                    if tokio::time::timeout(rpc, closed).await.is_err() {
+                        log(&format!(
+                            "hold: connection={number} still open {} ms after it was dropped at {}",
+                            rpc.as_millis(),
+                            now()
+                        ));
+                    }
                     log(&format!(
-                        "holding disconnected at {} connection={} marker={}",
+                        "holding disconnected at {} connection={number} marker={}",
                         now(),
-                        c.number,
                         args.hold_marker.display()
                     ));
                 } else {
@@ -441,12 +547,19 @@ async fn main_loop(args: &Args, first: Conn) {
                     ));
                 }
                 lost_at.get_or_insert_with(Instant::now);
+                if let Err(e) = std::fs::File::create(&args.hold_ack) {
+                    log(&format!(
+                        "cannot write the hold acknowledgement {}: {e}",
+                        args.hold_ack.display()
+                    ));
+                }
             }
             tokio::time::sleep(poll).await;
             continue;
         }
         if holding {
             holding = false;
+            remove_ack(&args.hold_ack);
             log(&format!("hold released at {}", now()));
             attempts = 0;
             backoff = base;
@@ -460,8 +573,8 @@ async fn main_loop(args: &Args, first: Conn) {
                 continue;
             }
             attempts += 1;
-            match connect(&args.socket, rpc).await {
-                Ok(client) => {
+            match connect_tracked(&args.socket, rpc).await {
+                Ok((client, closed)) => {
                     connections += 1;
                     let down = lost_at
                         .take()
@@ -475,6 +588,7 @@ async fn main_loop(args: &Args, first: Conn) {
                     ));
                     conn = Some(Conn {
                         client,
+                        closed,
                         number: connections,
                         first_call_logged: false,
                     });

@@ -20,11 +20,13 @@ struct Kubelet {
     proc: Proc,
     healthz: String,
     hold: PathBuf,
+    ack: PathBuf,
 }
 
 fn spawn_kubelet(node: &Node, extra: &[&str]) -> Kubelet {
     let healthz = format!("127.0.0.1:{}", free_port());
     let hold = node.path("run/hold-disconnected");
+    let ack = node.path("run/holding");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-kubelet"));
     cmd.arg("--container-runtime-endpoint")
         .arg(node.socket())
@@ -32,13 +34,38 @@ fn spawn_kubelet(node: &Node, extra: &[&str]) -> Kubelet {
         .arg(&healthz)
         .arg("--hold-marker")
         .arg(&hold)
+        .arg("--hold-ack")
+        .arg(&ack)
         .args(extra)
         .env_remove("NOTIFY_SOCKET");
     Kubelet {
         proc: Proc::spawn(&mut cmd, node.path("kubelet.log")),
         healthz,
         hold,
+        ack,
     }
+}
+
+/// Connected unix streams held by process `pid`: its CRI stream, and what it inherited.
+fn unix_streams_of(pid: i32) -> usize {
+    let connected: std::collections::HashSet<String> = std::fs::read_to_string("/proc/net/unix")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            (cols.len() >= 7 && cols[5] == "03").then(|| cols[6].to_string())
+        })
+        .collect();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .filter(|ino| connected.contains(ino))
+        .count()
 }
 
 fn get_healthz(addr: &str) -> String {
@@ -145,7 +172,17 @@ async fn hold_disconnected_drops_the_link_until_released() {
     wait_log(log, "rpc=Version connection=1").await;
     wait_connections(&node, 1).await;
 
+    let streams = unix_streams_of(kubelet.proc.pid());
+    assert!(!kubelet.ack.exists());
     std::fs::write(&kubelet.hold, "").unwrap();
+    // Acknowledged once the stream is closed: a test that waits on the acknowledgement
+    // finds kubelet disconnected.
+    let end = std::time::Instant::now() + WAIT;
+    while !kubelet.ack.exists() {
+        assert!(std::time::Instant::now() < end, "no hold acknowledgement");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(unix_streams_of(kubelet.proc.pid()), streams - 1);
     wait_log(log, "holding disconnected at ").await;
     wait_connections(&node, 0).await;
     // healthz does not prove the CRI link, like kubelet's.
@@ -153,6 +190,10 @@ async fn hold_disconnected_drops_the_link_until_released() {
 
     std::fs::remove_file(&kubelet.hold).unwrap();
     wait_log(log, "hold released at ").await;
+    assert!(
+        !kubelet.ack.exists(),
+        "the acknowledgement outlived the hold"
+    );
     wait_log(log, "connection=2 down_for_ms=").await;
     wait_connections(&node, 1).await;
 }

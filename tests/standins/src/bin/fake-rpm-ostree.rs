@@ -61,7 +61,9 @@
 //! `-A/--apply-live`, `-y/--assumeyes`, `-C/--cache-only`, `--uninstall=PKG`, repeated; no
 //! `--allow-replacement`), `uninstall` (`--idempotent`; no `--apply-live`, like the real
 //! one), `apply-live` (`--allow-replacement`, `--target`, `--reset`), `status` (`--json`,
-//! `--booted`), `cancel`. Unknown options are errors (`Unknown option X`), as they are for
+//! `--booted`), `cancel`, and `deploy REVISION` (no options: tests stage an OS update with it,
+//! as the machine-config daemon does; a new pending deployment on that OS commit keeping the
+//! default deployment's packages; the real one pulls REVISION, here it is in the repo). Unknown options are errors (`Unknown option X`), as they are for
 //! the real CLI.
 //!
 //! What it copies from rpm-ostree (docs/runtime-facts.md, "rpm-ostree apply-live"):
@@ -74,6 +76,8 @@
 //!   local RPM fails in depsolve (`conflicting requests`, `cannot install both NEW from
 //!   @commandline and OLD from @commandline`), with or without `--idempotent`. By name:
 //!   `Package/capability 'foo' is already requested`.
+//! - A new deployment (install, uninstall) is built on the default deployment's OS commit, so
+//!   an OS update staged stays staged under the new packages.
 //! - `--uninstall=X` (and `uninstall X`) matches a name or a NEVRA and is applied before
 //!   the additions; an unknown one is `Package/capability 'X' is not currently requested`.
 //!   `--idempotent` skips both kinds of "already"/"not currently".
@@ -444,7 +448,7 @@ impl Fake {
                 }
                 Ok(())
             }
-            "install" | "uninstall" | "apply-live" => {
+            "install" | "uninstall" | "apply-live" | "deploy" => {
                 let o = client_opts(cmd, rest)?;
                 if self.marker("fail") {
                     return Err("fake failure injected (marker file present)".into());
@@ -715,6 +719,14 @@ impl Fake {
                     println!("No change.");
                     return Ok(());
                 }
+                self.save(&state)?;
+                self.stage_real(&mut state)?;
+                println!("Run \"systemctl reboot\" to start a reboot");
+                Ok(())
+            }
+            "deploy" => {
+                let mut state = self.load()?;
+                self.deploy(&mut state, &o.operands[0])?;
                 self.save(&state)?;
                 self.stage_real(&mut state)?;
                 println!("Run \"systemctl reboot\" to start a reboot");

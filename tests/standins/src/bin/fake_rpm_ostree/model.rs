@@ -31,6 +31,14 @@ pub(super) fn client_opts(cmd: &str, rest: &[String]) -> Res<Opts> {
             &["--uninstall"],
         )?,
         "uninstall" => parse_opts(rest, &["--idempotent", "--assumeyes"], &[])?,
+        // The stand-in's words: the real client's texts for a bad REVISION are not recorded.
+        "deploy" => {
+            let o = parse_opts(rest, &[], &[])?;
+            if o.operands.len() != 1 {
+                return Err("deploy takes one REVISION (an OS commit of the repo)".into());
+            }
+            return Ok(o);
+        }
         _ => parse_opts(rest, &["--allow-replacement", "--reset"], &["--target"])?,
     };
     if cmd != "apply-live" && o.operands.is_empty() {

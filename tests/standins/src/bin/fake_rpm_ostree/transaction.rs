@@ -1,5 +1,5 @@
 //! fake-rpm-ostree's changes, as its daemon makes them: a new pending deployment (install,
-//! uninstall), and the live apply in rpm-ostree's order (the unlock, the package check, the
+//! uninstall, deploy), and the live apply in rpm-ostree's order (the unlock, the package check, the
 //! in-progress target, the copy, the live state).
 
 use kata_live_standins::rpm_ostree_real::LiveState;
@@ -9,8 +9,9 @@ use super::model::{deployment, diff, diff_output, is_local, pkg_map, read_local_
 use super::{checksum_for, nevra_name, Fake, Res};
 
 impl Fake {
-    /// Removes, then adds, into a new pending deployment based on the default one.
-    /// False when nothing changed.
+    /// Removes, then adds, into a new pending deployment based on the default one (its OS
+    /// commit too: an OS update staged stays in it, as rpm-ostree builds on the merge
+    /// deployment). False when nothing changed.
     pub(super) fn change(
         &self,
         state: &mut Value,
@@ -86,24 +87,27 @@ impl Fake {
             std::fs::copy(self.rpm_file(&src), cache.join(format!("{nevra}.rpm")))
                 .map_err(|e| format!("importing {src}: {e}"))?;
         }
-        let base = deps[bi]["checksum"]
+        let base = default["base-checksum"]
             .as_str()
+            .or(default["checksum"].as_str())
             .unwrap_or_default()
             .to_string();
-        let seed = format!("{base}|{req:?}|{local:?}");
-        let mut new = deployment(&checksum_for(&seed), false, true);
-        let booted_base = deps[bi]["base-checksum"]
-            .as_str()
-            .unwrap_or(&base)
-            .to_string();
-        new["base-checksum"] = Value::from(booted_base);
-        new["packages"] = Value::from(req.clone());
-        new["requested-packages"] = Value::from(req);
-        new["requested-local-packages"] = Value::from(local);
-        let mut list = vec![new];
-        list.extend(deps[bi..].iter().cloned());
-        state["deployments"] = Value::from(list);
+        pend(state, bi, &base, req, local);
         Ok(true)
+    }
+
+    /// `deploy REVISION`: a new pending deployment on OS commit `rev`, the default one's
+    /// packages kept (what the machine-config daemon's OS update stages). The real one pulls
+    /// `rev` from the origin's remote; here it must already be in the repo.
+    pub(super) fn deploy(&self, state: &mut Value, rev: &str) -> Res<()> {
+        let bi = self.booted_idx(state)?;
+        let default = &state["deployments"][if bi > 0 { 0 } else { bi }];
+        let (req, local) = (
+            strs(&default["requested-packages"]),
+            strs(&default["requested-local-packages"]),
+        );
+        pend(state, bi, rev, req, local);
+        Ok(())
     }
 
     pub(super) fn apply_live(
@@ -286,4 +290,19 @@ impl Fake {
         println!("Successfully updated running filesystem tree.");
         Ok(())
     }
+}
+
+/// Puts a new pending deployment of OS commit `base` with these requests first, before the
+/// booted one (replacing any pending one).
+fn pend(state: &mut Value, bi: usize, base: &str, req: Vec<String>, local: Vec<String>) {
+    let deps = state["deployments"].as_array().cloned().unwrap_or_default();
+    let seed = format!("{base}|{req:?}|{local:?}");
+    let mut new = deployment(&checksum_for(&seed), false, true);
+    new["base-checksum"] = Value::from(base);
+    new["packages"] = Value::from(req.clone());
+    new["requested-packages"] = Value::from(req);
+    new["requested-local-packages"] = Value::from(local);
+    let mut list = vec![new];
+    list.extend(deps[bi..].iter().cloned());
+    state["deployments"] = Value::from(list);
 }
