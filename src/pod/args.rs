@@ -49,7 +49,7 @@ pub struct EntryArgs {
 /// The rollout's pace (src/pace): without `--pace` the pod does not wait for a turn.
 #[derive(Debug, Args)]
 pub struct PaceArgs {
-    /// Ask for this node's turn (its request, a Lease kata-live-turn-<node> in --namespace)
+    /// Ask for this node's turn (its request, the Lease `kata-live-turn-NODE` in --namespace)
     /// and start its run only once the rollout's decider (kata-live-pace) grants it; end the
     /// turn once the node is proven (done), or keep its place marked failed: the rollout
     /// stops there. The decider holds the pool and the budget.
