@@ -270,11 +270,9 @@ impl RolloutView {
         }
 
         let seen = turn::Seen {
-            me: "",
             tickets: s.tickets,
             pool: &pool,
             budget,
-            paused,
         };
         let using = turn::using(&seen);
         let slots = budget.of(pool.len());
