@@ -123,6 +123,9 @@ fn the_rollout_rides_out_a_deleted_node_a_deleted_pod_and_a_control_plane_restar
         &|cp| holders(cp).is_empty(),
     );
     turn_lines(&both, "install");
+    // Figures: what the decider did across the restart (its watches relist with
+    // kube-runtime's back-off, 0.8 s doubling to 30 s, as client-go's reflector).
+    eprintln!("{}", decider_logs(&cp));
     judge(&both, "kata-live-install.service", t0);
     let new = pod_on(&cp, "install", &a.name).expect("A's new pod");
     assert_ne!(new["metadata"]["name"].as_str(), Some(old_name.as_str()));
