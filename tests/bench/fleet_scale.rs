@@ -452,11 +452,9 @@ async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
         rule(
             &["coordination.k8s.io"],
             &["leases"],
-            &[
-                "get", "list", "watch", "create", "update", "patch", "delete",
-            ],
+            &["get", "list", "watch", "create", "update", "patch"],
         ),
-        rule(&["apps"], &["daemonsets"], &["get"]),
+        rule(&[""], &["pods/status"], &["patch"]),
     ]);
     Api::<Role>::namespaced(admin.clone(), NS)
         .create(&pp, &role)
@@ -477,7 +475,7 @@ async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
     let mut cr = ClusterRole::default();
     cr.metadata.name = Some("kata-live-bench".into());
     cr.rules = Some(vec![
-        rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
+        rule(&[""], &["nodes"], &["get", "patch"]),
         rule(&[""], &["events"], &["create"]),
     ]);
     Api::<ClusterRole>::all(admin.clone())
@@ -531,14 +529,11 @@ async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
     );
 
     // The RBAC authorizer reads its grants from a cache: wait until the contenders' user may
-    // list the pool and the tickets.
+    // read a Node (its own, as an agent) and list the tickets.
     let client = kube::Client::try_from(sa).expect("a client as the service account");
     let until = Instant::now() + Duration::from_secs(60);
-    let selector = format!("{POOL_LABEL}=true");
     loop {
-        let a = Api::<Node>::all(client.clone())
-            .list_metadata(&ListParams::default().labels(&selector).limit(1))
-            .await;
+        let a = Api::<Node>::all(client.clone()).get(&node_name(0)).await;
         let b = Api::<Lease>::namespaced(client.clone(), NS)
             .list(&ListParams::default().limit(1))
             .await;
