@@ -58,6 +58,14 @@ impl Decider {
         for d in docs.iter().filter(|d| d["kind"] != "Deployment") {
             cp.kubectl_in(&["apply", "-f", "-"], Some(&d.to_string()));
         }
+        // The Deployment itself as the API server would take it (its schema, its defaults),
+        // not run: its process below plays its container.
+        for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+            cp.kubectl_in(
+                &["apply", "--dry-run=server", "-f", "-"],
+                Some(&d.to_string()),
+            );
+        }
         let token = cp.kubectl(&[
             "-n",
             "kata-live",
