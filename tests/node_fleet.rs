@@ -13,7 +13,10 @@
 //! loopback only (no pod network to a service IP and no kube-proxy), so the pods run with
 //! `hostNetwork: true` and `KUBERNETES_SERVICE_HOST=127.0.0.1`, where a relay (one listening
 //! socket made in the node's namespace) leads to the host's API server; and a node label in
-//! the nodeSelector lets the scenario choose when each node becomes eligible.
+//! the nodeSelector lets the scenario choose when each node becomes eligible. The decider of
+//! kata-live-pace.yaml runs as a host process beside the control plane, with the Deployment's
+//! environment and its own service account's token (tests/support/decider.rs): no node could
+//! reach it as a pod.
 //!
 //! Timeline figures are printed, never asserted.
 
@@ -22,6 +25,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use support::crio_real::{probe, status_handlers, OCI_CONFIG};
+use support::decider::{decider_logs, Decider};
 use support::fleet::*;
 use support::kata::KataNode;
 
@@ -37,12 +41,15 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     let a = join(&cp, "kl-fleet-a", "10.99.0.10");
     let b = join(&cp, "kl-fleet-b", "10.99.0.11");
     let wait = |what: &str, deadline: Duration, check: &dyn Fn(&ControlPlane) -> bool| {
-        cp.wait_or(what, deadline, check, || fleet_logs(&[&a, &b]))
+        cp.wait_or(what, deadline, check, || {
+            fleet_logs(&[&a, &b]) + &decider_logs(&cp)
+        })
     };
     cp.kubectl_in(
         &["apply", "-f", "-"],
         Some(&manifest("kata-live-pacing.yaml")),
     );
+    let decider = Decider::shipped(&cp);
     // The handler's RuntimeClass as shipped, and a pod of it before any node is proven.
     cp.kubectl_in(&["apply", "-f", "-"], Some(&runtime_class()));
     cp.kubectl_in(&["apply", "-f", "-"], Some(&kata_pod("kata-early")));
@@ -101,10 +108,13 @@ fn the_daemonsets_activate_one_node_at_a_time_and_stop_at_a_failed_node() {
     );
     assert!(!ready_on(&cp, "install", &a.name));
     assert!(!ready_on(&cp, "install", &b.name));
+    // The decider names the failed node as what holds the pool's budget.
     assert!(
-        pod_logs(a.node(), "install").contains(&format!("The rollout is stopped at {}", b.name)),
-        "A's pod must name the failed node:\n{}",
-        pod_logs(a.node(), "install")
+        decider
+            .said()
+            .contains(&format!("{b}: node {b} (its install FAILED", b = b.name)),
+        "the decider must name the failed node:\n{}",
+        decider.said()
     );
     assert_eq!(crio_invocation(&a), a_crio, "A's CRI-O was restarted");
     assert!(!a.node().exists("/usr/local/bin/kata-live").unwrap());
@@ -670,8 +680,20 @@ fn the_label_policy_keeps_a_pods_token_to_its_own_nodes_kata_live_labels() {
         &["label", "node", "kl-vap-a", &format!("{KATA_LABEL}=proven")],
         own,
     );
-    // What RBAC alone refuses.
+    // What RBAC alone refuses: the agents read no pool and pace nothing but their own
+    // request (the decider lists the Nodes and reads the DaemonSets' pause).
     denied(&pod_token, &["delete", "node", "kl-vap-b"], "Forbidden");
+    denied(&pod_token, &["get", "nodes"], "Forbidden");
+    denied(
+        &pod_token,
+        &["get", "daemonsets", "-n", NS, "kata-live-install"],
+        "Forbidden",
+    );
+    denied(
+        &pod_token,
+        &["delete", "lease", "-n", NS, "kata-live-turn-kl-vap-b"],
+        "Forbidden",
+    );
     denied(
         &pod_token,
         &["get", "secrets", "-n", "kube-system"],

@@ -17,6 +17,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use support::audit::Audit;
+use support::decider::{decider_logs, Decider};
 use support::fleet::*;
 
 const CURRENT: &str = "machineconfiguration.openshift.io/currentConfig";
@@ -83,11 +84,12 @@ fn pause(cp: &ControlPlane, on: bool) {
     cp.kubectl(&["-n", NS, "annotate", "daemonset", "kata-live-install", a]);
 }
 
-/// Budget 1 (the manifests' default), B ahead of A in the queue. Node A is mid-MCO-update:
-/// A does not start, and B waits, naming A. Paused, then A's update done: still nothing starts
-/// (B says paused). Unpaused, an administrator's cordon on B holds the budget: B does not
-/// start, nor A behind it. Uncordoned: both run, one at a time, each cordoned by kata-live
-/// during its run only.
+/// Budget 1 (the decider's default without MachineConfigPools), B ahead of A in the queue.
+/// Node A is mid-MCO-update: A does not start, and B waits, the decider naming A. Paused, then
+/// A's update done: still nothing starts (the decider says paused). Unpaused, an
+/// administrator's cordon on B holds the budget: B does not start, nor A behind it (the
+/// decider names B's cordon). Uncordoned: both run, one at a time, each cordoned by the
+/// decider during its turn only.
 #[test]
 fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
     let _one = support::kata::serial();
@@ -98,12 +100,18 @@ fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
     let b = join(&cp, "kl-fleet-b", "10.99.0.11");
     let both = [&a, &b];
     let wait = |what: &str, deadline: Duration, check: &dyn Fn(&ControlPlane) -> bool| {
-        cp.wait_or(what, deadline, check, || fleet_logs(&both))
+        cp.wait_or(what, deadline, check, || {
+            fleet_logs(&both) + &decider_logs(&cp)
+        })
     };
     cp.kubectl_in(
         &["apply", "-f", "-"],
         Some(&manifest("kata-live-pacing.yaml")),
     );
+    // The pool as a MachineConfigPool selects it (the workers: the shipped decider's
+    // KATA_LIVE_POOL_SELECTOR), not as the DaemonSet does: A is in the pool before its pod
+    // exists.
+    let decider = Decider::shipped(&cp);
     // The MCO is updating A (its daemon's annotations mid-update).
     mco(
         &cp,
@@ -116,43 +124,36 @@ fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
     // says what below is known.
     cp.kubectl(&["label", "node", &b.name, &format!("{PICK}=yes")]);
     let t0 = now_us();
-    // The pool as a MachineConfigPool selects it (the workers), not as the DaemonSet does:
-    // A is in the pool before its pod exists.
-    let mut ds: serde_json::Value =
-        serde_json::from_str(&daemonset("kata-live-install.yaml")).unwrap();
-    ds["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({
-            "name": "KATA_LIVE_POOL_SELECTOR", "value": "node-role.kubernetes.io/worker="}));
-    cp.kubectl_in(&["apply", "-f", "-"], Some(&ds.to_string()));
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&daemonset("kata-live-install.yaml")),
+    );
     wait("B's ticket queued", Duration::from_secs(120), &|cp| {
         ticket(cp, &b.name).0.as_deref() == Some("waiting")
     });
     cp.kubectl(&["label", "node", &a.name, &format!("{PICK}=yes")]);
     wait(
-        "B's pod names A's MCO update as what uses the budget",
+        "the decider names A's MCO update as what uses the budget",
         Duration::from_secs(120),
         &|_| {
-            pod_logs(b.node(), "install").contains(&format!(
+            decider.said().contains(&format!(
                 "{}: the machine-config operator is updating it",
                 a.name
             ))
         },
     );
-    // A's pod waits too, behind B in the queue: it says only its place (a pod with the
-    // budget's count of nodes ahead reads no Node).
-    wait("A's pod waits behind B", Duration::from_secs(60), &|_| {
-        pod_logs(a.node(), "install").contains("waiting for its turn: 1 node(s) ahead")
+    // Both pods wait: each follows its own request only (the decider knows the queue).
+    wait("both pods wait", Duration::from_secs(60), &|_| {
+        both.iter()
+            .all(|f| pod_logs(f.node(), "install").contains("waiting for its turn"))
     });
     nothing_starts(&cp, &both, t0, "while the MCO updated A");
 
     // Paused; then the MCO is done with A: still nothing starts.
     pause(&cp, true);
-    // Said by the pod at the head of the queue (the one the budget would let start); a pod
-    // behind it waits on its place and reads no DaemonSet.
-    wait("B's pod says paused", Duration::from_secs(60), &|_| {
-        pod_logs(b.node(), "install").contains("the rollout is paused")
+    // Said by the decider (the one that would grant B's turn).
+    wait("the decider says paused", Duration::from_secs(60), &|_| {
+        decider.said().contains("the rollout is paused")
     });
     mco(
         &cp,
@@ -167,11 +168,13 @@ fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
     cp.kubectl(&["cordon", &b.name]);
     pause(&cp, false);
     wait(
-        "B's pod says its node is cordoned",
+        "the decider says B is cordoned",
         Duration::from_secs(60),
         &|_| {
-            pod_logs(b.node(), "install")
-                .contains("this node is unavailable (cordoned (unschedulable))")
+            decider.said().contains(&format!(
+                "node {} cannot take its turn, passed: cordoned (unschedulable)",
+                b.name
+            ))
         },
     );
     nothing_starts(&cp, &both, t0, "while B was cordoned");
@@ -212,10 +215,12 @@ fn the_budget_counts_the_mcos_updates_cordons_and_the_pause() {
     judge(&both, "kata-live-install.service", t0);
     for f in both {
         assert!(
-            pod_logs(f.node(), "install").contains("cordoned node"),
-            "{}: the pod does not say it cordoned its node:\n{}",
+            decider
+                .said()
+                .contains(&format!("cordoned node {} for its turn", f.name)),
+            "{}: the decider does not say it cordoned the node:\n{}",
             f.name,
-            pod_logs(f.node(), "install")
+            decider.said()
         );
         let n = cp.json(&["get", "node", &f.name]);
         assert_ne!(n["spec"]["unschedulable"], true, "{} left cordoned", f.name);

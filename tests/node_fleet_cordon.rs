@@ -15,6 +15,7 @@ use crate::support;
 use std::time::Duration;
 
 use support::crio_real::OCI_CONFIG;
+use support::decider::{decider_logs, Decider};
 use support::fleet::*;
 
 /// Small deadlines: the pod stops following the unit after the run's worst case (43 s with
@@ -72,13 +73,16 @@ fn a_unit_still_deactivating_past_the_pods_deadline_keeps_its_node_cordoned() {
         true,
     );
     let wait = |what: &str, deadline: Duration, check: &dyn Fn(&ControlPlane) -> bool| {
-        cp.wait_or(what, deadline, check, || fleet_logs(&[&a]))
+        cp.wait_or(what, deadline, check, || {
+            fleet_logs(&[&a]) + &decider_logs(&cp)
+        })
     };
     a.k.unit_drop_in("kata-live-install.service", "60-held-deactivating", HELD);
     cp.kubectl_in(
         &["apply", "-f", "-"],
         Some(&manifest("kata-live-pacing.yaml")),
     );
+    let _decider = Decider::shipped(&cp);
     cp.kubectl(&["label", "node", &a.name, &format!("{PICK}=yes")]);
     cp.kubectl_in(
         &["apply", "-f", "-"],

@@ -3,7 +3,7 @@
 //! tests/fleet/control-plane.sh, the DaemonSets of packaging/daemonset/ as in node_fleet.
 //!
 //! One rollout, three faults: a turn held by a machine scaled down (its Node deleted while
-//! its ticket is activating) is freed by the head of the queue, with an Event; a pod deleted
+//! its request is activating) is freed by the decider, with an Event; a pod deleted
 //! while its node activates is replaced, and the replacement adopts the turn and the host
 //! run in flight instead of starting a second one; the whole control plane stopped and
 //! started mid-rollout. Judged by the nodes' journals (one run and one CRI-O restart per
@@ -15,12 +15,12 @@ use crate::support;
 use std::time::Duration;
 
 use support::audit::Audit;
+use support::decider::{decider_logs, Decider};
 use support::fleet::*;
 
 /// A machine scaled down mid-turn: a Node of the pool that no kubelet runs, holding an
 /// activating ticket as a pod that took its turn would have left it.
 const GONE: &str = "kl-fleet-gone";
-const POOL: &str = "node-role.kubernetes.io/worker=";
 
 #[test]
 fn the_rollout_rides_out_a_deleted_node_a_deleted_pod_and_a_control_plane_restart() {
@@ -32,7 +32,9 @@ fn the_rollout_rides_out_a_deleted_node_a_deleted_pod_and_a_control_plane_restar
     let b = join(&cp, "kl-fleet-b", "10.99.0.11");
     let both = [&a, &b];
     let wait = |what: &str, deadline: Duration, check: &dyn Fn(&ControlPlane) -> bool| {
-        cp.wait_or(what, deadline, check, || fleet_logs(&both))
+        cp.wait_or(what, deadline, check, || {
+            fleet_logs(&both) + &decider_logs(&cp)
+        })
     };
     cp.kubectl_in(
         &["apply", "-f", "-"],
@@ -62,25 +64,27 @@ fn the_rollout_rides_out_a_deleted_node_a_deleted_pod_and_a_control_plane_restar
         ),
     );
 
-    // The pool as a MachineConfigPool selects it (every worker, the gone one too).
-    let mut ds: serde_json::Value =
-        serde_json::from_str(&daemonset("kata-live-install.yaml")).unwrap();
-    ds["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"name": "KATA_LIVE_POOL_SELECTOR", "value": POOL}));
+    // The pool as a MachineConfigPool selects it (every worker, the gone one too: the
+    // shipped decider's KATA_LIVE_POOL_SELECTOR).
+    let decider = Decider::shipped(&cp);
     cp.kubectl(&["label", "node", &a.name, &format!("{PICK}=yes")]);
     let t0 = now_us();
-    cp.kubectl_in(&["apply", "-f", "-"], Some(&ds.to_string()));
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&daemonset("kata-live-install.yaml")),
+    );
+    wait("A's request waits", Duration::from_secs(120), &|cp| {
+        ticket(cp, &a.name).0.as_deref() == Some("waiting")
+    });
     wait(
-        "A's pod names the gone node's turn",
+        "the decider names the gone node's turn",
         Duration::from_secs(120),
-        &|_| pod_logs(a.node(), "install").contains(&format!("{GONE}: ")),
+        &|_| decider.said().contains(&format!("{GONE}: ")),
     );
     assert!(runs(a.node(), "kata-live-install.service", t0).is_empty());
 
-    // The machine is scaled down: its Node deleted. The head of the queue (A) frees its turn
-    // and says why on the Node, although no ticket changed.
+    // The machine is scaled down: its Node deleted. The decider frees its turn and says why
+    // on the Node, although no request changed.
     cp.kubectl(&["delete", "node", GONE]);
     wait(
         "the gone node's turn freed",
@@ -119,6 +123,9 @@ fn the_rollout_rides_out_a_deleted_node_a_deleted_pod_and_a_control_plane_restar
         &|cp| holders(cp).is_empty(),
     );
     turn_lines(&both, "install");
+    // Figures: what the decider did across the restart (its watches relist with
+    // kube-runtime's back-off, 0.8 s doubling to 30 s, as client-go's reflector).
+    eprintln!("{}", decider_logs(&cp));
     judge(&both, "kata-live-install.service", t0);
     let new = pod_on(&cp, "install", &a.name).expect("A's new pod");
     assert_ne!(new["metadata"]["name"].as_str(), Some(old_name.as_str()));

@@ -1,11 +1,10 @@
 //! The rollout's pacing (src/pace/) against the real kube-apiserver and etcd of
-//! tests/fleet/control-plane.sh, with simulated Nodes and no node booted: what the fleet tests
-//! (two real nodes, a budget written as a count) do not reach. A percentage budget is of the
-//! pool's nodes (the pool's selector), not of the cluster's: the pacing's bound from the
-//! cluster's node count (one Node and `remainingItemCount`, which only a real API server
-//! gives) and the pool read in pages of each Node's availability (src/pace/pool.rs) must
-//! still let exactly the pool's share run at once, whatever the nodes outside the pool do.
-//! The API server's audit log is the referee.
+//! tests/fleet/control-plane.sh, with simulated Nodes and no node booted: the agents
+//! (src/pace/agent.rs, as the DaemonSet pods run them, one per node) and the decider
+//! (`kata-live-pace`, the real binary), what the fleet tests (two real nodes, a budget written
+//! as a count) do not reach. A percentage budget is of the pool's nodes (the pool's selector),
+//! not of the cluster's, whatever the nodes outside the pool do. The API server's audit log is
+//! the referee.
 
 use crate::support;
 
@@ -17,9 +16,10 @@ use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition, NodeSpec, NodeS
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use support::audit::Audit;
+use support::decider::Decider;
 use support::fleet::ControlPlane;
 
-use kata_live::pace::{Budget, PaceConfig, Pacer, RunEnd};
+use kata_live::pace::{Agent, AgentConfig, RunEnd};
 
 const POOL_LABEL: &str = "kata-live.io/test-pool";
 const POOL: usize = 20;
@@ -56,9 +56,28 @@ async fn admin(cp: &ControlPlane) -> kube::Config {
         .expect("a client configuration")
 }
 
-/// Acquires its node's turn (its pacing's words said if it gets none), holds it for `run`,
-/// releases it. Returns what its pacing said.
-async fn contend(pacer: Pacer, run: Duration) -> Vec<String> {
+/// The decider on `cp` as the admin, with the pool of [`POOL_LABEL`] and `budget`.
+fn decider(cp: &ControlPlane, budget: &str) -> Decider {
+    let pool = format!("{POOL_LABEL}=true");
+    Decider::start(
+        cp,
+        &cp.dir().join("admin.kubeconfig"),
+        "kata-live-pace-0",
+        &[],
+        &[
+            "--namespace",
+            "kata-live",
+            "--max-unavailable",
+            budget,
+            "--pool-selector",
+            &pool,
+        ],
+    )
+}
+
+/// Acquires its node's turn (its words said if it gets none), holds it for `run`, releases
+/// it. Returns what it said.
+async fn contend(pacer: Agent, run: Duration) -> Vec<String> {
     let said = RefCell::new(Vec::new());
     let say = |w: &str| said.borrow_mut().push(w.to_string());
     let acquired = tokio::time::timeout(Duration::from_secs(120), pacer.acquire("install", &say));
@@ -117,19 +136,10 @@ fn a_percentage_budget_is_of_the_pools_nodes_whatever_the_nodes_outside_it_do() 
                 "the API server dropped a created Node's status"
             );
         }
+        let _decider = decider(&cp, &format!("{PERCENT}%"));
         let mut runs = Vec::new();
         for name in &pool {
-            let cfg = PaceConfig {
-                namespace: "kata-live".into(),
-                node: name.clone(),
-                pod: None,
-                daemonset: None,
-                pool_selector: Some(format!("{POOL_LABEL}=true")),
-                budget: Budget::Percent(PERCENT),
-            };
-            let pacer = Pacer::with_config(conf.clone(), cfg)
-                .await
-                .expect("a Pacer");
+            let pacer = agent(&conf, name);
             runs.push(tokio::task::spawn_local(contend(
                 pacer,
                 Duration::from_millis(1500),
@@ -160,15 +170,13 @@ fn a_percentage_budget_is_of_the_pools_nodes_whatever_the_nodes_outside_it_do() 
     );
 }
 
-fn config(node: &str, budget: Budget) -> PaceConfig {
-    PaceConfig {
+fn agent(conf: &kube::Config, node: &str) -> Agent {
+    let cfg = AgentConfig {
         namespace: "kata-live".into(),
         node: node.into(),
         pod: None,
-        daemonset: None,
-        pool_selector: Some(format!("{POOL_LABEL}=true")),
-        budget,
-    }
+    };
+    Agent::with_config(conf.clone(), cfg).expect("an Agent")
 }
 
 /// The namespace and `nodes` (Ready, in the pool), as the admin.
@@ -187,11 +195,9 @@ async fn cluster(conf: &kube::Config, nodes: &[Node]) -> Api<Node> {
     api
 }
 
-/// Its turn taken (and its node cordoned), within 60 s, or its words.
-async fn take(conf: &kube::Config, node: &str, budget: Budget) -> Pacer {
-    let pacer = Pacer::with_config(conf.clone(), config(node, budget))
-        .await
-        .expect("a Pacer");
+/// Its turn granted (and its node cordoned), within 60 s, or its words.
+async fn take(conf: &kube::Config, node: &str) -> Agent {
+    let pacer = agent(conf, node);
     let said = RefCell::new(Vec::new());
     let say = |w: &str| said.borrow_mut().push(w.to_string());
     let acquired = tokio::time::timeout(Duration::from_secs(60), pacer.acquire("install", &say));
@@ -212,10 +218,23 @@ async fn cordon_of(nodes: &Api<Node>, node: &str) -> (bool, Option<String>) {
     (cordoned, claim)
 }
 
-/// Item 3 of issue 50. An administrator's cordon made during a node's turn outlives the turn;
-/// a node whose run is not fit to be scheduled on (its rollback failed, its unit still
-/// running) stays cordoned, with an Event saying why; a turn nobody interfered with ends
-/// uncordoned (the control: the same code undoes its own cordon).
+/// Waits (60 s at most) until `node`'s cordon and kata-live's claim are `want`.
+async fn cordon_becomes(nodes: &Api<Node>, node: &str, want: (bool, Option<String>), why: &str) {
+    for _ in 0..600 {
+        if cordon_of(nodes, node).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{node}: {why}: {:?}", cordon_of(nodes, node).await);
+}
+
+/// Item 3 of issue 50. An administrator's cordon made during a node's turn outlives the turn
+/// (the decider ends a done turn's cordon, and only its own); a node whose run is not fit to be
+/// scheduled on (its rollback failed, its unit still running) stays cordoned, with an Event
+/// saying why (its agent's); a turn nobody interfered with ends uncordoned, done (by the
+/// decider) or failed and fit (by its agent): the controls, the same code undoing its own
+/// cordon.
 #[test]
 fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it() {
     let cp = ControlPlane::start_api_only(17643, 24990);
@@ -225,17 +244,17 @@ fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it()
         .expect("a runtime");
     rt.block_on(async {
         let conf = admin(&cp).await;
-        let names = ["taken-over", "unfit", "plain"];
+        let names = ["taken-over", "unfit", "plain", "done"];
         let all: Vec<Node> = names.iter().map(|n| node(n, true, true, false)).collect();
         let nodes = cluster(&conf, &all).await;
-        let budget = Budget::Count(3);
+        let decider = decider(&cp, "4");
 
         // An administrator takes the node over during its turn.
-        let p = take(&conf, "taken-over", budget).await;
+        let p = take(&conf, "taken-over").await;
         let (cordoned, claim) = cordon_of(&nodes, "taken-over").await;
         assert!(
             cordoned && claim.is_some(),
-            "kata-live cordons its node for its turn"
+            "the decider cordons a node before its turn"
         );
         // `kubectl cordon` of a node already cordoned writes nothing: it cannot be told apart.
         let said = cp.kubectl(&["cordon", "taken-over"]);
@@ -245,17 +264,22 @@ fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it()
         cp.kubectl(&["cordon", "taken-over"]);
         let s = p.release().await.expect("the turn's end");
         eprintln!("pace api: the taken-over node's end: {s:?}");
-        let (cordoned, claim) = cordon_of(&nodes, "taken-over").await;
+        cordon_becomes(
+            &nodes,
+            "taken-over",
+            (true, None),
+            "the decider must drop its claim and leave the administrator's cordon",
+        )
+        .await;
+        let words = decider.said();
         assert!(
-            cordoned,
-            "kata-live undid an administrator's cordon made during its turn: {s:?}"
+            words.contains("node taken-over: it was cordoned again during its turn")
+                && words.contains("set by kubectl"),
+            "{words}"
         );
-        assert_eq!(claim, None, "the cordon is no longer kata-live's");
-        let words = s.cordon.unwrap_or_default();
-        assert!(words.contains("set by kubectl"), "{words}");
 
         // A run that is not over, or whose rollback failed: the node stays cordoned.
-        let p = take(&conf, "unfit", budget).await;
+        let p = take(&conf, "unfit").await;
         let why = "its host unit kata-live-install.service was still deactivating";
         let s = p
             .hold_failed("not proven", &RunEnd::Unfit(why.into()))
@@ -290,8 +314,9 @@ fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it()
             "no Event says why the node stays cordoned: {messages:?}"
         );
 
-        // The control: nobody interferes, the run ends fit: uncordoned.
-        let p = take(&conf, "plain", budget).await;
+        // The controls: nobody interferes; a failed run that ends fit (its agent uncordons)
+        // and a done one (the decider does).
+        let p = take(&conf, "plain").await;
         let s = p
             .hold_failed("not proven, rolled back", &RunEnd::Ended)
             .await
@@ -301,14 +326,25 @@ fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it()
             (false, None),
             "kata-live left its own cordon: {s:?}"
         );
+        let p = take(&conf, "done").await;
+        p.release().await.expect("the turn's end");
+        cordon_becomes(
+            &nodes,
+            "done",
+            (false, None),
+            "the decider must end a done turn's own cordon",
+        )
+        .await;
+        // The unfit node keeps its cordon: a failed turn's is its agent's.
+        let (cordoned, claim) = cordon_of(&nodes, "unfit").await;
+        assert!(cordoned && claim.is_some(), "the unfit node was uncordoned");
     });
 }
 
 /// Item 1 of issue 50, as the issue reproduced it: a count of 2, eight pool nodes, the first
-/// in the queue cordoned by an administrator and waiting (its pod alive). The seven behind it
-/// all take their turns (before, five had none within 90 s: they watched the cordoned node's
-/// ticket, which never left the queue, until their far recount, 15 minutes on); the cordoned
-/// node's words say why it cannot go, and it takes no turn.
+/// in the queue cordoned by an administrator and waiting (its agent alive). The seven behind it
+/// all take their turns (with the self-pacing pods, five had none within 90 s); the decider's
+/// words say why the cordoned node cannot go, and it takes no turn.
 #[test]
 fn a_cordoned_node_at_the_head_of_the_queue_does_not_stall_the_nodes_behind_it() {
     let cp = ControlPlane::start_api_only(17743, 25090);
@@ -323,11 +359,9 @@ fn a_cordoned_node_at_the_head_of_the_queue_does_not_stall_the_nodes_behind_it()
         let mut all: Vec<Node> = names.iter().map(|n| node(n, true, true, false)).collect();
         all[0] = node("q1", true, true, true);
         cluster(&conf, &all).await;
-        let budget = Budget::Count(2);
+        let decider = decider(&cp, "2");
         // q1 queues first, and waits: it is cordoned.
-        let head = Pacer::with_config(conf.clone(), config("q1", budget))
-            .await
-            .expect("a Pacer");
+        let head = agent(&conf, "q1");
         let head_said = std::rc::Rc::new(RefCell::new(Vec::<String>::new()));
         let said = head_said.clone();
         let waiting = tokio::task::spawn_local(async move {
@@ -350,9 +384,7 @@ fn a_cordoned_node_at_the_head_of_the_queue_does_not_stall_the_nodes_behind_it()
         let mut runs = Vec::new();
         let t0 = std::time::Instant::now();
         for name in &names[1..] {
-            let pacer = Pacer::with_config(conf.clone(), config(name, budget))
-                .await
-                .expect("a Pacer");
+            let pacer = agent(&conf, name);
             let run = contend(pacer, Duration::from_millis(1500));
             runs.push(tokio::task::spawn_local(async move {
                 run.await;
@@ -372,11 +404,11 @@ fn a_cordoned_node_at_the_head_of_the_queue_does_not_stall_the_nodes_behind_it()
         eprintln!("pace api: stall: turns ended at {} s", ended.join(", "));
         assert!(!waiting.is_finished(), "q1 stopped waiting");
         waiting.abort();
-        let words = head_said.borrow().join("\n");
-        eprintln!("pace api: q1 said:\n{words}");
+        eprintln!("pace api: q1 said:\n{}", head_said.borrow().join("\n"));
+        let words = decider.said();
         assert!(
-            words.contains("cordoned (unschedulable)"),
-            "q1's words do not say why it cannot go:\n{words}"
+            words.contains("node q1 cannot take its turn, passed: cordoned (unschedulable)"),
+            "the decider's words do not say why q1 cannot go:\n{words}"
         );
     });
     let audit = Audit::read(cp.dir().join("audit.log"));
@@ -393,9 +425,8 @@ fn a_cordoned_node_at_the_head_of_the_queue_does_not_stall_the_nodes_behind_it()
 }
 
 /// Item 1 of issue 50: a node NotReady in the middle of the queue whose pod is gone with it
-/// (its ticket waiting, nobody to take it out): the first node behind it that can go takes it
-/// out of the queue and says so, and every node behind it takes its turn (before, the nodes
-/// whose far watch fell on its ticket waited for their 15-minute recount).
+/// (its request waiting): the decider passes it and says why, and every node behind it takes
+/// its turn.
 #[test]
 fn a_node_down_in_the_middle_of_the_queue_does_not_stall_the_nodes_behind_it() {
     let cp = ControlPlane::start_api_only(17843, 25190);
@@ -410,7 +441,7 @@ fn a_node_down_in_the_middle_of_the_queue_does_not_stall_the_nodes_behind_it() {
         let mut all: Vec<Node> = names.iter().map(|n| node(n, true, true, false)).collect();
         all[2] = node("m3", true, false, false);
         cluster(&conf, &all).await;
-        let budget = Budget::Count(2);
+        let decider = decider(&cp, "2");
         let client = kube::Client::try_from(conf.clone()).expect("a client");
         let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
             Api::namespaced(client, "kata-live");
@@ -434,9 +465,7 @@ fn a_node_down_in_the_middle_of_the_queue_does_not_stall_the_nodes_behind_it() {
                     .expect("m3's ticket");
                 continue;
             }
-            let pacer = Pacer::with_config(conf.clone(), config(name, budget))
-                .await
-                .expect("a Pacer");
+            let pacer = agent(&conf, name);
             runs.push(tokio::task::spawn_local(contend(
                 pacer,
                 Duration::from_millis(1500),
@@ -447,25 +476,20 @@ fn a_node_down_in_the_middle_of_the_queue_does_not_stall_the_nodes_behind_it() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        let mut said = Vec::new();
         for r in runs {
-            said.extend(r.await.expect("a contender"));
+            r.await.expect("a contender");
         }
-        let named: Vec<&String> = said
-            .iter()
-            .filter(|w| w.starts_with("node m3 cannot take its turn (not Ready)"))
-            .collect();
-        eprintln!("pace api: down: {named:?}");
+        let words = decider.said();
         assert!(
-            !named.is_empty(),
-            "nobody named m3 and why:\n{}",
-            said.join("\n")
+            words.contains("node m3 cannot take its turn, passed: not Ready"),
+            "the decider did not name m3 and why:\n{words}"
         );
-        let m3 = leases.get("kata-live-turn-m3").await.expect("m3's ticket");
+        // Passed, not written: its request keeps its place for when its node is back.
+        let m3 = leases.get("kata-live-turn-m3").await.expect("m3's request");
         let ann = m3.metadata.annotations.unwrap_or_default();
         assert_eq!(
             ann.get("kata-live.io/state").map(String::as_str),
-            Some("blocked")
+            Some("waiting")
         );
     });
     let audit = Audit::read(cp.dir().join("audit.log"));

@@ -133,19 +133,17 @@ fn check(name: &str, op: &str) -> DaemonSet {
             .map(|f| f.field_path.clone())
     };
     assert_eq!(value("KATA_LIVE_PACE").as_deref(), Some("true"), "{name}");
-    assert_eq!(
-        value("KATA_LIVE_MAX_UNAVAILABLE").as_deref(),
-        Some("1"),
-        "{name}: one node at a time by default"
-    );
-    let budget: kata_live::pace::Budget =
-        value("KATA_LIVE_MAX_UNAVAILABLE").unwrap().parse().unwrap();
-    assert_eq!(budget.of(1000), 1);
-    assert_eq!(
-        value("KATA_LIVE_DAEMONSET"),
-        ds.metadata.name.clone(),
-        "{name}: the pause is read from the pod's own DaemonSet"
-    );
+    // The pool, the budget and the pause are the decider's (kata-live-pace.yaml).
+    for k in [
+        "KATA_LIVE_MAX_UNAVAILABLE",
+        "KATA_LIVE_POOL_SELECTOR",
+        "KATA_LIVE_DAEMONSET",
+    ] {
+        assert!(
+            !env.iter().any(|e| e.name == k),
+            "{name}: {k} is the decider's"
+        );
+    }
     assert_eq!(field("POD_UID").as_deref(), Some("metadata.uid"));
     assert_eq!(field("NODE_NAME").as_deref(), Some("spec.nodeName"));
     assert_eq!(
@@ -173,9 +171,6 @@ fn check(name: &str, op: &str) -> DaemonSet {
         .expect("pod subcommand");
     for (id, var) in [
         ("pace", "KATA_LIVE_PACE"),
-        ("max_unavailable", "KATA_LIVE_MAX_UNAVAILABLE"),
-        ("pool_selector", "KATA_LIVE_POOL_SELECTOR"),
-        ("daemonset", "KATA_LIVE_DAEMONSET"),
         ("pod_uid", "POD_UID"),
         ("node_name", "NODE_NAME"),
         ("namespace", "POD_NAMESPACE"),
@@ -316,14 +311,14 @@ fn the_pacing_manifest_grants_the_tickets_in_its_namespace_and_applies_none() {
                         (
                             s(&["coordination.k8s.io"]),
                             s(&["leases"]),
-                            s(&["get", "list", "watch", "create", "update", "patch", "delete"]),
+                            s(&["get", "list", "watch", "create", "update", "patch"]),
                             None
                         ),
-                        (s(&["apps"]), s(&["daemonsets"]), s(&["get"]), None),
                         (s(&[""]), s(&["pods/status"]), s(&["patch"]), None),
                     ],
-                    "the tickets (one per node: no names known in advance), the pause, and \
-                     the pods' readiness gate (the status only, never the pods)"
+                    "the requests (one per node: no names known in advance; no delete) and \
+                     the pods' readiness gate (the status only, never the pods); the pause is \
+                     the decider's"
                 );
             }
             "RoleBinding" => {
@@ -367,8 +362,9 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
                 );
                 assert_eq!(
                     rules[0].verbs,
-                    ["get", "list", "watch", "patch"],
-                    "list and watch: the pool's states; no update, create or delete"
+                    ["get", "patch"],
+                    "its own Node only: no list or watch (the decider reads the pool), no \
+                     update, create or delete"
                 );
                 seen += 1;
             }
@@ -466,6 +462,195 @@ fn the_runtime_class_selects_the_label_kata_live_sets() {
     );
     let overhead = rc.overhead.unwrap().pod_fixed.unwrap();
     assert!(overhead.contains_key("cpu") && overhead.contains_key("memory"));
+}
+
+/// kata-live-pace.yaml's documents, each as its kind and raw value.
+fn pace_docs() -> Vec<(String, serde_json::Value)> {
+    use serde::Deserialize;
+    let text = manifest("kata-live-pace.yaml");
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| {
+            let v = serde_json::Value::deserialize(d).unwrap();
+            (v["kind"].as_str().unwrap_or_default().to_string(), v)
+        })
+        .collect()
+}
+
+/// The decider ships as a Deployment of two replicas of the same image, its own service
+/// account with the grants its writes need and no more (leases in its namespace; nodes get,
+/// list, watch and patch; MachineConfigPools read; Events create), the metrics port and label
+/// the ServiceMonitor of packaging/monitoring/ selects, the Secret it mounts, and the
+/// environment its arguments read.
+#[test]
+fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    const PACE_SA: &str = "kata-live-pace";
+    let docs = pace_docs();
+    let kinds: Vec<&str> = docs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment"
+        ]
+    );
+    let rules =
+        |r: Vec<k8s_openapi::api::rbac::v1::PolicyRule>| -> Vec<(String, String, Vec<String>)> {
+            r.into_iter()
+                .flat_map(|r| {
+                    let groups = r.api_groups.unwrap_or_default();
+                    let resources = r.resources.unwrap_or_default();
+                    assert!(r.resource_names.is_none());
+                    groups
+                        .into_iter()
+                        .flat_map(move |g| {
+                            let verbs = r.verbs.clone();
+                            resources
+                                .clone()
+                                .into_iter()
+                                .map(move |res| (g.clone(), res, verbs.clone()))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+    let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut deployment = None;
+    for (kind, raw) in &docs {
+        assert_eq!(
+            raw["metadata"]["labels"]["app.kubernetes.io/name"], "kata-live-pace",
+            "{kind}"
+        );
+        match kind.as_str() {
+            "ServiceAccount" => {
+                assert_eq!(raw["metadata"]["name"], PACE_SA);
+                assert_eq!(raw["metadata"]["namespace"], NAMESPACE);
+            }
+            "Role" => {
+                let r: Role = typed(raw);
+                assert_eq!(r.metadata.namespace.as_deref(), Some(NAMESPACE));
+                assert_eq!(
+                    rules(r.rules.unwrap()),
+                    [
+                        (
+                            "coordination.k8s.io".into(),
+                            "leases".into(),
+                            v(&["get", "list", "watch", "create", "update", "patch"])
+                        ),
+                        (
+                            "apps".into(),
+                            "daemonsets".into(),
+                            v(&["get", "list", "watch"])
+                        ),
+                    ],
+                    "the requests and its election (no delete), the DaemonSets' pause"
+                );
+            }
+            "ClusterRole" => {
+                let r: ClusterRole = typed(raw);
+                assert_eq!(
+                    rules(r.rules.unwrap()),
+                    [
+                        (
+                            "".into(),
+                            "nodes".into(),
+                            v(&["get", "list", "watch", "patch"])
+                        ),
+                        (
+                            "machineconfiguration.openshift.io".into(),
+                            "machineconfigpools".into(),
+                            v(&["get", "list", "watch"])
+                        ),
+                        ("".into(), "events".into(), v(&["create"])),
+                    ],
+                    "the Nodes (the cordons), the pools (read), Events"
+                );
+            }
+            "RoleBinding" | "ClusterRoleBinding" => {
+                let (role, subjects) = if kind == "RoleBinding" {
+                    let b: RoleBinding = typed(raw);
+                    (b.role_ref, b.subjects.unwrap())
+                } else {
+                    let b: ClusterRoleBinding = typed(raw);
+                    (b.role_ref, b.subjects.unwrap())
+                };
+                assert_eq!(role.name, "kata-live-pace-decider");
+                assert_eq!(subjects.len(), 1);
+                assert_eq!(subjects[0].name, PACE_SA);
+                assert_eq!(subjects[0].namespace.as_deref(), Some(NAMESPACE));
+            }
+            "Deployment" => deployment = Some(typed::<Deployment>(raw)),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    let d = deployment.expect("the Deployment");
+    assert_eq!(d.metadata.namespace.as_deref(), Some(NAMESPACE));
+    let spec = d.spec.unwrap();
+    assert_eq!(spec.replicas, Some(2), "a leader and a warm standby");
+    let template_labels = spec.template.metadata.unwrap().labels.unwrap();
+    assert_eq!(
+        template_labels
+            .get("app.kubernetes.io/name")
+            .map(String::as_str),
+        Some("kata-live-pace"),
+        "the ServiceMonitor's Service selects the pods by it"
+    );
+    assert_eq!(spec.selector.match_labels, Some(template_labels));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some(PACE_SA));
+    let c = &pod.containers[0];
+    let (ds, _) = load("kata-live-install.yaml");
+    let agents_image = ds.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone();
+    assert_eq!(
+        c.image, agents_image,
+        "the DaemonSet's image, which carries it"
+    );
+    assert_eq!(
+        c.command.as_deref(),
+        Some(&["/kata-live-pace".to_string()][..])
+    );
+    let ports = c.ports.clone().unwrap();
+    assert_eq!(
+        (ports[0].name.as_deref(), ports[0].container_port),
+        (Some("metrics"), 8443)
+    );
+    let mounts = c.volume_mounts.clone().unwrap();
+    assert_eq!(mounts[0].mount_path, "/etc/kata-live/metrics-tls");
+    let secret = pod.volumes.unwrap()[0].secret.clone().unwrap();
+    assert_eq!(
+        secret.secret_name.as_deref(),
+        Some("kata-live-pace-metrics-tls")
+    );
+    // Its environment is what kata-live-pace's arguments read, and parses as they read it.
+    let env = c.env.clone().unwrap();
+    let cmd = <kata_live::pace::elected::Config as clap::CommandFactory>::command();
+    let mut argv = vec!["kata-live-pace".to_string()];
+    for e in &env {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_env().and_then(|v| v.to_str()) == Some(e.name.as_str()))
+            .unwrap_or_else(|| panic!("kata-live-pace reads no {}", e.name));
+        if let Some(value) = &e.value {
+            argv.push(format!("--{}", arg.get_long().expect("a long option")));
+            argv.push(value.clone());
+        }
+    }
+    let cfg = <kata_live::pace::elected::Config as clap::Parser>::try_parse_from(&argv)
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    assert_eq!(cfg.daemonset.as_deref(), Some("kata-live-install"));
+    assert_eq!(
+        cfg.pool_selector.as_deref(),
+        Some("node-role.kubernetes.io/worker=")
+    );
+    assert_eq!(cfg.max_unavailable, None, "each MachineConfigPool's own");
+    assert_eq!(cfg.metrics_address.as_deref(), Some("0.0.0.0:8443"));
 }
 
 /// The operators' DaemonSet section (docs/operations.md) names the pacing settings the

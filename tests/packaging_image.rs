@@ -49,7 +49,14 @@ fn image_holds_a_static_kata_live_that_runs_without_the_hosts_libraries() {
     let files = files_under(&rootfs);
     assert_eq!(
         files,
-        ["host/", "kata-live", "run/", "run/kata-live-pod/", "tmp/"],
+        [
+            "host/",
+            "kata-live",
+            "kata-live-pace",
+            "run/",
+            "run/kata-live-pod/",
+            "tmp/"
+        ],
         "the image's files"
     );
 
@@ -80,20 +87,21 @@ fn image_holds_a_static_kata_live_that_runs_without_the_hosts_libraries() {
 
     // Statically linked, checked apart from the build script: no program interpreter and no
     // NEEDED library (a static-pie keeps a dynamic section, so ldd's answer is no proof).
-    let bin_path = rootfs.join("kata-live");
-    for (flag, forbidden) in [("-lW", "program interpreter"), ("-dW", "(NEEDED)")] {
-        let out = Command::new("readelf")
-            .arg(flag)
-            .arg(&bin_path)
-            .output()
-            .expect("readelf (binutils)");
-        assert!(out.status.success());
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            !text.contains(forbidden),
-            "{forbidden} in {}:\n{text}",
-            bin_path.display()
-        );
+    for bin_path in [rootfs.join("kata-live"), rootfs.join("kata-live-pace")] {
+        for (flag, forbidden) in [("-lW", "program interpreter"), ("-dW", "(NEEDED)")] {
+            let out = Command::new("readelf")
+                .arg(flag)
+                .arg(&bin_path)
+                .output()
+                .expect("readelf (binutils)");
+            assert!(out.status.success());
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                !text.contains(forbidden),
+                "{forbidden} in {}:\n{text}",
+                bin_path.display()
+            );
+        }
     }
 
     // No interpreter, no library: runs in a root that has nothing else.
@@ -110,6 +118,18 @@ fn image_holds_a_static_kata_live_that_runs_without_the_hosts_libraries() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("kata-live {version}")
+    );
+    // The decider the Deployment of packaging/daemonset/kata-live-pace.yaml runs, likewise.
+    let out = Command::new("chroot")
+        .arg(&rootfs)
+        .args(["/kata-live-pace", "--version"])
+        .output()
+        .expect("chroot");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("kata-live-pace {version}"),
+        "the static kata-live-pace does not run in the image's own root: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
     // And it carries the units it installs (embedded), printed by nothing but checked here.
     let bin = std::fs::read(rootfs.join("kata-live")).unwrap();

@@ -307,6 +307,35 @@ fn rollout_status_reads_a_fleet_in_every_state_with_read_only_credentials() {
     assert_eq!(doc["holds"][0]["reason"], "failed");
 
     watch_on_a_pipe(&cp, &kubeconfig);
+
+    // The decider's Deployment holds the budget since the agents follow it: where it says one,
+    // that is the budget shown (the viewer may get that one Deployment); until then, the
+    // DaemonSet's.
+    let budget = || {
+        let o = status(&kubeconfig, &["--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+        doc["budget"]["max_unavailable"].clone()
+    };
+    assert_eq!(budget(), "2", "no decider: the DaemonSet's budget");
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(
+            &serde_json::json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "kata-live-pace", "namespace": NS},
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": {"app": "kata-live-pace"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "kata-live-pace"}},
+                        "spec": {"containers": [{"name": "kata-live-pace",
+                            "image": "kata-live:test", "env": [
+                            {"name": "KATA_LIVE_MAX_UNAVAILABLE", "value": "3"}]}]}}}
+            })
+            .to_string(),
+        ),
+    );
+    assert_eq!(budget(), "3", "the decider's budget");
 }
 
 /// `--watch` on a pipe: one line per change, in order, ending by itself once the pool is done.

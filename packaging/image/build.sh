@@ -8,7 +8,9 @@
 # The image holds one statically linked kata-live at /kata-live (glibc's static libraries,
 # `-C target-feature=+crt-static`), so it runs on RHCOS (RHEL 9, glibc 2.34) and Debian or
 # Ubuntu hosts alike; the binary carries its units and default configuration
-# (src/pod.rs). With --rpm-dir, DIR's *.rpm go to /rpms in the image; run the pod with
+# (src/pod.rs). Beside it, /kata-live-pace: the rollout's elected decider, the same static
+# build, run by the Deployment of packaging/daemonset/kata-live-pace.yaml (never copied onto
+# a node). With --rpm-dir, DIR's *.rpm go to /rpms in the image; run the pod with
 # `--rpm-dir /rpms` then. --profile: the cargo profile (default release, what ships; the
 # test suite builds with `dev`, the same static link in about half the time, and labels the
 # image so). Needs: cargo, glibc's static libraries (libc6-dev), umoci.
@@ -40,17 +42,20 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n1)
 start=$EPOCHREALTIME
 # --target: crt-static then applies to the binary only, not to build scripts and proc macros.
 (cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' \
-    cargo build --profile "$profile" --locked --target "$triple" --bin kata-live)
+    cargo build --profile "$profile" --locked --target "$triple" --bin kata-live --bin kata-live-pace)
 # cargo names the dev profile's directory "debug".
 profile_dir=$profile
 [ "$profile" != dev ] || profile_dir=debug
 bin=$target_dir/$triple/$profile_dir/kata-live
-log "built $bin in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
+pace=$target_dir/$triple/$profile_dir/kata-live-pace
+log "built $bin and $pace in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
 # A dynamic binary would need the build host's glibc in the image: no interpreter, no
 # NEEDED library (a static-pie still has a dynamic section, so `ldd` alone cannot tell).
-if readelf -lW "$bin" | grep -q 'program interpreter' || readelf -dW "$bin" | grep -q '(NEEDED)'; then
-    die "$bin is dynamically linked: $(readelf -dW "$bin" | grep '(NEEDED)' | tr -s ' ' | tr '\n' ' ')"
-fi
+for b in "$bin" "$pace"; do
+    if readelf -lW "$b" | grep -q 'program interpreter' || readelf -dW "$b" | grep -q '(NEEDED)'; then
+        die "$b is dynamically linked: $(readelf -dW "$b" | grep '(NEEDED)' | tr -s ' ' | tr '\n' ' ')"
+    fi
+done
 
 rm -rf "$out/oci" "$out/bundle"
 mkdir -p "$out"
@@ -59,6 +64,7 @@ umoci new --image "$out/oci:kata-live:$version"
 umoci unpack --image "$out/oci:kata-live:$version" "$out/bundle"
 rootfs=$out/bundle/rootfs
 install -m 0755 "$bin" "$rootfs/kata-live"
+install -m 0755 "$pace" "$rootfs/kata-live-pace"
 # The mount point of the node's / and the entrypoint's own outcome directory.
 install -d -m 0755 "$rootfs/host" "$rootfs/run/kata-live-pod" "$rootfs/tmp"
 if [ -n "$rpm_dir" ]; then

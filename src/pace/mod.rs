@@ -1,63 +1,37 @@
 //! The rollout's pace: a queue of nodes, each with its turn, under one disruption budget
-//! shared with the cluster's own disruptions.
+//! shared with the cluster's own disruptions, granted by one elected decider.
 //!
 //! A DaemonSet creates a pod on every node at once (its `rollingUpdate` paces only the
-//! replacement of old pods after a template change), so the pods pace themselves, on
-//! Kubernetes's own machinery, as ZooKeeper's lock recipe does:
+//! replacement of old pods after a template change), so the turns are paced the way the
+//! machine-config operator paces its own: one leader-elected controller decides, an agent per
+//! node asks and follows (docs/pacing-design.md).
 //!
-//! - **A ticket per node.** Each pod puts its node's ticket in the queue: a
-//!   `coordination.k8s.io/v1` Lease `kata-live-turn-<node>` in the DaemonSet's namespace,
-//!   labelled `kata-live.io/ticket`, state `waiting`. Its place is the revision at which it
-//!   entered the queue (its resourceVersion: a waiting ticket is not written again), so the
-//!   order is arrival, the same for every pod. Arrival, not node name or canary first: it is
-//!   the only order in which a node that arrives late (a new machine) cannot be passed by an
-//!   endless stream of earlier names, and the canary is the DaemonSet's own first node anyway.
-//! - **Watched, not polled.** A waiting pod lists the tickets once and then watches
-//!   (resourceVersion, bookmarks; a re-list after 410 Gone or an error, with jittered
-//!   back-off). A pod with at least the budget's count of tickets ahead cannot be next
-//!   whatever the pool's state: it watches one ticket only ([`turn::sentinel`], the one whose
-//!   turn brings it within reach; each far pod another one), and counts again when that one
-//!   leaves the queue, and at least every 15 minutes (its watch, 450-600 s, is renewed from
-//!   its bookmarks in between). Within reach, a pod watches every ticket and the pool's
-//!   Nodes (one list, in pages read for each Node's availability only: [`pool`]); only the
-//!   few the tickets and the pool say could be next ([`turn::could_take`]) decide, when a
-//!   ticket ahead of them or one that holds changes, and read the pause before they take
-//!   (and every 10 s while the pause or a node's state holds them).
-//! - **No herd.** When a turn ends (its ticket `done`), only the node whose turn it now is
-//!   writes: its own ticket, `waiting` → `activating`, conditional on the resourceVersion it
-//!   read. Nobody else writes that Lease; no 409 storm.
-//! - **No node passed by more than the budget.** A node takes when fewer available nodes
-//!   wait ahead of it than the budget has free places, so several near the head may take at
-//!   once, in any order. A taken ticket keeps the place it waited at (`kata-live.io/place`),
-//!   so every pod counts who passed a waiting node; once the budget's count has passed one
-//!   (its pod slow to act), the nodes behind it wait for it.
-//! - **One budget** ([`turn::decide`]): the pool's nodes that use it are the holders (tickets
-//!   `activating` or `failed`) and the nodes the machine-config operator counts unavailable
-//!   (not Ready, cordoned, being updated: [`turn::unavailable`]); a node starts only while
-//!   fewer than `maxUnavailable` (a count or a percentage of the pool, scaled as the MCO
-//!   scales it) do. A node that is itself unavailable does not start; the ones behind it go
-//!   on within what is left of the budget.
-//! - **No stall behind a node that cannot go.** A waiting node that cannot take its turn
-//!   (unavailable, or outside the pool: [`turn::Turn::Cannot`]) takes its ticket out of the
-//!   queue (`blocked`, with why), so that the far nodes whose one watched ticket it was count
-//!   again at once; it watches its own Node only, and queues again, at the back, once it can.
-//!   A node down runs no pod to do that: the first node of the queue that can go does it for
-//!   the nodes ahead of it that cannot ([`turn::stuck_ahead`]).
-//! - **A pod that dies waiting** loses its turn: its ticket is owned by the pod while it
-//!   waits, and the garbage collector deletes it with the pod; the replacement queues again.
-//!   A taken ticket has no owner: a holder is never freed by a pod's death (the replacement
-//!   adopts it and follows the host run in flight).
+//! - **A request per node** ([`agent`], the DaemonSet pod): each pod creates its node's
+//!   request, a `coordination.k8s.io/v1` Lease `kata-live-turn-<node>` in the DaemonSet's
+//!   namespace, labelled `kata-live.io/ticket`, state `waiting`, owned by its pod while it
+//!   waits (a pod that dies waiting loses its turn: the garbage collector deletes the request).
+//!   Its place is the revision at which it entered the queue (its resourceVersion: a waiting
+//!   request is not written again), so the order is arrival. The pod watches that one object
+//!   (kube-runtime's watcher, a field selector on its name) and starts its host unit once the
+//!   decider has written `activating`; then it records `done`, or `failed` with why.
+//! - **One decider** ([`decider`], pure; [`elected`], the `kata-live-pace` Deployment, two
+//!   replicas, leader-elected): from reflectors on the Nodes, the MachineConfigPools and the
+//!   requests, it grants in arrival order while the pool's budget allows (the pool's
+//!   MachineConfigPool and its `maxUnavailable`, or the configured pool and budget),
+//!   cordoning the node first; it passes a node that cannot go, naming it; it ends a done
+//!   turn's cordon ([`cordon::at_end`]) and frees the request of a deleted Node.
 //! - **A failed node keeps its place** in the budget (`failed`, with why): the rollout stops
-//!   there until a person acts. A holder whose Node object was deleted is freed by the node at
-//!   the head of the queue, with an Event. No lease duration: a node that is not proven never
-//!   gives its place away by the clock.
+//!   there until a person acts; its cordon stays as its agent left it (ended only if the run
+//!   left the node fit). No lease duration: a node that is not proven never gives its place
+//!   away by the clock. A granted request has no owner: a holder is never freed by its pod's
+//!   death (the replacement adopts it and follows the host run in flight).
 //! - **Pause**: the annotation [`PAUSE_ANNOTATION`]`: "true"` on the DaemonSet stops new
-//!   runs; runs under way finish; removing it resumes.
+//!   grants; runs under way finish; removing it resumes.
 //!
-//! The same tickets pace install and uninstall (the `kata-live.io/operation` annotation
-//! says which). One namespace's tickets make one queue: one pool per namespace.
+//! The same requests pace install and uninstall (the `kata-live.io/operation` annotation
+//! says which). One namespace's requests make one queue.
 
-mod client;
+pub mod agent;
 pub mod cordon;
 pub mod decider;
 pub mod elected;
@@ -65,7 +39,7 @@ pub mod pool;
 pub mod ticket;
 pub mod turn;
 
-pub use client::{PaceConfig, Pacer, PodRef, Settled};
+pub use agent::{Agent, AgentConfig, PodRef, Settled};
 pub use cordon::RunEnd;
 pub use ticket::{State, Ticket, TICKET_LABEL, TICKET_PREFIX};
 pub use turn::Budget;

@@ -15,8 +15,9 @@ pub const OPERATION_ANNOTATION: &str = "kata-live.io/operation";
 pub const STATE_ANNOTATION: &str = "kata-live.io/state";
 /// Why a run failed, why a ticket was freed, or why its node cannot take its turn, in words.
 pub const DETAIL_ANNOTATION: &str = "kata-live.io/detail";
-/// On a ticket that took its turn: its place while it waited (the revision at which it
-/// entered the queue), so that every pod can count the nodes that passed a waiting one.
+/// On a ticket granted its turn (written by the decider): its place while it waited (the
+/// revision at which it entered the queue), so that the audit and `rollout status` can tell
+/// the order in which turns were granted.
 pub const PLACE_ANNOTATION: &str = "kata-live.io/place";
 
 /// A Lease name is a DNS subdomain: at most 253 characters.
@@ -32,11 +33,10 @@ pub enum State {
     Failed,
     /// Proven: it uses nothing.
     Done,
-    /// Freed by another node because its Node object was deleted.
+    /// Freed by the decider because its Node object was deleted.
     Freed,
-    /// Out of the queue: its node cannot take its turn (cordoned by someone else, not Ready,
-    /// being updated, outside the pool), so it does not hold up the nodes behind it; it
-    /// queues again, at the back, once it can.
+    /// Out of the queue (written by the self-pacing pods before the decider; read still, as
+    /// older requests may carry it): its agent asks again.
     Blocked,
 }
 
@@ -167,12 +167,6 @@ impl Ticket {
         self.state == Some(State::Failed)
     }
 
-    /// Whether this ticket took its turn while `waiting` (a waiting ticket) waited: it
-    /// entered the queue after it and is no longer waiting.
-    pub fn passed(&self, waiting: &Ticket) -> bool {
-        !self.waiting() && self.place.is_some_and(|p| p > waiting.order)
-    }
-
     /// The holder in words, for a waiting pod's log.
     pub fn describe(&self) -> String {
         let what = self.operation.as_deref().unwrap_or("a run");
@@ -233,23 +227,14 @@ mod tests {
     }
 
     #[test]
-    fn a_taken_ticket_keeps_its_place_and_counts_as_passing_those_queued_before_it() {
+    fn a_granted_ticket_keeps_its_place() {
         let mut l = lease("w2", "activating", "90", true);
         let ann = l.metadata.annotations.as_mut().unwrap();
         ann.insert(PLACE_ANNOTATION.into(), "50".into());
         let taken = Ticket::from_lease(&l).unwrap();
         assert_eq!((taken.order, taken.place), (90, Some(50)));
-        let before = Ticket::from_lease(&lease("w1", "waiting", "42", true)).unwrap();
-        let after = Ticket::from_lease(&lease("w3", "waiting", "60", true)).unwrap();
-        assert!(taken.passed(&before));
-        assert!(!taken.passed(&after), "it entered the queue before w3");
-        assert!(!after.passed(&before), "a waiting ticket passes nobody");
         let old = Ticket::from_lease(&lease("w4", "done", "95", true)).unwrap();
-        assert_eq!(old.place, None);
-        assert!(
-            !old.passed(&before),
-            "a place not recorded counts as no passing"
-        );
+        assert_eq!(old.place, None, "not recorded");
     }
 
     #[test]

@@ -46,33 +46,16 @@ pub struct EntryArgs {
     pub pace: PaceArgs,
 }
 
-/// The rollout's pace (src/pace): without `--pace` the pod does not pace itself.
+/// The rollout's pace (src/pace): without `--pace` the pod does not wait for a turn.
 #[derive(Debug, Args)]
 pub struct PaceArgs {
-    /// Wait for this node's turn (a ticket Lease in --namespace, in arrival order) before its
-    /// run starts, and end the turn once the node is proven: at most --max-unavailable nodes
-    /// of the pool are unavailable at once, counting the cluster's own disruptions. A failed
-    /// node keeps its place, and the rollout stops there.
+    /// Ask for this node's turn (its request, the Lease `kata-live-turn-NODE` in --namespace)
+    /// and start its run only once the rollout's decider (kata-live-pace) grants it; end the
+    /// turn once the node is proven (done), or keep its place marked failed: the rollout
+    /// stops there. The decider holds the pool and the budget.
     #[arg(long, env = "KATA_LIVE_PACE")]
     pub pace: bool,
-    /// The budget: a count or a percentage of the pool's nodes, as a MachineConfigPool's
-    /// maxUnavailable (rounded down, at least 1).
-    #[arg(
-        long,
-        value_name = "N|P%",
-        env = "KATA_LIVE_MAX_UNAVAILABLE",
-        default_value = "1"
-    )]
-    pub max_unavailable: crate::pace::Budget,
-    /// The pool: a label selector of Nodes (a MachineConfigPool's nodeSelector, e.g.
-    /// node-role.kubernetes.io/worker=). Default: the DaemonSet's nodeSelector.
-    #[arg(long, value_name = "SELECTOR", env = "KATA_LIVE_POOL_SELECTOR")]
-    pub pool_selector: Option<String>,
-    /// This pod's DaemonSet (in --namespace): its annotation kata-live.io/paused=true pauses
-    /// the rollout, and its nodeSelector is the default pool.
-    #[arg(long, value_name = "NAME", env = "KATA_LIVE_DAEMONSET")]
-    pub daemonset: Option<String>,
-    /// The tickets' namespace (the downward API's metadata.namespace).
+    /// The requests' namespace (the downward API's metadata.namespace).
     #[arg(
         long,
         value_name = "NS",
@@ -80,15 +63,15 @@ pub struct PaceArgs {
         default_value = "kata-live"
     )]
     pub namespace: String,
-    /// This pod's node, the ticket's holder (the downward API's spec.nodeName).
+    /// This pod's node, the request's holder (the downward API's spec.nodeName).
     #[arg(long, value_name = "NODE", env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// This pod's name (the downward API's metadata.name): its readiness gate
     /// (kata-live.io/proven) is set once the node is proven.
     #[arg(long, value_name = "POD", env = "POD_NAME")]
     pub pod_name: Option<String>,
-    /// This pod's uid (the downward API's metadata.uid): it owns its node's ticket while the
-    /// ticket waits, so a deleted pod loses its turn.
+    /// This pod's uid (the downward API's metadata.uid): it owns its node's request while the
+    /// request waits, so a deleted pod loses its turn.
     #[arg(long, value_name = "UID", env = "POD_UID")]
     pub pod_uid: Option<String>,
 }

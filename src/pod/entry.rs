@@ -8,7 +8,7 @@ use crate::config;
 use crate::exit::ExitCode;
 use crate::files;
 use crate::host::Host;
-use crate::pace::{PaceConfig, PaceError, Pacer, PodRef};
+use crate::pace::{Agent, AgentConfig, PaceError, PodRef};
 
 pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> {
     let root = &a.paths.host_root;
@@ -20,7 +20,7 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
         let pacer = match (a.pace.pace, &a.pace.node_name) {
             (false, _) => None,
             (true, None) => return Err(PaceError::NoNodeName.into()),
-            (true, Some(node)) => Some(Pacer::connect(pace_config(&a.pace, node)).await?),
+            (true, Some(node)) => Some(Agent::connect(agent_config(&a.pace, node)).await?),
         };
         let mut cluster = cluster_session(a, &cfg);
         if op == Operation::Uninstall {
@@ -63,8 +63,8 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
     Ok(ExitCode::Ok)
 }
 
-fn pace_config(a: &super::args::PaceArgs, node: &str) -> PaceConfig {
-    PaceConfig {
+fn agent_config(a: &super::args::PaceArgs, node: &str) -> AgentConfig {
+    AgentConfig {
         namespace: a.namespace.clone(),
         node: node.to_string(),
         pod: match (&a.pod_name, &a.pod_uid) {
@@ -74,9 +74,6 @@ fn pace_config(a: &super::args::PaceArgs, node: &str) -> PaceConfig {
             }),
             _ => None,
         },
-        daemonset: a.daemonset.clone(),
-        pool_selector: a.pool_selector.clone(),
-        budget: a.max_unavailable,
     }
 }
 

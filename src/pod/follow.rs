@@ -10,7 +10,7 @@ use super::{
 use crate::config::Deadlines;
 use crate::files;
 use crate::host::Host;
-use crate::pace::Pacer;
+use crate::pace::Agent;
 use crate::report::{read_status, STATUS_PATH};
 use crate::systemd::{jobs, Systemd, SystemdError};
 use crate::systemd::{JobKind, UnitSnapshot};
@@ -79,7 +79,7 @@ pub(super) async fn start_and_follow(
     host: &Host,
     deadlines: &Deadlines,
     arts: &[Artifact],
-    pacer: Option<&Pacer>,
+    pacer: Option<&Agent>,
     pod_state: &Path,
 ) -> Result<RunOutcome, PodError> {
     let bus_path = resolve_in_root(&host.root, Path::new(HOST_BUS_SOCKET))?;

@@ -1,12 +1,12 @@
 //! The pod's part in a paced rollout: its turn and its readiness gate.
 
 use super::{say, RunOutcome};
-use crate::pace::Pacer;
+use crate::pace::Agent;
 use std::time::{Duration, Instant};
 
 /// Sets the pod's readiness gate from the outcome, retried for a minute (the probe keeps
 /// the pod unready meanwhile: both must agree for Ready).
-pub(super) async fn mark_pod(p: &Pacer, pod: &str, outcome: &RunOutcome) {
+pub(super) async fn mark_pod(p: &Agent, pod: &str, outcome: &RunOutcome) {
     let until = Instant::now() + Duration::from_secs(60);
     loop {
         match p.mark_pod(pod, outcome.proven(), &outcome.render()).await {
@@ -29,7 +29,7 @@ pub(super) async fn mark_pod(p: &Pacer, pod: &str, outcome: &RunOutcome) {
 /// A proven node ends its turn; any other outcome keeps its place in the budget, marked
 /// failed with the words the pod printed. Retried for ten minutes: a turn left held stops
 /// the rollout.
-pub(super) async fn settle_turn(p: &Pacer, outcome: &RunOutcome) {
+pub(super) async fn settle_turn(p: &Agent, outcome: &RunOutcome) {
     let until = Instant::now() + Duration::from_secs(600);
     let proven = outcome.proven();
     loop {
@@ -49,7 +49,8 @@ pub(super) async fn settle_turn(p: &Pacer, outcome: &RunOutcome) {
             Ok(names) if names.is_empty() => return,
             Ok(names) if proven => {
                 return say(&format!(
-                    "proven: its turn is over ({} done): the next node may start",
+                    "proven: its turn is over ({} done): the decider ends its cordon and \
+                     grants the next node",
                     names.join(", ")
                 ))
             }

@@ -1,6 +1,6 @@
 //! The I/O edge of `rollout status`: the tickets, the pool's Nodes and the DaemonSet read
 //! with the administrator's kubeconfig, once (one GET, two LISTs) or kept by kube-runtime's
-//! reflectors for `--watch`. Everything it reads goes to the pure [`RolloutView`].
+//! reflectors for `--watch`, and the decider's Deployment (its budget and pool) read once. Everything it reads goes to the pure [`RolloutView`].
 
 use super::view::{Pacing, RolloutView, Seen};
 use super::RolloutError;
@@ -26,6 +26,26 @@ pub struct Target<'a> {
 
 fn daemonset_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "DaemonSet"))
+}
+
+/// The decider's Deployment: it holds the budget and the pool ([`Pacing::with_decider`]).
+const DECIDER: &str = "kata-live-pace";
+
+/// `pacing` with the decider's Deployment's settings, read once; as it was when that
+/// Deployment is absent or not readable (a viewer without the right to get it, 403).
+async fn with_decider(client: &kube::Client, ns: &str, pacing: Option<Pacing>) -> Option<Pacing> {
+    let pacing = pacing?;
+    Some(match decider(client, ns).await {
+        Some(d) => pacing.with_decider(&d),
+        None => pacing,
+    })
+}
+
+/// The decider's Deployment, as JSON; None when absent or not readable.
+async fn decider(client: &kube::Client, ns: &str) -> Option<serde_json::Value> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    api.get_opt(DECIDER).await.ok().flatten().map(|d| d.data)
 }
 
 fn api_err(what: &str, e: kube::Error) -> RolloutError {
@@ -80,6 +100,7 @@ pub async fn read(client: kube::Client, t: &Target<'_>) -> Result<RolloutView, R
         .await
         .map_err(|e| api_err(&format!("reading the DaemonSet {}", t.daemonset), e))?
         .map(|ds| Pacing::from_daemonset(t.daemonset, &ds.data_with_meta()));
+    let pacing = with_decider(&client, t.namespace, pacing).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), t.namespace);
     let tickets: Vec<Ticket> = leases
         .list(&ListParams::default().labels(&format!("{TICKET_LABEL}=true")))
@@ -125,6 +146,8 @@ pub struct Stores {
     tickets: Store<DynamicObject>,
     nodes: Store<DynamicObject>,
     daemonset: Store<DynamicObject>,
+    /// The decider's Deployment as first read (its budget and pool).
+    decider: Option<serde_json::Value>,
 }
 
 impl Stores {
@@ -146,7 +169,11 @@ impl Stores {
             .daemonset
             .state()
             .first()
-            .map(|ds| Pacing::from_daemonset(name, &ds.data_with_meta()));
+            .map(|ds| Pacing::from_daemonset(name, &ds.data_with_meta()))
+            .map(|p| match &self.decider {
+                Some(d) => p.with_decider(d),
+                None => p,
+            });
         RolloutView::build(&Seen {
             tickets: &tickets,
             nodes: &nodes,
@@ -187,11 +214,18 @@ pub async fn watch(
 ) -> Result<(), RolloutError> {
     let ar = daemonset_resource();
     let sets: Api<DynamicObject> = Api::namespaced_with(client.clone(), t.namespace, &ar);
+    let decider = decider(&client, t.namespace).await;
     let selector = sets
         .get_opt(t.daemonset)
         .await
         .map_err(|e| api_err(&format!("reading the DaemonSet {}", t.daemonset), e))?
-        .map(|ds| Pacing::from_daemonset(t.daemonset, &ds.data_with_meta()).pool_selector)
+        .map(|ds| {
+            let p = Pacing::from_daemonset(t.daemonset, &ds.data_with_meta());
+            match &decider {
+                Some(d) => p.with_decider(d).pool_selector,
+                None => p.pool_selector,
+            }
+        })
         .unwrap_or_default();
 
     let lease_ar = ApiResource::erase::<Lease>(&());
@@ -203,6 +237,7 @@ pub async fn watch(
         tickets: w_tickets.as_reader(),
         nodes: w_nodes.as_reader(),
         daemonset: w_set.as_reader(),
+        decider,
     };
     let leases: Api<DynamicObject> = Api::namespaced_with(client.clone(), t.namespace, &lease_ar);
     let nodes: Api<DynamicObject> = Api::all_with(client, &node_ar);

@@ -194,17 +194,7 @@ impl Pacing {
     pub fn from_daemonset(name: &str, ds: &serde_json::Value) -> Pacing {
         let paused = ds["metadata"]["annotations"][crate::pace::PAUSE_ANNOTATION] == "true";
         let spec = &ds["spec"]["template"]["spec"];
-        let env = |key: &str| {
-            spec["containers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c["env"].as_array())
-                .flatten()
-                .find(|e| e["name"] == key)
-                .and_then(|e| e["value"].as_str())
-                .map(str::to_string)
-        };
+        let env = |key: &str| env_of(ds, key);
         let budget = env("KATA_LIVE_MAX_UNAVAILABLE")
             .and_then(|b| b.parse().ok())
             .unwrap_or(Budget::Count(1));
@@ -223,6 +213,34 @@ impl Pacing {
             pool_selector,
         }
     }
+
+    /// With the decider's Deployment (`kata-live-pace`), which holds the budget and the pool
+    /// since the agents follow it: its `KATA_LIVE_MAX_UNAVAILABLE` and
+    /// `KATA_LIVE_POOL_SELECTOR` win over the DaemonSet's where set.
+    pub fn with_decider(mut self, deployment: &serde_json::Value) -> Pacing {
+        if let Some(b) =
+            env_of(deployment, "KATA_LIVE_MAX_UNAVAILABLE").and_then(|b| b.parse().ok())
+        {
+            self.budget = b;
+        }
+        if let Some(sel) = env_of(deployment, "KATA_LIVE_POOL_SELECTOR") {
+            self.pool_selector = sel;
+        }
+        self
+    }
+}
+
+/// A workload's (DaemonSet's, Deployment's) containers' plain `value` of the variable `key`.
+fn env_of(workload: &serde_json::Value, key: &str) -> Option<String> {
+    workload["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["env"].as_array())
+        .flatten()
+        .find(|e| e["name"] == key)
+        .and_then(|e| e["value"].as_str())
+        .map(str::to_string)
 }
 
 fn parse(t: Option<&str>) -> Option<Timestamp> {
@@ -270,11 +288,9 @@ impl RolloutView {
         }
 
         let seen = turn::Seen {
-            me: "",
             tickets: s.tickets,
             pool: &pool,
             budget,
-            paused,
         };
         let using = turn::using(&seen);
         let slots = budget.of(pool.len());

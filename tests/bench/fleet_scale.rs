@@ -4,9 +4,10 @@
 //!
 //! Per run, in a fresh control-plane directory: N Node objects (label
 //! `kata-live.io/bench-pool: "true"`, Ready, schedulable), then N contenders in this one
-//! process, each a [`Pacer`] with its own `kube::Config` and clients (its own connections: the
-//! API server sees one client per node), all started together: acquire, sleep the simulated
-//! run, release. The contenders authenticate as the DaemonSet's service account would
+//! process, each an [`Agent`] with its own `kube::Config` and clients (its own connections: the
+//! API server sees one client per node), all started together: ask for its turn, sleep the
+//! simulated run once the decider (`kata-live-pace`, the real binary, one replica as the
+//! admin) granted it, then done. The contenders authenticate as the DaemonSet's service account would
 //! (`system:serviceaccount:kata-live:kata-live`, groups `system:serviceaccounts[:kata-live]`,
 //! a static token; RBAC as packaging/daemonset/kata-live-pacing.yaml grants it): one user, so
 //! the API server's priority and fairness treats them as one flow of the `service-accounts`
@@ -110,7 +111,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, Wat
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{json, Value};
 
-use kata_live::pace::{Budget, PaceConfig, Pacer};
+use kata_live::pace::{Agent, AgentConfig, Budget};
 
 use audit::{Audit, Change, TicketState};
 
@@ -451,11 +452,9 @@ async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
         rule(
             &["coordination.k8s.io"],
             &["leases"],
-            &[
-                "get", "list", "watch", "create", "update", "patch", "delete",
-            ],
+            &["get", "list", "watch", "create", "update", "patch"],
         ),
-        rule(&["apps"], &["daemonsets"], &["get"]),
+        rule(&[""], &["pods/status"], &["patch"]),
     ]);
     Api::<Role>::namespaced(admin.clone(), NS)
         .create(&pp, &role)
@@ -476,7 +475,7 @@ async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
     let mut cr = ClusterRole::default();
     cr.metadata.name = Some("kata-live-bench".into());
     cr.rules = Some(vec![
-        rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
+        rule(&[""], &["nodes"], &["get", "patch"]),
         rule(&[""], &["events"], &["create"]),
     ]);
     Api::<ClusterRole>::all(admin.clone())
@@ -530,14 +529,11 @@ async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
     );
 
     // The RBAC authorizer reads its grants from a cache: wait until the contenders' user may
-    // list the pool and the tickets.
+    // read a Node (its own, as an agent) and list the tickets.
     let client = kube::Client::try_from(sa).expect("a client as the service account");
     let until = Instant::now() + Duration::from_secs(60);
-    let selector = format!("{POOL_LABEL}=true");
     loop {
-        let a = Api::<Node>::all(client.clone())
-            .list_metadata(&ListParams::default().labels(&selector).limit(1))
-            .await;
+        let a = Api::<Node>::all(client.clone()).get(&node_name(0)).await;
         let b = Api::<Lease>::namespaced(client.clone(), NS)
             .list(&ListParams::default().limit(1))
             .await;
@@ -635,7 +631,7 @@ const SAID_KEPT: usize = 40;
 /// Errors said by the contenders, printed up to this many (then counted only).
 const SAY_MAX: usize = 20;
 
-async fn contend(pacer: Pacer, node: String, run: Duration, progress: Arc<Progress>) -> Outcome {
+async fn contend(pacer: Agent, node: String, run: Duration, progress: Arc<Progress>) -> Outcome {
     let errors = Cell::new(0usize);
     let t = Instant::now();
     let said = std::cell::RefCell::new(Vec::new());
@@ -686,7 +682,7 @@ async fn contend(pacer: Pacer, node: String, run: Duration, progress: Arc<Progre
     }
 }
 
-/// Starts the contenders on `threads` OS threads (each a current-thread runtime: a Pacer's
+/// Starts the contenders on `threads` OS threads (each a current-thread runtime: an Agent's
 /// `acquire` future is not Send), all released at once by the returned barrier's last wait.
 fn spawn_contenders(
     run: &Run,
@@ -699,7 +695,7 @@ fn spawn_contenders(
     for t in 0..threads {
         let mine: Vec<usize> = (0..run.nodes).filter(|i| i % threads == t).collect();
         let (conf, go, progress, tx) = (conf.clone(), go.clone(), progress.clone(), tx.clone());
-        let (budget, run_for) = (run.budget, Duration::from_secs_f64(run.run_s));
+        let run_for = Duration::from_secs_f64(run.run_s);
         std::thread::Builder::new()
             .name(format!("contenders-{t}"))
             .spawn(move || {
@@ -708,21 +704,17 @@ fn spawn_contenders(
                     .build()
                     .expect("a tokio runtime");
                 let local = tokio::task::LocalSet::new();
-                let pacers: Vec<(String, Pacer)> = local.block_on(&rt, async {
+                let pacers: Vec<(String, Agent)> = local.block_on(&rt, async {
                     let mut out = Vec::new();
                     for i in mine {
                         let node = node_name(i);
-                        let cfg = PaceConfig {
+                        let cfg = AgentConfig {
                             namespace: NS.into(),
                             node: node.clone(),
                             pod: None,
-                            daemonset: None,
-                            pool_selector: Some(format!("{POOL_LABEL}=true")),
-                            budget,
                         };
-                        let p = Pacer::with_config(conf.clone(), cfg)
-                            .await
-                            .unwrap_or_else(|e| panic!("a Pacer for {node}: {e}"));
+                        let p = Agent::with_config(conf.clone(), cfg)
+                            .unwrap_or_else(|e| panic!("an Agent for {node}: {e}"));
                         out.push((node, p));
                     }
                     out
@@ -946,6 +938,34 @@ async fn ticket_states(admin: &kube::Client) -> String {
     }
 }
 
+/// The decider, one replica as the admin, its words in the run's directory; killed when
+/// dropped.
+struct Decider(std::process::Child);
+
+impl Decider {
+    fn start(cp: &ControlPlane, run: &Run) -> Decider {
+        let log = std::fs::File::create(cp.dir().join("kata-live-pace.log")).expect("its log");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_kata-live-pace"))
+            .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+            .args(["--namespace", NS, "--identity", "kata-live-pace-0"])
+            .args(["--max-unavailable", &run.budget.to_string()])
+            .args(["--pool-selector", &format!("{POOL_LABEL}=true")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start kata-live-pace");
+        Decider(child)
+    }
+}
+
+impl Drop for Decider {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// One run; returns whether the referee found the budget kept.
 fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) -> bool {
     let slots = run.slots();
@@ -977,6 +997,7 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     );
     let stop_referee = Arc::new(AtomicBool::new(false));
     let referee = spawn_referee(admin_conf, stop_referee.clone());
+    let _decider = Decider::start(&cp, run);
     let progress = Arc::new(Progress::default());
     let (tx, rx) = mpsc::channel();
     let go = spawn_contenders(run, &sa_conf, threads, &progress, &tx);

@@ -2,6 +2,7 @@ pub mod audit;
 pub mod containerd;
 pub mod cri;
 pub mod crio_real;
+pub mod decider;
 pub mod fake_rpm_ostree;
 pub mod fleet;
 pub mod hold;

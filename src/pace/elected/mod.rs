@@ -150,6 +150,16 @@ fn words(d: &Decision, paused: bool) -> String {
     out.join("\n")
 }
 
+/// The selector a DaemonSet's pods' nodes match (its nodeSelector; affinity is not read).
+fn node_selector(ds: &DynamicObject) -> String {
+    let sel = ds.data["spec"]["template"]["spec"]["nodeSelector"].as_object();
+    sel.into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Whether the MachineConfigPools' API is served (a list of one; 404: no such API).
 async fn mco_served(client: &kube::Client) -> Result<bool, ElectedError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &stores::mcp_resource());
@@ -246,7 +256,7 @@ pub async fn run(cfg: Config) -> Result<(), ElectedError> {
                 what: format!("reading the DaemonSet {}/{ds}", cfg.namespace),
                 detail: api_error(&e),
             })?;
-            crate::pace::client::node_selector(&set)
+            node_selector(&set)
         }
         (None, None, false) => String::new(),
     };

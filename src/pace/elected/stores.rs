@@ -1,6 +1,6 @@
 //! What the decider keeps: kube-runtime reflectors (list, then watch; relist after 410 Gone,
 //! back-off on errors: all kube-runtime's) on the pool's Nodes, the requests (the ticket
-//! Leases), the MachineConfigPools where their API exists, and the DaemonSet (its pause).
+//! Leases), the MachineConfigPools where their API exists, and the namespace's DaemonSets (their pause).
 //! Every replica keeps them, the standby too, so a new leader decides at once. Each event
 //! wakes the decision loop.
 
@@ -81,7 +81,8 @@ pub struct Stores {
     nodes: Store<Node>,
     requests: Store<Lease>,
     mcps: Option<Store<DynamicObject>>,
-    daemonset: Option<Store<DynamicObject>>,
+    /// The namespace's DaemonSets, and the name of the one whose pacing the metrics show.
+    daemonset: Option<(Store<DynamicObject>, String)>,
 }
 
 /// What one decision reads, copied out of the stores.
@@ -201,11 +202,12 @@ impl Stores {
             let ar = daemonset_resource();
             let w = Writer::new(ar.clone());
             let r = w.as_reader();
+            // Every DaemonSet of the namespace (it holds kata-live's only): the install's and
+            // the uninstall's pause alike.
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
-            let by_name = format!("metadata.name={name}");
-            let s = watcher(api, watcher::Config::default().fields(&by_name)).default_backoff();
-            drive("the DaemonSet", reflector::reflector(w, s), wake, |_| true);
-            r
+            let s = watcher(api, watcher::Config::default()).default_backoff();
+            drive("the DaemonSets", reflector::reflector(w, s), wake, |_| true);
+            (r, name.to_string())
         });
         Stores {
             nodes,
@@ -222,23 +224,30 @@ impl Stores {
         if let Some(m) = &self.mcps {
             let _ = m.wait_until_ready().await;
         }
-        if let Some(d) = &self.daemonset {
+        if let Some((d, _)) = &self.daemonset {
             let _ = d.wait_until_ready().await;
         }
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let set = self
+        let sets = self
             .daemonset
             .as_ref()
-            .and_then(|d| d.state().into_iter().next());
-        let paused = set.as_ref().is_some_and(|ds| {
+            .map(|(d, _)| d.state())
+            .unwrap_or_default();
+        // Paused by any of them: an uninstall's pause as much as an install's.
+        let paused = sets.iter().any(|ds| {
             ds.metadata
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(PAUSE_ANNOTATION))
                 .is_some_and(|v| v == "true")
         });
+        let named = self.daemonset.as_ref().map(|(_, n)| n.as_str());
+        let set = sets
+            .iter()
+            .find(|ds| ds.metadata.name.as_deref() == named)
+            .or(sets.first());
         let pacing = set.as_ref().map(|ds| {
             let mut v = ds.data.clone();
             v["metadata"] = serde_json::to_value(&ds.metadata).unwrap_or_default();

@@ -294,6 +294,34 @@ fn the_pacing_is_read_from_the_daemonsets_env_else_its_node_selector() {
 }
 
 #[test]
+fn the_deciders_deployment_sets_the_budget_and_the_pool_where_it_says_them() {
+    let ds = serde_json::json!({"spec": {"template": {"spec": {
+        "nodeSelector": {"node-role.kubernetes.io/worker": ""},
+        "containers": [{"name": "pod", "env": []}]}}}});
+    let p = Pacing::from_daemonset("ds", &ds);
+    let deployment = |env: serde_json::Value| {
+        serde_json::json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "kata-live-pace", "env": env}]}}}})
+    };
+    let quiet = deployment(serde_json::json!([
+        {"name": "KATA_LIVE_DAEMONSET", "value": "ds"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]));
+    assert_eq!(
+        p.clone().with_decider(&quiet),
+        p,
+        "nothing said: the DaemonSet's"
+    );
+    let set = deployment(serde_json::json!([
+        {"name": "KATA_LIVE_MAX_UNAVAILABLE", "value": "3"},
+        {"name": "KATA_LIVE_POOL_SELECTOR", "value": "pool=b"}]));
+    let d = p.with_decider(&set);
+    assert_eq!(
+        (d.budget, d.pool_selector.as_str()),
+        (Budget::Count(3), "pool=b")
+    );
+}
+
+#[test]
 fn the_bar_is_each_states_share_of_the_pool() {
     let (t, nodes) = mid();
     let v = view(&t, &nodes, &pacing(Budget::Count(2), false));

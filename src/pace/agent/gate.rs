@@ -1,11 +1,11 @@
 //! The pod's readiness gate, set from its node's outcome.
 
-use super::{now, Pacer};
+use super::{now, Agent};
 use crate::pace::{PaceError, PROVEN_CONDITION};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-impl Pacer {
+impl Agent {
     /// Sets this pod's [`PROVEN_CONDITION`] (a strategic merge patch of its status: the
     /// other conditions, kubelet's, stay).
     pub async fn mark_pod(&self, pod: &str, proven: bool, message: &str) -> Result<(), PaceError> {

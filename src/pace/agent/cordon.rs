@@ -1,6 +1,6 @@
-//! This node's cordon for its turn, and its undoing.
+//! The end of this node's cordon after a failed turn (a done turn's is the decider's).
 
-use super::{is_status, Pacer, CONFLICT_RETRIES};
+use super::{is_status, Agent, CONFLICT_RETRIES};
 use crate::cluster::api::{api_error, node_event};
 use crate::pace::cordon::{self, AtEnd, RunEnd, FIELD_MANAGER};
 use crate::pace::{PaceError, CORDON_ANNOTATION};
@@ -8,51 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
-impl Pacer {
-    /// Cordons this node for its turn (`spec.unschedulable`, as `kubectl cordon` does), and
-    /// marks the cordon as kata-live's ([`CORDON_ANNOTATION`]: the ticket) so that only a
-    /// cordon kata-live made is undone by it. A node cordoned by someone else is left as it
-    /// is (it then never takes its turn: the budget's rule; this is a race with a person).
-    pub(super) async fn cordon(&self, say: &dyn Fn(&str)) -> Result<(), PaceError> {
-        for _ in 0..CONFLICT_RETRIES {
-            let node = self
-                .nodes
-                .get(&self.cfg.node)
-                .await
-                .map_err(|e| self.err("reading", "node", &self.cfg.node, &e))?;
-            if cordon::claimed(&node) {
-                return Ok(());
-            }
-            if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
-                say(
-                    "this node was cordoned by someone else; kata-live leaves that cordon as it is",
-                );
-                return Ok(());
-            }
-            let patch = json!({
-                "metadata": {
-                    "resourceVersion": node.metadata.resource_version,
-                    "annotations": {CORDON_ANNOTATION: self.ticket}},
-                "spec": {"unschedulable": true}
-            });
-            match self.patch_node(patch).await {
-                Ok(()) => {
-                    say(&format!(
-                        "cordoned node {} for its run (annotation {CORDON_ANNOTATION}): the \
-                         machine-config operator counts it unavailable until its turn ends",
-                        self.cfg.node
-                    ));
-                    return Ok(());
-                }
-                Err(e) if is_status(&e, 409) => continue,
-                Err(e) => return Err(self.err("cordoning", "node", &self.cfg.node, &e)),
-            }
-        }
-        Err(PaceError::Contended {
-            what: format!("node {}", self.cfg.node),
-        })
-    }
-
+impl Agent {
     /// Ends this node's cordon for its turn as [`cordon::at_end`] says, the host's run having
     /// ended as `run` says: undone only if kata-live's own, untouched since, and the run over.
     /// Returns what became of it in words (None: kata-live claimed no cordon here, or the Node
@@ -131,7 +87,7 @@ impl Pacer {
         }
     }
 
-    pub(super) async fn patch_node(&self, patch: serde_json::Value) -> Result<(), kube::Error> {
+    async fn patch_node(&self, patch: serde_json::Value) -> Result<(), kube::Error> {
         self.nodes
             .patch(
                 &self.cfg.node,
