@@ -641,10 +641,11 @@ fn a_nodes_credentials_write_only_its_own_request_pod_and_node() {
             if refused == probes.len() {
                 break;
             }
-            assert!(
-                Instant::now() < until,
-                "the policies are not enforced after 60 s"
-            );
+            if Instant::now() >= until {
+                // A policy that lets one through: the tries below say which.
+                eprintln!("pace_privilege: {refused} of the probes refused after 60 s");
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
 
