@@ -266,7 +266,13 @@ fn the_pacing_manifest_grants_the_tickets_in_its_namespace_and_applies_none() {
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             "Role",
-            "RoleBinding"
+            "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
         ],
         "no Lease applied: each pod queues its node's own ticket"
     );
@@ -349,6 +355,7 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
     let docs = pacing_docs();
     let sa = format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}");
     let mut seen = 0;
+    let (mut agents, mut bound) = (Vec::<String>::new(), Vec::<String>::new());
     for (kind, v) in &docs {
         let name = v["metadata"]["name"].as_str().unwrap_or_default();
         match kind.as_str() {
@@ -375,7 +382,7 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
                 assert_eq!((s[0].name.as_str(), s.len()), (SERVICE_ACCOUNT, 1));
                 seen += 1;
             }
-            "ValidatingAdmissionPolicy" => {
+            "ValidatingAdmissionPolicy" if name == "kata-live-node-label" => {
                 let p: ValidatingAdmissionPolicy = typed(v);
                 let spec = p.spec.unwrap();
                 assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
@@ -409,12 +416,34 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
                 );
                 seen += 1;
             }
-            "ValidatingAdmissionPolicyBinding" => {
+            "ValidatingAdmissionPolicyBinding" if name == "kata-live-node-label" => {
                 let b: ValidatingAdmissionPolicyBinding = typed(v);
                 let spec = b.spec.unwrap();
                 assert_eq!(spec.policy_name.as_deref(), Some("kata-live-node-label"));
                 assert_eq!(spec.validation_actions.unwrap(), ["Deny"]);
                 seen += 1;
+            }
+            // The agents' own policies (their request, their pod's status, no DaemonSet; what
+            // they refuse is tried on the real API server by tests/pace_privilege.rs): each
+            // fails closed, matches the agents' account only and is bound to deny.
+            "ValidatingAdmissionPolicy" => {
+                let p: ValidatingAdmissionPolicy = typed(v);
+                let spec = p.spec.unwrap();
+                assert_eq!(spec.failure_policy.as_deref(), Some("Fail"), "{name}");
+                let cond = spec.match_conditions.unwrap();
+                assert!(
+                    cond[0].expression.contains(&sa),
+                    "{name}: {}",
+                    cond[0].expression
+                );
+                agents.push(name.to_string());
+            }
+            "ValidatingAdmissionPolicyBinding" => {
+                let b: ValidatingAdmissionPolicyBinding = typed(v);
+                let spec = b.spec.unwrap();
+                assert_eq!(spec.policy_name.as_deref(), Some(name), "{name}");
+                assert_eq!(spec.validation_actions.unwrap(), ["Deny"], "{name}");
+                bound.push(name.to_string());
             }
             "Role" if name == "kata-live-node-events" => {
                 let r: Role = typed(v);
@@ -438,6 +467,15 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
         }
     }
     assert_eq!(seen, 6);
+    assert_eq!(
+        agents,
+        [
+            "kata-live-agent-request",
+            "kata-live-agent-pod-status",
+            "kata-live-agent-no-daemonsets"
+        ]
+    );
+    assert_eq!(agents, bound);
 }
 
 /// The RuntimeClass schedules the handler's pods by kata-live's label only.
