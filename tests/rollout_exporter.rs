@@ -230,7 +230,7 @@ fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_ale
     certificates(d);
     install_pair(d, "a");
 
-    let cp = ControlPlane::start_api_only(18243, 25590);
+    let cp = ControlPlane::start_api_only(18543, 25890);
     cp.kubectl(&["create", "namespace", NS]);
     cp.kubectl_in(&["create", "-f", "-"], Some(&daemonset()));
     // w1 proven and listed, w2 proven and not listed; w3 and w4 wait; no pod runs, so

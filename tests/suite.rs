@@ -64,6 +64,7 @@ mod packaging_monitoring;
 mod packaging_openshift;
 mod packaging_rpm;
 mod packaging_units;
+mod ports;
 mod rollout_api;
 mod rollout_exporter;
 mod rpm_ostree_fake;
