@@ -182,6 +182,7 @@ fn a_rollouts_metrics() -> String {
         place: Some(1),
         operation: Some("install".into()),
         detail: None,
+        exit_code: None,
         since: since.map(str::to_string),
         renewed: renewed.map(str::to_string),
     };

@@ -53,6 +53,12 @@ impl RunOutcome {
         )
     }
 
+    /// The exit code to record on a failed request: the unit's own, once it ended (None while
+    /// it had not, or when it ended without one).
+    pub fn recorded_exit(&self) -> Option<i32> {
+        self.exit_code.filter(|_| self.unended.is_none())
+    }
+
     /// Whether the node is fit to be scheduled on again once its turn ends: not while its unit
     /// still runs, nor after a failed rollback (the node's runtime may be broken).
     pub fn run_end(&self) -> RunEnd {
