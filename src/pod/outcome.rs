@@ -166,4 +166,15 @@ mod tests {
         proven.unended = None;
         assert!(proven.proven());
     }
+
+    #[test]
+    fn the_recorded_exit_code_is_the_ended_units_own() {
+        assert_eq!(outcome(Some(13), None).recorded_exit(), Some(13));
+        assert_eq!(outcome(None, None).recorded_exit(), None, "no code: none");
+        // A code read while the unit still ran is not its end's.
+        assert_eq!(
+            outcome(Some(12), Some("deactivating")).recorded_exit(),
+            None
+        );
+    }
 }
