@@ -282,7 +282,7 @@ fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it()
         let p = take(&conf, "unfit").await;
         let why = "its host unit kata-live-install.service was still deactivating";
         let s = p
-            .hold_failed("not proven", &RunEnd::Unfit(why.into()))
+            .hold_failed("not proven", None, &RunEnd::Unfit(why.into()))
             .await
             .expect("the turn's end");
         let (cordoned, claim) = cordon_of(&nodes, "unfit").await;
@@ -318,7 +318,7 @@ fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it()
         // and a done one (the decider does).
         let p = take(&conf, "plain").await;
         let s = p
-            .hold_failed("not proven, rolled back", &RunEnd::Ended)
+            .hold_failed("not proven, rolled back", Some(13), &RunEnd::Ended)
             .await
             .expect("the turn's end");
         assert_eq!(
@@ -326,6 +326,31 @@ fn a_turn_undoes_only_its_own_cordon_untouched_and_only_after_a_run_fit_for_it()
             (false, None),
             "kata-live left its own cordon: {s:?}"
         );
+        // The failed request carries its run's exit code (the metrics' reason), and no
+        // longer once it is done (the same write a proven run makes).
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(
+            kube::Client::try_from(conf.clone()).expect("a client"),
+            "kata-live",
+        );
+        let exit_code = |l: &k8s_openapi::api::coordination::v1::Lease| {
+            let a = l.metadata.annotations.clone().unwrap_or_default();
+            (
+                a.get("kata-live.io/state").cloned(),
+                a.get(kata_live::pace::ticket::EXIT_CODE_ANNOTATION)
+                    .cloned(),
+            )
+        };
+        let l = leases
+            .get("kata-live-turn-plain")
+            .await
+            .expect("its request");
+        assert_eq!(exit_code(&l), (Some("failed".into()), Some("13".into())));
+        p.release().await.expect("done after failed");
+        let l = leases
+            .get("kata-live-turn-plain")
+            .await
+            .expect("its request");
+        assert_eq!(exit_code(&l), (Some("done".into()), None));
         let p = take(&conf, "done").await;
         p.release().await.expect("the turn's end");
         cordon_becomes(

@@ -502,7 +502,8 @@ impl Cluster {
                 reset(a, MINE, Some("activating")).await;
                 let p = merge(json!({"metadata": {"annotations": {
                     "kata-live.io/state": "failed",
-                    "kata-live.io/detail": "kata-live exited 14: the rollback failed"}}}));
+                    "kata-live.io/detail": "kata-live exited 14: the rollback failed",
+                    "kata-live.io/exit-code": "14"}}}));
                 Answer::of(leases.patch(&mine, &pp, &p).await)
             }
             Try::QueueAgain => {

@@ -97,6 +97,18 @@ fn the_unit_tests_catch_an_alert_that_changed() {
             "(kata_live_node_runtime_handler_listed) <= 1",
         ),
         (ROLLOUT_RULES, ROLLOUT_TESTS, "for: 4h", "for: 3h"),
+        (
+            ROLLOUT_RULES,
+            ROLLOUT_TESTS,
+            "(kata_live_rollout_node_failed) == 1",
+            "(kata_live_rollout_node_failed) == 0",
+        ),
+        (
+            ROLLOUT_RULES,
+            ROLLOUT_TESTS,
+            "max without (instance, pod, endpoint, container) (kata_live_rollout_node_failed)",
+            "(kata_live_rollout_node_failed)",
+        ),
     ] {
         let d = scratch(rules, tests);
         let path = d.path().join(rules_name(rules));
@@ -149,7 +161,7 @@ fn every_alert_is_tested_and_has_a_runbook() {
 }
 
 /// A rollout with every family written: turns taken, an ETA, a node proven and listed, one
-/// proven and not, an unavailable node.
+/// proven and not, an unavailable node, a failed node.
 fn a_rollouts_metrics() -> String {
     use k8s_openapi::api::core::v1::{Node, NodeRuntimeHandler};
     use kata_live::pace::ticket::{State, Ticket};
@@ -182,6 +194,7 @@ fn a_rollouts_metrics() -> String {
         place: Some(1),
         operation: Some("install".into()),
         detail: None,
+        exit_code: None,
         since: since.map(str::to_string),
         renewed: renewed.map(str::to_string),
     };
@@ -190,6 +203,8 @@ fn a_rollouts_metrics() -> String {
         node("w2", true, &["runc"], true),
         node("w3", false, &["runc"], true),
         node("w4", false, &["runc"], false),
+        node("w5", false, &["runc"], true),
+        node("w6", false, &["runc"], true),
     ];
     let tickets = [
         ticket(
@@ -205,6 +220,11 @@ fn a_rollouts_metrics() -> String {
             Some("2026-12-06T11:04:00Z"),
         ),
         ticket("w3", State::Waiting, None, None),
+        Ticket {
+            exit_code: Some(13),
+            ..ticket("w5", State::Failed, Some("2026-12-06T11:04:00Z"), None)
+        },
+        ticket("w6", State::Activating, Some("2026-12-06T11:04:30Z"), None),
     ];
     let v = RolloutView::build(&Seen {
         tickets: &tickets,
@@ -222,6 +242,7 @@ fn the_rollouts_metrics_pass_promtool_check_metrics() {
         "kata_live_rollout_nodes",
         "kata_live_rollout_expected_end_timestamp_seconds",
         "kata_live_node_runtime_handler_listed",
+        "kata_live_rollout_node_failed",
     ] {
         assert!(text.contains(&format!("# TYPE {family} gauge")), "{text}");
     }

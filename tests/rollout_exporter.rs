@@ -5,7 +5,9 @@
 //! exporter runs in-process with the credentials the decider has (the rollout viewer's roles
 //! and system:auth-delegator), fed by the reflectors of `rollout status --watch`; its
 //! certificate is rotated under it; the shipped stall alert fires on a stalled rollout and
-//! clears when a node takes its turn.
+//! clears when a node takes its turn; the failed-node alert fires, with the node and the
+//! reason, when that node's request is marked failed with its exit code, and clears when it
+//! is done.
 
 use crate::rollout_api::{daemonset, list, node, ticket, NS};
 use crate::support::fleet::ControlPlane;
@@ -223,7 +225,7 @@ fn value(text: &str, series: &str) -> Option<f64> {
 }
 
 #[test]
-fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_alert_fires_and_clears(
+fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_and_failed_node_alerts_fire_and_clear(
 ) {
     let scratch = tempfile::tempdir().expect("scratch");
     let d = scratch.path();
@@ -456,5 +458,78 @@ fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_ale
     ]);
     prom.wait_alerts("KataLiveRolloutStalled cleared", WITHIN, |a| {
         state_of(a, "KataLiveRolloutStalled").is_none()
+    });
+    assert_eq!(
+        state_of(&prom.alerts(), "KataLiveRolloutNodeFailed"),
+        None,
+        "no node failed yet"
+    );
+
+    // w3's run fails as its agent marks it: failed, the run's words and its exit code (13:
+    // the proof failed, the node restored). The alert fires with the node and the reason.
+    let lease = |patch: serde_json::Value| {
+        cp.kubectl(&[
+            "-n",
+            NS,
+            "patch",
+            "lease",
+            "kata-live-turn-w3",
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ])
+    };
+    lease(serde_json::json!({"metadata": {"annotations": {
+        "kata-live.io/state": "failed",
+        "kata-live.io/detail": "kata-live exited 13: the proof failed; rolled back",
+        "kata-live.io/exit-code": "13"}}}));
+    let (_, text) = scrape(d, Some(&token));
+    assert_eq!(
+        value(
+            &text,
+            r#"kata_live_rollout_node_failed{node="w3",exit_code="13",reason="not-proven"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let o = prometheus::check_metrics(&text);
+    assert!(
+        o.status.success(),
+        "promtool check metrics, a node failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    prom.wait_alerts("KataLiveRolloutNodeFailed firing", WITHIN, |a| {
+        state_of(a, "KataLiveRolloutNodeFailed").as_deref() == Some("firing")
+    });
+    let a = prom.alerts();
+    let failed: Vec<_> = a
+        .iter()
+        .filter(|a| a["labels"]["alertname"] == "KataLiveRolloutNodeFailed")
+        .collect();
+    assert_eq!(failed.len(), 1, "one alert, not one per replica: {a:?}");
+    let f = failed[0];
+    assert_eq!(
+        (
+            &f["labels"]["node"],
+            &f["labels"]["reason"],
+            &f["labels"]["exit_code"]
+        ),
+        (&"w3".into(), &"not-proven".into(), &"13".into()),
+        "{f}"
+    );
+    let summary = f["annotations"]["summary"].as_str().unwrap_or_default();
+    assert!(
+        summary.contains("w3") && summary.contains("not-proven"),
+        "{f}"
+    );
+
+    // Fixed: its next run is proven and marks it done (the code dropped): the alert clears.
+    lease(serde_json::json!({"metadata": {"annotations": {
+        "kata-live.io/state": "done",
+        "kata-live.io/detail": null,
+        "kata-live.io/exit-code": null}}}));
+    prom.wait_alerts("KataLiveRolloutNodeFailed cleared", WITHIN, |a| {
+        state_of(a, "KataLiveRolloutNodeFailed").is_none()
     });
 }

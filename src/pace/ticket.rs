@@ -15,6 +15,10 @@ pub const OPERATION_ANNOTATION: &str = "kata-live.io/operation";
 pub const STATE_ANNOTATION: &str = "kata-live.io/state";
 /// Why a run failed, why a ticket was freed, or why its node cannot take its turn, in words.
 pub const DETAIL_ANNOTATION: &str = "kata-live.io/detail";
+/// On a failed ticket (written by its agent): its run's exit code, a decimal as the host unit
+/// ended with it (docs/operations.md's exit codes); dropped when the request queues again or
+/// is done. The metrics' and the alert's reason come from it, never from the detail's words.
+pub const EXIT_CODE_ANNOTATION: &str = "kata-live.io/exit-code";
 /// On a ticket granted its turn (written by the decider): its place while it waited (the
 /// revision at which it entered the queue), so that the audit and `rollout status` can tell
 /// the order in which turns were granted.
@@ -89,6 +93,9 @@ pub struct Ticket {
     pub place: Option<u64>,
     pub operation: Option<String>,
     pub detail: Option<String>,
+    /// [`EXIT_CODE_ANNOTATION`] as a number; None when not recorded or not a number (read as
+    /// unknown, never guessed from the detail).
+    pub exit_code: Option<i32>,
     pub since: Option<String>,
     /// The Lease's renewTime: when its state was last set by its node (taken, then done or
     /// failed), so a done ticket's run lasted from `since` to this.
@@ -149,6 +156,7 @@ impl Ticket {
             place,
             operation: get(OPERATION_ANNOTATION),
             detail: get(DETAIL_ANNOTATION),
+            exit_code: get(EXIT_CODE_ANNOTATION).and_then(|c| c.parse().ok()),
             since: spec.acquire_time.as_ref().map(|t| t.0.to_string()),
             renewed: spec.renew_time.as_ref().map(|t| t.0.to_string()),
         })
@@ -243,6 +251,28 @@ mod tests {
         assert!(t.holds());
         assert_eq!(t.order, u64::MAX);
         assert!(t.describe().contains("does not know"), "{}", t.describe());
+    }
+
+    #[test]
+    fn a_failed_tickets_exit_code_is_a_number_or_unknown() {
+        let with = |code: Option<&str>| {
+            let mut l = lease("w3", "failed", "70", true);
+            if let Some(c) = code {
+                let ann = l.metadata.annotations.as_mut().unwrap();
+                ann.insert(EXIT_CODE_ANNOTATION.into(), c.into());
+            }
+            Ticket::from_lease(&l).unwrap().exit_code
+        };
+        assert_eq!(with(Some("13")), Some(13));
+        assert_eq!(with(Some("14")), Some(14));
+        assert_eq!(with(None), None, "not recorded");
+        for not_a_number in ["", "thirteen", "13 ", "0x0d", "13.0"] {
+            assert_eq!(
+                with(Some(not_a_number)),
+                None,
+                "{not_a_number:?} is unknown"
+            );
+        }
     }
 
     #[test]

@@ -53,6 +53,12 @@ impl RunOutcome {
         )
     }
 
+    /// The exit code to record on a failed request: the unit's own, once it ended (None while
+    /// it had not, or when it ended without one).
+    pub fn recorded_exit(&self) -> Option<i32> {
+        self.exit_code.filter(|_| self.unended.is_none())
+    }
+
     /// Whether the node is fit to be scheduled on again once its turn ends: not while its unit
     /// still runs, nor after a failed rollback (the node's runtime may be broken).
     pub fn run_end(&self) -> RunEnd {
@@ -159,5 +165,16 @@ mod tests {
         assert!(!proven.proven(), "a unit still running is not proven");
         proven.unended = None;
         assert!(proven.proven());
+    }
+
+    #[test]
+    fn the_recorded_exit_code_is_the_ended_units_own() {
+        assert_eq!(outcome(Some(13), None).recorded_exit(), Some(13));
+        assert_eq!(outcome(None, None).recorded_exit(), None, "no code: none");
+        // A code read while the unit still ran is not its end's.
+        assert_eq!(
+            outcome(Some(12), Some("deactivating")).recorded_exit(),
+            None
+        );
     }
 }

@@ -36,7 +36,12 @@ pub(super) async fn settle_turn(p: &Agent, outcome: &RunOutcome) {
         let r = if proven {
             p.release().await
         } else {
-            p.hold_failed(&outcome.render(), &outcome.run_end()).await
+            p.hold_failed(
+                &outcome.render(),
+                outcome.recorded_exit(),
+                &outcome.run_end(),
+            )
+            .await
         };
         if let Ok(Some(words)) = r.as_ref().map(|s| s.cordon.as_ref()) {
             say(words);

@@ -1,14 +1,17 @@
 //! The rollout's own figures in the Prometheus text format, from a [`RolloutView`] (pure):
 //! what the decider that paces the rollout serves on `/metrics` ([`super::exporter`]). The
 //! names follow Prometheus's naming guide (`kata_live_` prefix, base units, `_seconds`); every
-//! family is written on every scrape, a label set that has nothing being 0, so an alert can
-//! tell "none" from "not scraped". docs/operations.md, "Metrics", lists them.
+//! family of fixed label sets is written on every scrape, a label set that has nothing being
+//! 0, so an alert can tell "none" from "not scraped". The per-node families (a failed node, a
+//! proven node's handler) cannot be: "none" there is no series, and the fixed counts beside
+//! them (`kata_live_rollout_nodes{state="failed"}`) tell it from "not scraped".
+//! docs/operations.md, "Metrics", lists them.
 //!
 //! Written by the crate's one small encoder (src/metrics.rs), not prometheus-client: a dozen
 //! gauges recomputed from the view on each scrape need no registry, and the per-node figures
 //! already use it (the host binary's size ruled the crate out there).
 
-use super::view::{Phase, Reason, RolloutView};
+use super::view::{FailReason, Phase, Reason, RolloutView};
 use crate::metrics::Text;
 
 /// Every state a node of the pool is counted in (`kata_live_rollout_nodes{state}`).
@@ -54,6 +57,23 @@ pub fn reason_label(r: Reason) -> &'static str {
         Reason::Unavailable => "unavailable",
         Reason::Blocked => "blocked",
         Reason::BudgetFull => "budget-full",
+    }
+}
+
+/// The label value of a failed run's reason, as `--json` spells it: a closed set, one word
+/// per exit-code class, never the detail's words (one series per node and reason).
+pub fn fail_reason_label(r: FailReason) -> &'static str {
+    match r {
+        FailReason::PreflightRefused => "preflight-refused",
+        FailReason::PackageFailed => "package-failed",
+        FailReason::RolledBack => "rolled-back",
+        FailReason::NotProven => "not-proven",
+        FailReason::RollbackFailed => "rollback-failed",
+        FailReason::LockBusy => "lock-busy",
+        FailReason::Stopped => "stopped",
+        FailReason::Internal => "internal",
+        FailReason::Other => "other",
+        FailReason::Unknown => "unknown",
     }
 }
 
@@ -172,6 +192,27 @@ pub fn render(v: &RolloutView) -> String {
     ] {
         if let Some(at) = at {
             t.gauge(name, help, &[], at);
+        }
+    }
+    if !v.failed.is_empty() {
+        t.family(
+            "rollout_node_failed",
+            "1 for each node of the rollout's pool whose request is failed, with its run's exit \
+             code (unknown: none recorded) and its class (reason); no series: no failed node",
+        );
+        for f in &v.failed {
+            let code = f
+                .exit_code
+                .map_or_else(|| "unknown".to_string(), |c| c.to_string());
+            t.sample(
+                "rollout_node_failed",
+                &[
+                    ("node", &f.node),
+                    ("exit_code", &code),
+                    ("reason", fail_reason_label(f.reason)),
+                ],
+                1.0,
+            );
         }
     }
     if !v.proven.is_empty() {

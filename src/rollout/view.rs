@@ -3,6 +3,7 @@
 //! read: `kubectl-kata_live rollout status` lists and watches them ([`super::client`]); a decider
 //! that keeps them in its informers' stores (docs/pacing-design.md) can feed the same view.
 
+use crate::exit::ExitCode;
 use crate::pace::ticket::{State, Ticket};
 use crate::pace::turn::{self, Budget};
 use k8s_openapi::api::core::v1::Node;
@@ -137,6 +138,63 @@ pub struct Proven {
     pub listed: bool,
 }
 
+/// Why a node's run failed, as one of a few fixed words: its exit code's class (src/exit.rs),
+/// for a metric's label and an alert (the detail's words stay in `holds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailReason {
+    /// 10: the node was unhealthy before the run, or pods used the handler; nothing changed.
+    PreflightRefused,
+    /// 11: the package step failed.
+    PackageFailed,
+    /// 12: the runtime did not restart with the change; the node was rolled back.
+    RolledBack,
+    /// 13: the proof failed after the restart; the node was restored and proven as before.
+    NotProven,
+    /// 14: the rollback failed: the node's runtime is in an unknown state.
+    RollbackFailed,
+    /// 15: another kata-live run held the node's lock.
+    LockBusy,
+    /// 17 and 18: the run was stopped by a signal or by systemd.
+    Stopped,
+    /// 1: a bug in kata-live.
+    Internal,
+    /// A code kata-live does not fail with (or not its own: the run was killed).
+    Other,
+    /// No exit code recorded (the run had not ended, or an agent from before it was
+    /// recorded), or not a number.
+    Unknown,
+}
+
+impl FailReason {
+    /// The class of a failed run's exit code (None: unknown).
+    pub fn of(exit_code: Option<i32>) -> FailReason {
+        let Some(c) = exit_code else {
+            return FailReason::Unknown;
+        };
+        match ExitCode::ALL.into_iter().find(|e| i32::from(e.code()) == c) {
+            Some(ExitCode::PreflightRefused) => FailReason::PreflightRefused,
+            Some(ExitCode::PackageStep) => FailReason::PackageFailed,
+            Some(ExitCode::Activation) => FailReason::RolledBack,
+            Some(ExitCode::RolledBack) => FailReason::NotProven,
+            Some(ExitCode::RollbackFailed) => FailReason::RollbackFailed,
+            Some(ExitCode::LockBusy) => FailReason::LockBusy,
+            Some(ExitCode::Stopped | ExitCode::StoppedAtOnce) => FailReason::Stopped,
+            Some(ExitCode::Internal) => FailReason::Internal,
+            _ => FailReason::Other,
+        }
+    }
+}
+
+/// A node of the pool whose request is failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedNode {
+    pub node: String,
+    /// Its run's exit code as its agent recorded it (None: unknown).
+    pub exit_code: Option<i32>,
+    pub reason: FailReason,
+}
+
 /// The expected end, from the measured runs only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Eta {
@@ -179,6 +237,8 @@ pub struct RolloutView {
     /// The first [`NEXT`] waiting nodes, in queue order.
     pub next: Vec<Next>,
     pub holds: Vec<Hold>,
+    /// The pool's failed nodes, by name, with their run's exit code and its class.
+    pub failed: Vec<FailedNode>,
     /// Tickets of nodes outside the pool (another pool's, or deleted Nodes).
     pub outside_pool: Vec<String>,
     pub eta: Eta,
@@ -335,6 +395,16 @@ impl RolloutView {
             .collect();
 
         let holds = holds(s, &pool, paused, slots, using.len(), queue.len());
+        // By name: the pool is ordered so.
+        let failed = pool
+            .keys()
+            .filter_map(|node| ticket_of(node).filter(|t| t.failed()))
+            .map(|t| FailedNode {
+                node: t.node.clone(),
+                exit_code: t.exit_code,
+                reason: FailReason::of(t.exit_code),
+            })
+            .collect();
         let outside_pool = s
             .tickets
             .iter()
@@ -372,6 +442,7 @@ impl RolloutView {
             holders,
             next,
             holds,
+            failed,
             outside_pool,
             eta,
             turns: turns(s.tickets, &pool),

@@ -38,6 +38,7 @@ fn ticket(i: usize, n: usize) -> Ticket {
         place: Some(i as u64),
         operation: Some("install".into()),
         detail: None,
+        exit_code: None,
         since: taken.then(|| "2026-12-06T11:00:00Z".to_string()),
         renewed: (state == State::Done).then(|| "2026-12-06T11:01:30Z".to_string()),
     }

@@ -4,7 +4,8 @@
 use super::{is_status, jitter, now, Agent, Settled, CONFLICT_RETRIES};
 use crate::pace::cordon::RunEnd;
 use crate::pace::ticket::{
-    State, Ticket, DETAIL_ANNOTATION, OPERATION_ANNOTATION, STATE_ANNOTATION, TICKET_LABEL,
+    State, Ticket, DETAIL_ANNOTATION, EXIT_CODE_ANNOTATION, OPERATION_ANNOTATION, STATE_ANNOTATION,
+    TICKET_LABEL,
 };
 use crate::pace::PaceError;
 use futures_util::StreamExt;
@@ -214,8 +215,15 @@ impl Agent {
         }
     }
 
-    /// Sets this node's request to `state` if it holds (re-read on a conflict).
-    async fn settle(&self, state: State, detail: Option<&str>) -> Result<Vec<String>, PaceError> {
+    /// Sets this node's request to `state` if it holds (re-read on a conflict), with the
+    /// run's detail and exit code, or without them (a null in a merge patch drops them).
+    async fn settle(
+        &self,
+        state: State,
+        detail: Option<&str>,
+        exit_code: Option<i32>,
+    ) -> Result<Vec<String>, PaceError> {
+        let exit_code = exit_code.map(|c| c.to_string());
         for _ in 0..CONFLICT_RETRIES {
             let l = self
                 .leases
@@ -229,7 +237,11 @@ impl Agent {
             let patch = json!({
                 "metadata": {
                     "resourceVersion": l.metadata.resource_version,
-                    "annotations": {STATE_ANNOTATION: state.as_str(), DETAIL_ANNOTATION: detail}},
+                    "annotations": {
+                        STATE_ANNOTATION: state.as_str(),
+                        DETAIL_ANNOTATION: detail,
+                        EXIT_CODE_ANNOTATION: exit_code,
+                    }},
                 "spec": {"renewTime": now()}
             });
             match self
@@ -251,19 +263,25 @@ impl Agent {
     /// still kata-live's) and grants the next node.
     pub async fn release(&self) -> Result<Settled, PaceError> {
         Ok(Settled {
-            tickets: self.settle(State::Done, None).await?,
+            tickets: self.settle(State::Done, None, None).await?,
             cordon: None,
         })
     }
 
     /// This node's run failed: its cordon is ended here only if `run` says the node is fit for
     /// it (the decider leaves a failed turn's cordon as the agent left it), then its request
-    /// is marked failed with why: it keeps its place in the budget.
-    pub async fn hold_failed(&self, detail: &str, run: &RunEnd) -> Result<Settled, PaceError> {
+    /// is marked failed with why and its run's exit code (None: the run had not ended, or
+    /// ended without one): it keeps its place in the budget.
+    pub async fn hold_failed(
+        &self,
+        detail: &str,
+        exit_code: Option<i32>,
+        run: &RunEnd,
+    ) -> Result<Settled, PaceError> {
         // The cordon first: once failed, the decider never looks at this node's cordon again.
         let cordon = self.end_cordon(run).await?;
         Ok(Settled {
-            tickets: self.settle(State::Failed, Some(detail)).await?,
+            tickets: self.settle(State::Failed, Some(detail), exit_code).await?,
             cordon,
         })
     }

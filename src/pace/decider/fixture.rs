@@ -87,6 +87,7 @@ pub fn request(node: &str, state: State, order: u64) -> Ticket {
         place: Some(order),
         operation: Some("install".into()),
         detail: None,
+        exit_code: None,
         since: None,
         renewed: None,
     }

@@ -12,6 +12,7 @@ fn t(node: &str, state: State, order: u64) -> Ticket {
         place: (state == State::Waiting).then_some(order),
         operation: Some("install".into()),
         detail: None,
+        exit_code: None,
         since: None,
         renewed: None,
     }

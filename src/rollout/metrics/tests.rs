@@ -40,6 +40,7 @@ fn ticket(
         place: Some(order),
         operation: Some("install".into()),
         detail: Some("exit 13: the proof failed".into()),
+        exit_code: (state == State::Failed).then_some(13),
         since: since.map(str::to_string),
         renewed: renewed.map(str::to_string),
     }
@@ -136,6 +137,10 @@ fn the_rollouts_figures_are_the_views() {
             1_796_555_040.0,
         ),
         (
+            r#"kata_live_rollout_node_failed{node="a6",exit_code="13",reason="not-proven"}"#,
+            1.0,
+        ),
+        (
             r#"kata_live_node_runtime_handler_listed{node="a1",handler="kata-remote"}"#,
             1.0,
         ),
@@ -191,8 +196,53 @@ fn a_fresh_pool_has_no_turns_nor_proven_nodes() {
     assert_eq!(value(&text, "kata_live_rollout_turns_taken"), Some(0.0));
     assert!(!text.contains("timestamp_seconds"), "{text}");
     assert!(!text.contains("runtime_handler_listed"), "{text}");
+    assert!(
+        !text.contains("rollout_node_failed"),
+        "no failed node: no series\n{text}"
+    );
     assert_eq!(
         value(&text, r#"kata_live_rollout_phase{phase="not-started"}"#),
         Some(1.0)
+    );
+}
+
+#[test]
+fn a_failed_node_without_a_readable_exit_code_is_unknown_and_only_failed_nodes_have_a_series() {
+    let nodes = vec![node("c1"), node("c2"), node("c3")];
+    let mut failed = ticket("c1", State::Failed, 1, Some("2026-12-06T11:00:00Z"), None);
+    failed.exit_code = None;
+    let tickets = vec![
+        failed,
+        ticket("c2", State::Failed, 2, Some("2026-12-06T11:01:00Z"), None),
+        ticket(
+            "c3",
+            State::Done,
+            3,
+            Some("2026-12-06T11:00:00Z"),
+            Some("2026-12-06T11:02:00Z"),
+        ),
+    ];
+    let v = RolloutView::build(&Seen {
+        tickets: &tickets,
+        nodes: &nodes,
+        pacing: Some(&pacing(false)),
+        now: "2026-12-06T11:05:00Z".parse::<Timestamp>().unwrap(),
+    });
+    let text = render(&v);
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("kata_live_rollout_node_failed{"))
+        .collect();
+    assert_eq!(
+        series,
+        [
+            r#"kata_live_rollout_node_failed{node="c1",exit_code="unknown",reason="unknown"} 1.0"#,
+            r#"kata_live_rollout_node_failed{node="c2",exit_code="13",reason="not-proven"} 1.0"#,
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, r#"kata_live_rollout_nodes{state="failed"}"#),
+        Some(2.0)
     );
 }

@@ -61,6 +61,7 @@ fn ticket(node: &str, state: Option<State>, order: u64, run: (Option<i64>, Optio
         place: Some(order),
         operation: Some("install".into()),
         detail: None,
+        exit_code: None,
         since: run.0.map(at),
         renewed: run.1.map(at),
     }
@@ -196,10 +197,19 @@ fn a_failed_node_stops_the_rollout_with_its_reason() {
     nodes[6] = node("w07");
     t[6].state = Some(State::Failed);
     t[6].detail = Some("exit 13: the proof failed; rolled back".into());
+    t[6].exit_code = Some(13);
     t[7].state = Some(State::Done);
     t[7].renewed = t[7].since.clone();
     let v = view(&t, &nodes, &pacing(Budget::Count(1), false));
     assert_eq!(v.phase, Phase::Stopped);
+    assert_eq!(
+        v.failed,
+        [FailedNode {
+            node: "w07".into(),
+            exit_code: Some(13),
+            reason: FailReason::NotProven
+        }]
+    );
     let failed = &v.holds[0];
     assert_eq!(
         (failed.reason, failed.node.as_deref()),
@@ -208,6 +218,46 @@ fn a_failed_node_stops_the_rollout_with_its_reason() {
     assert!(failed.words.contains("exit 13"), "{}", failed.words);
     assert_eq!(v.eta.seconds, None);
     snapshot("failed", &v);
+    let json = serde_json::to_value(&v).unwrap();
+    insta::assert_snapshot!(
+        "failed_nodes_json",
+        serde_json::to_string_pretty(&json["failed"]).unwrap()
+    );
+}
+
+#[test]
+fn a_failed_runs_reason_is_its_exit_codes_class_and_unknown_without_one() {
+    for (code, want) in [
+        (Some(10), FailReason::PreflightRefused),
+        (Some(11), FailReason::PackageFailed),
+        (Some(12), FailReason::RolledBack),
+        (Some(13), FailReason::NotProven),
+        (Some(14), FailReason::RollbackFailed),
+        (Some(15), FailReason::LockBusy),
+        (Some(17), FailReason::Stopped),
+        (Some(18), FailReason::Stopped),
+        (Some(1), FailReason::Internal),
+        (Some(0), FailReason::Other),
+        (Some(137), FailReason::Other),
+        (Some(-1), FailReason::Other),
+        (None, FailReason::Unknown),
+    ] {
+        assert_eq!(FailReason::of(code), want, "{code:?}");
+    }
+    // Only the pool's failed nodes; a done node's code (none is written) is never read.
+    let (mut t, nodes) = mid();
+    t[0].exit_code = Some(13);
+    t[6].state = Some(State::Failed);
+    t.push(ticket("x1", Some(State::Failed), 300, (Some(5), None)));
+    let v = view(&t, &nodes, &pacing(Budget::Count(2), false));
+    assert_eq!(
+        v.failed,
+        [FailedNode {
+            node: "w07".into(),
+            exit_code: None,
+            reason: FailReason::Unknown
+        }]
+    );
 }
 
 #[test]
