@@ -8,9 +8,8 @@ use crate::support;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -22,66 +21,27 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::json;
 use support::audit::Audit;
+use support::decider::Decider;
 use support::fleet::ControlPlane;
 
 const NS: &str = "kata-live";
 const POOL_LABEL: &str = "kata-live.io/test-pool";
 const LEASE: &str = "kata-live-pace";
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_kata-live-pace")
+/// One replica of the decider as the admin, on this module's pool and election Lease.
+fn start(cp: &ControlPlane, identity: &str, budget: &str) -> Decider {
+    let pool = format!("{POOL_LABEL}=true");
+    start_with(
+        cp,
+        identity,
+        &["--max-unavailable", budget, "--pool-selector", &pool],
+    )
 }
 
-/// One replica of the decider, its words in a file; killed (SIGKILL) when dropped.
-struct Decider {
-    child: Child,
-    log: PathBuf,
-    identity: String,
-}
-
-impl Decider {
-    fn start(cp: &ControlPlane, identity: &str, budget: &str) -> Decider {
-        let pool = format!("{POOL_LABEL}=true");
-        Decider::start_with(
-            cp,
-            identity,
-            &["--max-unavailable", budget, "--pool-selector", &pool],
-        )
-    }
-
-    fn start_with(cp: &ControlPlane, identity: &str, args: &[&str]) -> Decider {
-        let log = cp.dir().join(format!("{identity}.log"));
-        let child = Command::new(bin())
-            .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
-            .args(["--namespace", NS])
-            .args(args)
-            .args(["--identity", identity, "--lease", LEASE])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).expect("the decider's log"))
-            .spawn()
-            .expect("start kata-live-pace");
-        Decider {
-            child,
-            log,
-            identity: identity.into(),
-        }
-    }
-
-    fn said(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Decider {
-    fn drop(&mut self) {
-        self.kill();
-    }
+fn start_with(cp: &ControlPlane, identity: &str, args: &[&str]) -> Decider {
+    let mut all = vec!["--namespace", NS, "--lease", LEASE];
+    all.extend_from_slice(args);
+    Decider::start(cp, &cp.dir().join("admin.kubeconfig"), identity, &[], &all)
 }
 
 fn node(name: &str, cordoned: bool) -> Node {
@@ -307,7 +267,7 @@ fn the_decider_grants_in_order_within_the_budget_past_a_node_that_cannot_go() {
         fleet(&client, &nodes, &pool).await;
         let token = scraper_token(&cp);
         let selector = format!("{POOL_LABEL}=true");
-        *decider.borrow_mut() = Some(Decider::start_with(
+        *decider.borrow_mut() = Some(start_with(
             &cp,
             "pace-a",
             &[
@@ -485,8 +445,8 @@ fn a_standby_decider_takes_over_from_a_killed_leader_without_a_double_grant() {
         let client = admin(&cp).await;
         fleet(&client, &nodes, &[]).await;
         deciders.borrow_mut().extend([
-            Decider::start(&cp, "pace-a", "2"),
-            Decider::start(&cp, "pace-b", "2"),
+            start(&cp, "pace-a", "2"),
+            start(&cp, "pace-b", "2"),
         ]);
         let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
         // Both replicas up and one leading before the requests come.
@@ -697,7 +657,7 @@ spec:
     local.block_on(&runtime(), async {
         let client = admin(&cp).await;
         fleet(&client, &nodes, &order).await;
-        *decider.borrow_mut() = Some(Decider::start_with(&cp, "pace-mco", &[]));
+        *decider.borrow_mut() = Some(start_with(&cp, "pace-mco", &[]));
         let words = || {
             decider
                 .borrow()
