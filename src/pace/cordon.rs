@@ -10,7 +10,7 @@
 //! who wants the node kept cordoned after the turn takes kata-live's claim off
 //! (`kubectl annotate node <node> kata-live.io/cordoned-`), docs/operations.md.
 
-use super::turn;
+use super::mco;
 use super::CORDON_ANNOTATION;
 use k8s_openapi::api::core::v1::Node;
 
@@ -98,7 +98,7 @@ pub fn at_end(node: &Node, run: &RunEnd) -> AtEnd {
              cordon is not kata-live's, and stays"
         ));
     }
-    if let Some(why) = turn::mco_updating(node) {
+    if let Some(why) = mco::mco_updating(node) {
         return AtEnd::Disown(format!(
             "the machine-config operator took it for an update during its turn ({why}): its \
              drain may have cordoned it too; the cordon stays for the MCO to undo"

@@ -35,6 +35,7 @@ pub mod agent;
 pub mod cordon;
 pub mod decider;
 pub mod elected;
+pub mod mco;
 pub mod pool;
 pub mod ticket;
 pub mod turn;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::pace::mco::{CURRENT, DESIRED, MCD_STATE};
 use crate::pace::ticket::State;
 
 use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
