@@ -436,37 +436,8 @@ fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_and
     assert_eq!(handler[0]["labels"]["node"], "w2");
     assert_eq!(handler[0]["state"], "pending");
 
-    // The rollout moves: w3 takes its turn now.
-    let now = k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S.000000Z")
-        .to_string();
-    let patch = serde_json::json!({
-        "metadata": {"annotations": {"kata-live.io/state": "activating"}},
-        "spec": {"acquireTime": now}
-    })
-    .to_string();
-    cp.kubectl(&[
-        "-n",
-        NS,
-        "patch",
-        "lease",
-        "kata-live-turn-w3",
-        "--type",
-        "merge",
-        "-p",
-        &patch,
-    ]);
-    prom.wait_alerts("KataLiveRolloutStalled cleared", WITHIN, |a| {
-        state_of(a, "KataLiveRolloutStalled").is_none()
-    });
-    assert_eq!(
-        state_of(&prom.alerts(), "KataLiveRolloutNodeFailed"),
-        None,
-        "no node failed yet"
-    );
-
-    // w3's run fails as its agent marks it: failed, the run's words and its exit code (13:
-    // the proof failed, the node restored). The alert fires with the node and the reason.
+    // The rollout moves: w3 takes its turn now (w3's request, patched as the decider and its
+    // agent write it).
     let lease = |patch: serde_json::Value| {
         cp.kubectl(&[
             "-n",
@@ -480,6 +451,24 @@ fn a_real_prometheus_scrapes_the_rollout_over_tls_with_a_token_and_the_stall_and
             &patch.to_string(),
         ])
     };
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+        .to_string();
+    lease(serde_json::json!({
+        "metadata": {"annotations": {"kata-live.io/state": "activating"}},
+        "spec": {"acquireTime": now}
+    }));
+    prom.wait_alerts("KataLiveRolloutStalled cleared", WITHIN, |a| {
+        state_of(a, "KataLiveRolloutStalled").is_none()
+    });
+    assert_eq!(
+        state_of(&prom.alerts(), "KataLiveRolloutNodeFailed"),
+        None,
+        "no node failed yet"
+    );
+
+    // w3's run fails as its agent marks it: failed, the run's words and its exit code (13:
+    // the proof failed, the node restored). The alert fires with the node and the reason.
     lease(serde_json::json!({"metadata": {"annotations": {
         "kata-live.io/state": "failed",
         "kata-live.io/detail": "kata-live exited 13: the proof failed; rolled back",
