@@ -34,6 +34,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 const NAMED: usize = 10;
 /// A decision at least this often, events or not (a timed safety net; the reflectors wake it).
 const TICK: Duration = Duration::from_secs(30);
+/// The rollout's view for /metrics is rebuilt at most this often (a change within is shown at
+/// its end): at 5,000 Nodes a view is a copy of every Node, and a rollout makes several
+/// changes a second.
+const VIEW_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElectedError {
@@ -219,9 +223,11 @@ fn view_of(snap: &stores::Snapshot, cfg: &Config, selector: &str) -> RolloutView
     if let Some(b) = cfg.max_unavailable {
         pacing.budget = b;
     }
+    let nodes: Vec<k8s_openapi::api::core::v1::Node> =
+        snap.nodes.iter().map(|n| n.as_ref().clone()).collect();
     RolloutView::build(&Seen {
         tickets: &snap.requests,
-        nodes: &snap.nodes,
+        nodes: &nodes,
         pacing: Some(&pacing),
         now: Timestamp::now(),
     })
@@ -290,11 +296,14 @@ pub async fn run(cfg: Config) -> Result<(), ElectedError> {
         fence::Election::join(client.clone(), &cfg.namespace, &cfg.lease, &identity).await?;
     let mut writer = writes::Writer::new(&client, &cfg.namespace, &identity);
     let (mut was_leading, mut said) = (false, String::new());
+    let (mut last_view, mut view_pending) = (None::<tokio::time::Instant>, false);
     loop {
+        let view_due = last_view.map_or_else(tokio::time::Instant::now, |t| t + VIEW_EVERY);
         tokio::select! {
             _ = wake.notified() => {}
             _ = election.leading.changed() => {}
             _ = tokio::time::sleep(TICK) => {}
+            _ = tokio::time::sleep_until(view_due), if view_pending => {}
         }
         let leading = *election.leading.borrow();
         if leading != was_leading {
@@ -309,9 +318,16 @@ pub async fn run(cfg: Config) -> Result<(), ElectedError> {
             was_leading = leading;
             said.clear();
         }
+        view_pending |= metrics.is_some();
+        let view_now = view_pending && last_view.is_none_or(|t| t.elapsed() >= VIEW_EVERY);
+        // A standby reads its stores only for the view: it decides nothing.
+        if !leading && !view_now {
+            continue;
+        }
         let snap = stores.snapshot();
-        if let Some(tx) = &metrics {
+        if let (true, Some(tx)) = (view_now, &metrics) {
             tx.send_replace(Some(view_of(&snap, &cfg, &selector)));
+            (last_view, view_pending) = (Some(tokio::time::Instant::now()), false);
         }
         if !leading {
             continue;

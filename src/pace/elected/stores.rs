@@ -85,9 +85,10 @@ pub struct Stores {
     daemonset: Option<(Store<DynamicObject>, String)>,
 }
 
-/// What one decision reads, copied out of the stores.
+/// What one decision reads, out of the stores (the Nodes shared with the reflector, not
+/// copied).
 pub struct Snapshot {
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Arc<Node>>,
     pub requests: Vec<Ticket>,
     /// None: no MachineConfigPools' API.
     pub mcps: Option<Vec<Mcp>>,
@@ -254,12 +255,7 @@ impl Stores {
             Pacing::from_daemonset(ds.metadata.name.as_deref().unwrap_or_default(), &v)
         });
         Snapshot {
-            nodes: self
-                .nodes
-                .state()
-                .iter()
-                .map(|n| n.as_ref().clone())
-                .collect(),
+            nodes: self.nodes.state(),
             requests: self
                 .requests
                 .state()
