@@ -17,6 +17,8 @@
 mod audit;
 #[path = "../support/kube_bin.rs"]
 mod kube_bin;
+#[path = "real_nodes.rs"]
+mod real_nodes;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,15 +27,15 @@ use std::time::{Duration, Instant};
 use futures_util::{stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use serde_json::{json, Value};
+use real_nodes::NodeCounters;
+use serde_json::json;
 
 const API_PORT: u16 = 18343;
 const ETCD_PORT: u16 = 25690;
 const NS: &str = "kata-live";
 const POOL_LABEL: &str = "kata-live.io/bench-pool";
-const FIXTURE: &str = include_str!("../fixtures/nodes/worker-list.json");
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -74,73 +76,8 @@ impl Drop for ControlPlane {
     }
 }
 
-/// A real-sized Node (about 20 KB of JSON), Ready, in the pool.
-fn real_node(template: &Value, i: usize) -> Node {
-    let mut x = template.clone();
-    x["metadata"] = json!({"name": format!("worker-{i:05}.example.internal"),
-        "labels": {POOL_LABEL: "true", "node-role.kubernetes.io/worker": ""}});
-    x["spec"] = json!({});
-    x["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
-        "reason": "KubeletReady", "message": "kubelet is posting ready status"}]);
-    serde_json::from_value(x).expect("a Node")
-}
-
-fn template() -> Value {
-    let list: Value = serde_json::from_str(FIXTURE).expect("the fixture");
-    let mut node = list["items"][0].clone();
-    node["status"]["images"] = Value::Array(
-        (0..80)
-            .map(|i| {
-                json!({"names": [
-                    format!("quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:{i:064x}"),
-                    format!("quay.io/openshift-release-dev/ocp-v4.0-art-dev:4.21.{i}-x86_64-component")],
-                    "sizeBytes": 400_000_000 + i})
-            })
-            .collect(),
-    );
-    node
-}
-
-/// A metric's sum over the series whose line has all of `labels`.
-fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter(|l| labels.iter().all(|x| l.contains(x)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-async fn metrics(admin: &kube::Client) -> String {
-    let req = hyper::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("a request");
-    admin.request_text(req).await.expect("/metrics")
-}
-
-/// What the figures read from the API server's counters.
-fn counters(text: &str) -> (f64, f64, f64) {
-    let list = metric(
-        text,
-        "apiserver_response_sizes_sum",
-        &["resource=\"nodes\"", "verb=\"LIST\""],
-    );
-    let events = metric(text, "apiserver_watch_events_total", &["kind=\"Node\""])
-        + metric(
-            text,
-            "apiserver_watch_events_total",
-            &["resource=\"nodes\""],
-        );
-    let writes: f64 = ["PATCH", "PUT", "POST"]
-        .iter()
-        .map(|v| {
-            metric(
-                text,
-                "apiserver_request_total",
-                &["resource=\"nodes\"", &format!("verb=\"{v}\"")],
-            )
-        })
-        .sum();
-    (list, events, writes)
+fn name(i: usize) -> String {
+    format!("worker-{i:05}.example.internal")
 }
 
 fn decider(dir: &Path, identity: &str) -> Child {
@@ -158,7 +95,6 @@ fn decider(dir: &Path, identity: &str) -> Child {
 
 async fn run(n: usize, bin: &Path) {
     let cp = ControlPlane::start(bin);
-    let t_cp = std::cell::Cell::new(None::<(f64, f64, f64)>);
     let text = std::fs::read_to_string(cp.dir.path().join("admin.kubeconfig")).expect("kubeconfig");
     let conf = kube::Config::from_custom_kubeconfig(
         Kubeconfig::from_yaml(&text).expect("kubeconfig"),
@@ -173,12 +109,13 @@ async fn run(n: usize, bin: &Path) {
         .create(&PostParams::default(), &ns)
         .await
         .expect("the namespace");
-    t_cp.set(Some(counters(&metrics(&admin).await)));
+    let start = NodeCounters::read(&admin).await;
     let nodes: Api<Node> = Api::all(admin.clone());
-    let t = template();
+    let t = real_nodes::template();
+    let labels = [(POOL_LABEL, "true"), ("node-role.kubernetes.io/worker", "")];
     stream::iter(0..n)
         .for_each_concurrent(16, |i| {
-            let (nodes, node) = (nodes.clone(), real_node(&t, i));
+            let (nodes, node) = (nodes.clone(), real_nodes::real_node(&t, &name(i), &labels));
             async move {
                 nodes
                     .create(&PostParams::default(), &node)
@@ -187,16 +124,13 @@ async fn run(n: usize, bin: &Path) {
             }
         })
         .await;
-    let req = hyper::Request::get(format!("/api/v1/nodes?labelSelector={POOL_LABEL}%3Dtrue"))
-        .body(Vec::new())
-        .expect("a request");
-    let pool_list_bytes = admin.request_text(req).await.expect("the pool").len();
+    let pool_list_bytes = real_nodes::pool_list_bytes(&admin, &format!("{POOL_LABEL}=true")).await;
     let leases: Api<Lease> = Api::namespaced(admin.clone(), NS);
     stream::iter(0..n)
         .for_each_concurrent(16, |i| {
             let leases = leases.clone();
             async move {
-                let node = format!("worker-{i:05}.example.internal");
+                let node = name(i);
                 let l: Lease = serde_json::from_value(json!({
                     "metadata": {"name": format!("kata-live-turn-{node}"),
                         "labels": {"kata-live.io/ticket": "true"},
@@ -211,10 +145,9 @@ async fn run(n: usize, bin: &Path) {
         })
         .await;
 
-    let before = counters(&metrics(&admin).await);
+    let before = NodeCounters::read(&admin).await;
     // Before any decider: the Node watchers the API server has of its own.
-    let start = t_cp.get().unwrap_or_default();
-    let (baseline_events, baseline_writes) = (before.1 - start.1, before.2 - start.2);
+    let baseline = before.since(&start);
     let t0 = Instant::now();
     let mut replicas = [
         decider(cp.dir.path(), "pace-a"),
@@ -247,20 +180,13 @@ async fn run(n: usize, bin: &Path) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let first_grants_s = t0.elapsed().as_secs_f64();
-    let mid = counters(&metrics(&admin).await);
+    let mid = NodeCounters::read(&admin).await;
     // One heartbeat per Node, as kubelet's status update.
-    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
-        "reason": "KubeletReady", "message": "kubelet is posting ready status (bench)"}]}});
     stream::iter(0..n)
         .for_each_concurrent(16, |i| {
-            let (nodes, patch) = (nodes.clone(), patch.clone());
+            let nodes = nodes.clone();
             async move {
-                nodes
-                    .patch_status(
-                        &format!("worker-{i:05}.example.internal"),
-                        &PatchParams::default(),
-                        &Patch::Strategic(patch),
-                    )
+                real_nodes::heartbeat(&nodes, &name(i), false)
                     .await
                     .expect("a heartbeat");
             }
@@ -268,7 +194,7 @@ async fn run(n: usize, bin: &Path) {
         .await;
     // Watch events are delivered asynchronously: a moment for the last ones.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let after = counters(&metrics(&admin).await);
+    let after = NodeCounters::read(&admin).await;
     let usage: Vec<audit::ProcUsage> = replicas.iter().map(|c| audit::proc_usage(c.id())).collect();
     for c in replicas.iter_mut() {
         let _ = c.kill();
@@ -280,13 +206,13 @@ async fn run(n: usize, bin: &Path) {
         json!({
             "nodes": n,
             "pool_list_bytes": pool_list_bytes,
-            "node_list_bytes_until_first_grants": mid.0 - before.0,
-            "node_list_bytes": after.0 - before.0,
+            "node_list_bytes_until_first_grants": mid.since(&before).list_bytes,
+            "node_list_bytes": after.since(&before).list_bytes,
             "first_grants_s": (first_grants_s * 100.0).round() / 100.0,
-            "heartbeat_node_writes": after.2 - mid.2,
-            "heartbeat_node_watch_events": after.1 - mid.1,
-            "no_decider_node_writes": baseline_writes,
-            "no_decider_node_watch_events": baseline_events,
+            "heartbeat_node_writes": after.since(&mid).writes,
+            "heartbeat_node_watch_events": after.since(&mid).watch_events,
+            "no_decider_node_writes": baseline.writes,
+            "no_decider_node_watch_events": baseline.watch_events,
             "replica_peak_rss_mb": usage.iter().map(|u| mb(u.peak_rss_bytes)).collect::<Vec<_>>(),
             "replica_cpu_s": usage.iter().map(|u| (u.cpu_seconds * 100.0).round() / 100.0).collect::<Vec<_>>(),
         })

@@ -99,6 +99,8 @@ mod cluster;
 mod contenders;
 #[path = "fleet_scale_figures.rs"]
 mod figures;
+#[path = "real_nodes.rs"]
+mod real_nodes;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -110,11 +112,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::{stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition, NodeStatus};
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{json, Value};
 
@@ -124,6 +126,7 @@ use audit::{Audit, Change, TicketState};
 use cluster::*;
 use contenders::*;
 use figures::*;
+use real_nodes::{Kubelets, NodeCounters};
 
 const API_PORT: u16 = 18443;
 const ETCD_PORT: u16 = 25790;
@@ -152,6 +155,21 @@ impl Run {
     fn ideal_s(&self) -> f64 {
         self.nodes.div_ceil(self.slots()) as f64 * self.run_s
     }
+}
+
+/// Every this many kubelet status updates, one changes a condition (and the Node's next
+/// update changes it back).
+const CHANGE_EVERY: usize = 20;
+
+/// How often each simulated kubelet writes its Node's status: kubelet's default
+/// nodeStatusReportFrequency (5 min), or `FLEET_SCALE_HEARTBEAT_S`.
+fn heartbeat_period() -> Duration {
+    let s = std::env::var("FLEET_SCALE_HEARTBEAT_S")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .unwrap_or(300.0);
+    Duration::from_secs_f64(s)
 }
 
 fn budget(s: &str) -> Budget {
@@ -222,7 +240,21 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     let admin = rt
         .block_on(async { kube::Client::try_from(admin_conf.clone()) })
         .expect("an admin client");
+    let created0 = rt.block_on(NodeCounters::read(&admin));
     rt.block_on(set_up(&admin, run, sa_conf.clone()));
+    // The Nodes' creation, before any kata-live watcher: the API server's own Node watchers.
+    let created = rt.block_on(NodeCounters::read(&admin)).since(&created0);
+    let pool_list_bytes = rt.block_on(real_nodes::pool_list_bytes(
+        &admin,
+        &format!("{POOL_LABEL}=true"),
+    ));
+    let kubelets = Kubelets::start(
+        admin_conf.clone(),
+        (0..run.nodes).map(node_name).collect(),
+        heartbeat_period(),
+        CHANGE_EVERY,
+    );
+    let nodes0 = rt.block_on(NodeCounters::read(&admin));
 
     let (api_pid, etcd_pid) = (cp.pid("kube-apiserver"), cp.pid("etcd"));
     let load1 = loadavg();
@@ -234,7 +266,7 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     );
     let stop_referee = Arc::new(AtomicBool::new(false));
     let referee = spawn_referee(admin_conf, stop_referee.clone());
-    let _decider = Decider::start(&cp, run);
+    let _deciders = [Decider::start(&cp, run, 0), Decider::start(&cp, run, 1)];
     let progress = Arc::new(Progress::default());
     let (tx, rx) = mpsc::channel();
     let go = spawn_contenders(run, &sa_conf, threads, &progress, &tx);
@@ -250,10 +282,15 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     // when every node has queued and the rollout is under way (it lasts at least the ideal).
     let window = (run.ideal_s() * 0.2, run.ideal_s() * 0.6);
     let mut steady: Vec<(Instant, Totals)> = Vec::new();
+    // The most Node watches open at once (read with the steady state's counters and at the
+    // end): who hears every Node change.
+    let mut node_watchers = nodes0.watchers;
     while outcomes.len() < run.nodes {
         let at = [window.0, window.1][steady.len().min(1)];
         if steady.len() < 2 && t0.elapsed().as_secs_f64() >= at {
             steady.push((Instant::now(), rt.block_on(metrics(&admin))));
+            let n = rt.block_on(NodeCounters::read(&admin));
+            node_watchers = node_watchers.max(n.watchers);
         }
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(o) => outcomes.push(o),
@@ -317,6 +354,9 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     // The watches end with their contenders; the API server counts a request when it ends.
     std::thread::sleep(Duration::from_secs(2));
     let after = rt.block_on(metrics(&admin));
+    let nodes1 = rt.block_on(NodeCounters::read(&admin)).since(&nodes0);
+    node_watchers = node_watchers.max(nodes1.watchers);
+    let (heartbeats, heartbeats_failed, condition_changes) = kubelets.stop();
     let (api1, etcd1) = (audit::proc_usage(api_pid), audit::proc_usage(etcd_pid));
     stop_referee.store(true, Ordering::Relaxed);
     let arrivals = referee.join().expect("the referee's watch thread");
@@ -372,6 +412,15 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         .map(|o| o.node.as_str())
         .collect();
 
+    // Each slot's chain of turns waits its hand-offs: the ideal plus their share per slot.
+    let ideal_plus_handoffs = run.ideal_s() + h.iter().sum::<f64>() / slots as f64;
+    let cost = Cost::of(
+        &created,
+        &nodes1,
+        pool_list_bytes,
+        nodes0.watchers,
+        node_watchers,
+    );
     let fields: Vec<(&str, Value)> = vec![
         ("nodes", json!(run.nodes)),
         ("slots", json!(slots)),
@@ -379,6 +428,11 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         ("run_s", json!(run.run_s)),
         ("total_s", round(total_s, 2)),
         ("ideal_s", json!(run.ideal_s())),
+        ("ideal_plus_handoffs_s", round(ideal_plus_handoffs, 2)),
+        (
+            "total_over_ideal_plus_handoffs",
+            round(total_s / ideal_plus_handoffs - 1.0, 3),
+        ),
         ("max_holders", json!(max_holders)),
         ("handoff_p50_s", opt(percentile(&h, 50.0), 3)),
         ("handoff_p99_s", opt(percentile(&h, 99.0), 3)),
@@ -422,6 +476,24 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         ("requests_per_node", round(requests / run.nodes as f64, 2)),
         ("waiting_node_min", round(waiting_min, 2)),
         ("throttled_429", json!(throttled)),
+        ("node_list_bytes", json!(cost.node_list_bytes)),
+        ("pool_list_bytes", json!(pool_list_bytes)),
+        ("node_list_pool_lists", round(cost.pool_lists, 2)),
+        ("node_watch_events", json!(cost.node_watch_events)),
+        ("node_watchers_max", json!(node_watchers)),
+        ("node_watchers_without_kata_live", json!(nodes0.watchers)),
+        ("node_writes", json!(cost.node_writes)),
+        (
+            "apiserver_own_watch_events_per_node_write",
+            round(cost.own_per_write, 3),
+        ),
+        (
+            "kata_live_watch_events_per_node_write",
+            round(cost.ours_per_write, 3),
+        ),
+        ("kubelet_status_updates", json!(heartbeats)),
+        ("kubelet_status_updates_failed", json!(heartbeats_failed)),
+        ("kubelet_condition_changes", json!(condition_changes)),
         (
             "apiserver_cpu_s",
             round(api1.cpu_seconds - api0.cpu_seconds, 2),
@@ -430,6 +502,11 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
             "etcd_cpu_s",
             round(etcd1.cpu_seconds - etcd0.cpu_seconds, 2),
         ),
+        (
+            "apiserver_rss_mb",
+            round(api1.peak_rss_bytes as f64 / 1e6, 1),
+        ),
+        ("etcd_rss_mb", round(etcd1.peak_rss_bytes as f64 / 1e6, 1)),
         ("apiserver_peak_rss_kib", json!(api1.peak_rss_bytes / 1024)),
         ("etcd_peak_rss_kib", json!(etcd1.peak_rss_bytes / 1024)),
         ("contenders_rss_kib", json!(me1.peak_rss_bytes / 1024)),
@@ -482,12 +559,27 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
             }
         }
     }
-    let ok = max_holders <= slots;
+    eprintln!(
+        "fleet-scale: cost: Node LIST bytes {:.2} full list(s) of the pool (bound 3); Node \
+         watches open: at most {node_watchers}, {} of them kata-live's (bound 2); Node watch \
+         events {:.3} per Node write besides the API server's own {:.2}; {} Node writes \
+         ({heartbeats} kubelet status updates, {condition_changes} condition changes among them)",
+        cost.pool_lists,
+        cost.ours_watchers,
+        cost.ours_per_write,
+        cost.own_per_write,
+        cost.node_writes
+    );
+    let cost_ok = cost.pool_lists <= 3.0 && cost.ours_watchers <= 2.0;
+    if !cost_ok {
+        eprintln!("fleet-scale: COST BOUND EXCEEDED (above): kata-live lists or watches Nodes more than its design says");
+    }
+    let ok = max_holders <= slots && cost_ok;
     if std::env::var_os("FLEET_SCALE_KEEP").is_some() {
         cp.stop();
         eprintln!("fleet-scale: directory kept: {}", cp.keep().display());
     }
-    if ok {
+    if max_holders <= slots {
         eprintln!(
             "fleet-scale: the audit log's most holders at once: {max_holders} (budget {slots})"
         );
@@ -526,7 +618,10 @@ fn main() {
         ok &= one_run(&bin, run, threads.min(run.nodes), &rt);
     }
     if !ok {
-        eprintln!("fleet-scale: FAILED: more holders than slots in the audit log (see above)");
+        eprintln!(
+            "fleet-scale: FAILED: more holders than slots in the audit log, or a cost bound \
+             exceeded (see above)"
+        );
         std::process::exit(1);
     }
 }

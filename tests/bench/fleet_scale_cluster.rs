@@ -1,6 +1,8 @@
 //! The run's cluster: the control plane (etcd and kube-apiserver only), its simulated Nodes
 //! and RBAC, the host's limits, and the real decider binary.
 
+use std::os::unix::process::CommandExt;
+
 use super::*;
 
 /// The directory of tests/crio-real/build.sh's binaries; never starts a build here (one takes
@@ -96,6 +98,7 @@ impl ControlPlane {
             .arg(&path)
             .env("KATA_LIVE_KUBE_BIN", bin)
             .env("KATA_LIVE_FLEET_CONTROLLERS", "none")
+            .env("KATA_LIVE_FLEET_AUDIT_NODES", "metadata")
             .env("KATA_LIVE_FLEET_API_PORT", API_PORT.to_string())
             .env("KATA_LIVE_FLEET_ETCD_PORT", ETCD_PORT.to_string())
             .env("KATA_LIVE_FLEET_OWNER", std::process::id().to_string())
@@ -196,27 +199,6 @@ pub(super) fn node_name(i: usize) -> String {
     format!("fleet-scale-{i:04}")
 }
 
-fn sim_node(name: &str) -> Node {
-    let mut n = Node::default();
-    n.metadata.name = Some(name.into());
-    n.metadata.labels = Some(BTreeMap::from([(POOL_LABEL.into(), "true".into())]));
-    n.status = Some(ready_status());
-    n
-}
-
-fn ready_status() -> NodeStatus {
-    NodeStatus {
-        conditions: Some(vec![NodeCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            reason: Some("KubeletReady".into()),
-            message: Some("a simulated node of the fleet-scale bench".into()),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    }
-}
-
 fn is_ready(n: &Node) -> bool {
     n.status
         .as_ref()
@@ -307,13 +289,15 @@ pub(super) async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
 
     let t = Instant::now();
     let nodes: Api<Node> = Api::all(admin.clone());
+    let template = real_nodes::template();
     let made: Vec<(String, bool)> = stream::iter(0..run.nodes)
         .map(|i| {
             let nodes = nodes.clone();
+            let name = node_name(i);
+            let node = real_nodes::real_node(&template, &name, &[(POOL_LABEL, "true")]);
             async move {
-                let name = node_name(i);
                 let n = nodes
-                    .create(&PostParams::default(), &sim_node(&name))
+                    .create(&PostParams::default(), &node)
                     .await
                     .unwrap_or_else(|e| panic!("create Node {name}: {e}"));
                 (name, is_ready(&n))
@@ -324,10 +308,7 @@ pub(super) async fn set_up(admin: &kube::Client, run: &Run, sa: kube::Config) {
         .await;
     // Should the API server drop a created Node's status, it is written as a kubelet would.
     for (name, _) in made.iter().filter(|(_, ready)| !ready) {
-        let patch =
-            json!({"status": serde_json::to_value(ready_status()).expect("status as JSON")});
-        nodes
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        real_nodes::heartbeat(&nodes, name, false)
             .await
             .unwrap_or_else(|e| panic!("patch the status of Node {name}: {e}"));
     }
@@ -394,23 +375,37 @@ pub(super) async fn ticket_states(admin: &kube::Client) -> String {
     }
 }
 
-/// The decider, one replica as the admin, its words in the run's directory; killed when
-/// dropped.
+/// One replica of the decider as the admin (the shipped Deployment runs two: a leader and a
+/// standby that keeps its reflectors, so both watch the Nodes), its words in the run's
+/// directory; killed when dropped.
 pub(super) struct Decider(std::process::Child);
 
 impl Decider {
-    pub(super) fn start(cp: &ControlPlane, run: &Run) -> Decider {
-        let log = std::fs::File::create(cp.dir().join("kata-live-pace.log")).expect("its log");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_kata-live-pace"))
-            .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
-            .args(["--namespace", NS, "--identity", "kata-live-pace-0"])
+    pub(super) fn start(cp: &ControlPlane, run: &Run, replica: usize) -> Decider {
+        let log = std::fs::File::create(cp.dir().join(format!("kata-live-pace-{replica}.log")))
+            .expect("its log");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kata-live-pace"));
+        cmd.env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+            .args([
+                "--namespace",
+                NS,
+                "--identity",
+                &format!("kata-live-pace-{replica}"),
+            ])
             .args(["--max-unavailable", &run.budget.to_string()])
             .args(["--pool-selector", &format!("{POOL_LABEL}=true")])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start kata-live-pace");
+            .stderr(log);
+        // Gone with this process, however it ends (a bench stopped by a signal drops nothing).
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd.spawn().expect("start kata-live-pace");
         Decider(child)
     }
 }

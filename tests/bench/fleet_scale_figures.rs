@@ -4,14 +4,7 @@
 use super::*;
 
 pub(super) async fn metrics(admin: &kube::Client) -> Totals {
-    let req = hyper::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("a GET /metrics request");
-    let text = admin
-        .request_text(req)
-        .await
-        .expect("the API server's /metrics");
-    audit::request_totals(&text)
+    audit::request_totals(&real_nodes::metrics_text(admin).await)
 }
 
 /// Requests the API server counted between two reads of its counters, on the pacing's
@@ -149,4 +142,52 @@ pub(super) fn round(x: f64, digits: i32) -> Value {
 
 pub(super) fn opt(x: Option<f64>, digits: i32) -> Value {
     x.map_or(Value::Null, |v| round(v, digits))
+}
+
+/// What the rollout cost in Nodes, from the API server's counters (issue 50's bounds: at most
+/// 3 full lists of the pool; each Node write heard by at most 2 of kata-live's watchers).
+pub(super) struct Cost {
+    pub(super) node_list_bytes: f64,
+    pub(super) pool_lists: f64,
+    pub(super) node_watch_events: f64,
+    pub(super) node_writes: f64,
+    /// The API server's own Node watchers, there with no kata-live: measured on the Nodes'
+    /// creation, before any decider or agent ran.
+    pub(super) own_per_write: f64,
+    /// The rest: the events of the rollout's Node writes beyond the API server's own (about
+    /// kata-live's watchers; writes and their events are counted apart, a few in flight at
+    /// either end of the window).
+    pub(super) ours_per_write: f64,
+    /// kata-live's Node watches: the most open at once, less those open before it started.
+    pub(super) ours_watchers: f64,
+}
+
+impl Cost {
+    pub(super) fn of(
+        created: &NodeCounters,
+        run: &NodeCounters,
+        pool_list_bytes: usize,
+        watchers_before: f64,
+        watchers_max: f64,
+    ) -> Cost {
+        let own_per_write = if created.writes > 0.0 {
+            created.watch_events / created.writes
+        } else {
+            0.0
+        };
+        let ours_per_write = if run.writes > 0.0 {
+            (run.watch_events - own_per_write * run.writes) / run.writes
+        } else {
+            0.0
+        };
+        Cost {
+            node_list_bytes: run.list_bytes,
+            pool_lists: run.list_bytes / pool_list_bytes.max(1) as f64,
+            node_watch_events: run.watch_events,
+            node_writes: run.writes,
+            own_per_write,
+            ours_per_write,
+            ours_watchers: watchers_max - watchers_before,
+        }
+    }
 }

@@ -24,6 +24,9 @@
 # sent, in one file, never rotated) of every create, update, patch and delete, failed ones
 # included, on Leases in namespace kata-live and on Nodes (nodes/status too), with request and
 # response bodies; nothing else (DIR/audit-policy.yaml). A second start appends to it.
+# KATA_LIVE_FLEET_AUDIT_NODES=metadata logs the Node writes without bodies (the benches at
+# thousands of Nodes: 40 KB a real-sized Node write would be the API server's largest cost;
+# OpenShift's Default audit profile logs them so too).
 #
 # Environment: KATA_LIVE_KUBE_BIN (default: build.sh's output directory);
 # KATA_LIVE_FLEET_API_PORT (default 16443; the controller-manager and the scheduler serve on the
@@ -130,10 +133,16 @@ certs() (
 # own Node and nodes/status; namespaces [] would match every namespace, and nodes have none.
 # RequestReceived is left out: ResponseComplete carries everything, with the response's status.
 audit_policy() {
+    local node_level=RequestResponse
+    case ${KATA_LIVE_FLEET_AUDIT_NODES:-request-response} in
+        request-response) ;;
+        metadata) node_level=Metadata ;;
+        *) die "KATA_LIVE_FLEET_AUDIT_NODES is \"request-response\" or \"metadata\", not \"$KATA_LIVE_FLEET_AUDIT_NODES\"" ;;
+    esac
     printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' 'rules:' \
         '- level: RequestResponse' '  verbs: [create, update, patch, delete]' '  namespaces: [kata-live]' \
         '  resources: [{group: coordination.k8s.io, resources: [leases]}]' \
-        '- level: RequestResponse' '  verbs: [create, update, patch, delete]' \
+        "- level: $node_level" '  verbs: [create, update, patch, delete]' \
         "  resources: [{group: '', resources: [nodes, nodes/status]}]" \
         '- level: None'
 }
