@@ -9,6 +9,8 @@ pub(super) struct Outcome {
     /// When it entered `acquire`, and how long it stayed there.
     pub(super) began: Instant,
     pub(super) waited: Duration,
+    /// Its simulated run: from its grant's arrival to the run's end (before its `done`).
+    pub(super) ran: (Instant, Instant),
     pub(super) acquire_errors: usize,
     pub(super) release_errors: usize,
     pub(super) released: bool,
@@ -53,7 +55,9 @@ async fn contend(pacer: Agent, node: String, run: Duration, progress: Arc<Progre
     pacer.acquire("install", &say).await;
     let waited = t.elapsed();
     progress.taken.fetch_add(1, Ordering::Relaxed);
+    let run_start = Instant::now();
     tokio::time::sleep(run).await;
+    let ran = (run_start, Instant::now());
     // As the pod's entrypoint does (src/pod/rollout.rs): retried every 5 s.
     let mut release_errors = 0;
     let released = loop {
@@ -75,6 +79,7 @@ async fn contend(pacer: Agent, node: String, run: Duration, progress: Arc<Progre
         node,
         began: t,
         waited,
+        ran,
         acquire_errors: errors.get(),
         release_errors,
         released,

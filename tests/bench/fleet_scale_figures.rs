@@ -191,3 +191,28 @@ impl Cost {
         }
     }
 }
+
+/// How long each slot stayed idle between two runs, on the contenders' clock: each run's start
+/// (its grant seen) after the first `slots` is matched with the earliest run end not yet
+/// matched before it, as the slots pass from one node to the next. Besides the audit log's
+/// hand-off (the `done` write to the next `activating` write), this counts the agents' own
+/// part: a run's end to its `done` written, the grant's way to the next node's agent.
+pub(super) fn run_gaps(outcomes: &[Outcome], slots: usize) -> Vec<f64> {
+    let mut starts: Vec<Instant> = outcomes.iter().map(|o| o.ran.0).collect();
+    let mut ends: Vec<Instant> = outcomes.iter().map(|o| o.ran.1).collect();
+    starts.sort();
+    ends.sort();
+    let mut gaps = Vec::new();
+    let mut next_end = 0;
+    for s in starts.iter().skip(slots) {
+        match ends.get(next_end) {
+            Some(e) if e <= s => {
+                gaps.push(s.duration_since(*e).as_secs_f64());
+                next_end += 1;
+            }
+            // A start with no run ended before it: a slot free from the start, taken late.
+            _ => {}
+        }
+    }
+    gaps
+}
