@@ -35,21 +35,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-const FIXTURE: &str = include_str!("../fixtures/nodes/worker-list.json");
+#[path = "real_nodes.rs"]
+mod real_nodes;
 
 fn list_of(n: usize) -> String {
-    let list: Value = serde_json::from_str(FIXTURE).expect("the fixture");
-    let mut node = list["items"][0].clone();
-    node["status"]["images"] = Value::Array(
-        (0..80)
-            .map(|i| {
-                json!({"names": [
-                    format!("quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:{i:064x}"),
-                    format!("quay.io/openshift-release-dev/ocp-v4.0-art-dev:4.21.{i}-x86_64-component")],
-                    "sizeBytes": 400_000_000 + i})
-            })
-            .collect(),
-    );
+    let node = real_nodes::template();
     let items: Vec<Value> = (0..n)
         .map(|i| {
             let mut x = node.clone();
