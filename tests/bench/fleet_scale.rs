@@ -188,6 +188,11 @@ impl Run {
     fn ideal_s(&self) -> f64 {
         self.nodes.div_ceil(self.slots()) as f64 * self.run_s
     }
+
+    /// The ideal plus `waits` between turns: each slot's chain of turns waits its share.
+    fn ideal_plus(&self, waits: &[f64]) -> f64 {
+        self.ideal_s() + waits.iter().sum::<f64>() / self.slots() as f64
+    }
 }
 
 /// Every this many kubelet status updates, one changes a condition (and the Node's next
@@ -287,11 +292,10 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         heartbeat_period(),
         CHANGE_EVERY,
     );
-    let nodes0 = rt.block_on(NodeCounters::read(&admin));
 
     let (api_pid, etcd_pid) = (cp.pid("kube-apiserver"), cp.pid("etcd"));
     let load1 = loadavg();
-    let before = rt.block_on(metrics(&admin));
+    let (before, nodes0) = rt.block_on(metrics(&admin));
     let (api0, etcd0, me0) = (
         audit::proc_usage(api_pid),
         audit::proc_usage(etcd_pid),
@@ -321,8 +325,8 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     while outcomes.len() < run.nodes {
         let at = [window.0, window.1][steady.len().min(1)];
         if steady.len() < 2 && t0.elapsed().as_secs_f64() >= at {
-            steady.push((Instant::now(), rt.block_on(metrics(&admin))));
-            let n = rt.block_on(NodeCounters::read(&admin));
+            let (totals, n) = rt.block_on(metrics(&admin));
+            steady.push((Instant::now(), totals));
             node_watchers = node_watchers.max(n.watchers);
         }
         match rx.recv_timeout(Duration::from_secs(1)) {
@@ -386,8 +390,8 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     let me1 = audit::proc_usage(std::process::id());
     // The watches end with their contenders; the API server counts a request when it ends.
     std::thread::sleep(Duration::from_secs(2));
-    let after = rt.block_on(metrics(&admin));
-    let nodes1 = rt.block_on(NodeCounters::read(&admin)).since(&nodes0);
+    let (after, nodes1) = rt.block_on(metrics(&admin));
+    let nodes1 = nodes1.since(&nodes0);
     node_watchers = node_watchers.max(nodes1.watchers);
     let (heartbeats, heartbeats_failed, condition_changes) = kubelets.stop();
     let (api1, etcd1) = (audit::proc_usage(api_pid), audit::proc_usage(etcd_pid));
@@ -426,7 +430,7 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
     h.sort_by(f64::total_cmp);
     next.sort_by(f64::total_cmp);
     let mut gaps = run_gaps(&outcomes, slots);
-    let ideal_plus_gaps = run.ideal_s() + gaps.iter().sum::<f64>() / slots as f64;
+    let ideal_plus_gaps = run.ideal_plus(&gaps);
     gaps.sort_by(f64::total_cmp);
     let admissions = a.admissions();
     let most_passed = admissions
@@ -448,8 +452,7 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         .map(|o| o.node.as_str())
         .collect();
 
-    // Each slot's chain of turns waits its hand-offs: the ideal plus their share per slot.
-    let ideal_plus_handoffs = run.ideal_s() + h.iter().sum::<f64>() / slots as f64;
+    let ideal_plus_handoffs = run.ideal_plus(&h);
     let cost = Cost::of(
         &created,
         &nodes1,
@@ -519,13 +522,13 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         ("requests_per_node", round(requests / run.nodes as f64, 2)),
         ("waiting_node_min", round(waiting_min, 2)),
         ("throttled_429", json!(throttled)),
-        ("node_list_bytes", json!(cost.node_list_bytes)),
+        ("node_list_bytes", json!(cost.run.list_bytes)),
         ("pool_list_bytes", json!(pool_list_bytes)),
         ("node_list_pool_lists", round(cost.pool_lists, 2)),
-        ("node_watch_events", json!(cost.node_watch_events)),
+        ("node_watch_events", json!(cost.run.watch_events)),
         ("node_watchers_max", json!(node_watchers)),
         ("node_watchers_without_kata_live", json!(nodes0.watchers)),
-        ("node_writes", json!(cost.node_writes)),
+        ("node_writes", json!(cost.run.writes)),
         (
             "apiserver_own_watch_events_per_node_write",
             round(cost.own_per_write, 3),
@@ -611,7 +614,7 @@ fn one_run(bin: &Path, run: &Run, threads: usize, rt: &tokio::runtime::Runtime) 
         cost.ours_watchers,
         cost.ours_per_write,
         cost.own_per_write,
-        cost.node_writes
+        cost.run.writes
     );
     let cost_ok = cost.pool_lists <= 3.0 && cost.ours_watchers <= 2.0;
     if !cost_ok {

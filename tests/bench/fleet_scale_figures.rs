@@ -3,8 +3,10 @@
 
 use super::*;
 
-pub(super) async fn metrics(admin: &kube::Client) -> Totals {
-    audit::request_totals(&real_nodes::metrics_text(admin).await)
+/// The API server's request counts and Node counters, from one read of its /metrics.
+pub(super) async fn metrics(admin: &kube::Client) -> (Totals, NodeCounters) {
+    let text = real_nodes::metrics_text(admin).await;
+    (audit::request_totals(&text), NodeCounters::of(&text))
 }
 
 /// Requests the API server counted between two reads of its counters, on the pacing's
@@ -147,10 +149,9 @@ pub(super) fn opt(x: Option<f64>, digits: i32) -> Value {
 /// What the rollout cost in Nodes, from the API server's counters (issue 50's bounds: at most
 /// 3 full lists of the pool; each Node write heard by at most 2 of kata-live's watchers).
 pub(super) struct Cost {
-    pub(super) node_list_bytes: f64,
+    /// What the API server counted during the run.
+    pub(super) run: NodeCounters,
     pub(super) pool_lists: f64,
-    pub(super) node_watch_events: f64,
-    pub(super) node_writes: f64,
     /// The API server's own Node watchers, there with no kata-live: measured on the Nodes'
     /// creation, before any decider or agent ran.
     pub(super) own_per_write: f64,
@@ -181,10 +182,8 @@ impl Cost {
             0.0
         };
         Cost {
-            node_list_bytes: run.list_bytes,
+            run: *run,
             pool_lists: run.list_bytes / pool_list_bytes.max(1) as f64,
-            node_watch_events: run.watch_events,
-            node_writes: run.writes,
             own_per_write,
             ours_per_write,
             ours_watchers: watchers_max - watchers_before,
