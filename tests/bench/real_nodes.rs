@@ -280,16 +280,8 @@ pub async fn metrics_text(admin: &kube::Client) -> String {
 /// The bytes of one full list of the Nodes `label_selector` selects, as the API server sends
 /// it (the admin's list: read its counters before it, or after).
 pub async fn pool_list_bytes(admin: &kube::Client, label_selector: &str) -> usize {
-    let sel: String = label_selector
-        .bytes()
-        .map(|b| match b {
-            b'=' => "%3D".to_string(),
-            b',' => "%2C".to_string(),
-            b => (b as char).to_string(),
-        })
-        .collect();
-    let req = hyper::Request::get(format!("/api/v1/nodes?labelSelector={sel}"))
-        .body(Vec::new())
+    let req = kube::core::Request::new("/api/v1/nodes")
+        .list(&kube::api::ListParams::default().labels(label_selector))
         .expect("a LIST request");
     admin
         .request_text(req)
