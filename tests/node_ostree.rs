@@ -13,9 +13,9 @@ use support::kata::{ids, serial, show, KataNode};
 use support::node::{Flavour, Node, NodeOptions, Runtime};
 use support::referee::HANDLER;
 
-const REBOOT_DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const REBOOT_DEADLINE: Duration = Duration::from_secs(60);
 
-fn ok(node: &Node, argv: &[&str]) -> String {
+pub(crate) fn ok(node: &Node, argv: &[&str]) -> String {
     node.exec_ok(argv)
         .unwrap_or_else(|e| panic!("{e}"))
         .trim()
@@ -32,7 +32,7 @@ fn booted_deployment(node: &Node) -> String {
         .unwrap_or_else(|| panic!("no booted deployment in `ostree admin status`:\n{status}"))
 }
 
-fn ostree_options(label: &str) -> NodeOptions {
+pub(crate) fn ostree_options(label: &str) -> NodeOptions {
     NodeOptions {
         label: Some(label.into()),
         ..NodeOptions::ostree()
@@ -119,7 +119,7 @@ fn the_ostree_node_boots_unlocks_stages_and_reboots() {
 }
 
 /// `rpm-ostree status --json` (the stand-in, reading ostree's state): (staged, booted).
-fn rpm_ostree_status(node: &Node) -> (Option<Value>, Value) {
+pub(crate) fn rpm_ostree_status(node: &Node) -> (Option<Value>, Value) {
     let text = ok(node, &["rpm-ostree", "status", "--json"]);
     let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     let deps = v["deployments"].as_array().cloned().unwrap_or_default();
@@ -139,7 +139,7 @@ fn mtime(node: &Node, path: &str) -> f64 {
 }
 
 /// When the running CRI-O's main process started (seconds since the epoch).
-fn crio_started(k: &KataNode) -> f64 {
+pub(crate) fn crio_started(k: &KataNode) -> f64 {
     let t = ok(
         &k.node,
         &[
@@ -157,7 +157,7 @@ fn crio_started(k: &KataNode) -> f64 {
         .unwrap_or_else(|_| panic!("CRI-O start {t:?}: {out}"))
 }
 
-const SHIM: &str = "/usr/bin/containerd-shim-kata-v2";
+pub(crate) const SHIM: &str = "/usr/bin/containerd-shim-kata-v2";
 const LIVE_REF: &str = "/sysroot/ostree/repo/refs/heads/rpmostree/live-apply";
 
 /// kata-live's install on the ostree node: the package lands in ostree's real overlay, CRI-O
@@ -388,11 +388,24 @@ fn uninstall_then_reboot(mode: &str, label: &str) {
     let view = k.referee();
     assert!(!view.handler_probe.accepted(), "{view:?}");
     let shim_live = k.node.exists(SHIM).expect("stat the shim");
+    // The link kata-live made for the package's relocated /opt (issue 60).
+    let link = k.node.sh("readlink /var/opt/kata");
     if mode == "live" {
         assert_eq!(booted["live-replaced"], base, "{booted}");
         assert!(!shim_live, "removed from the overlay");
+        assert!(!link.status.success(), "the link goes with a live removal");
+        assert!(
+            run.stdout.contains("the link /opt/kata removed"),
+            "{}",
+            show(&run)
+        );
     } else {
         assert!(shim_live, "next-boot leaves the running /usr as it is");
+        assert_eq!(
+            String::from_utf8_lossy(&link.stdout).trim(),
+            "../../usr/lib/opt/kata"
+        );
+        assert!(!ok(&k.node, &["cat", "/opt/kata/configuration-remote.toml"]).is_empty());
     }
 
     k.node.reboot(REBOOT_DEADLINE).expect("reboot");
@@ -434,11 +447,11 @@ fn uninstall_live_leaves_the_overlay_and_the_next_boot() {
     uninstall_then_reboot("live", "o49-unlive");
 }
 
-const RPMS: &str = "/var/lib/kata-live/rpms";
+pub(crate) const RPMS: &str = "/var/lib/kata-live/rpms";
 const FAKE: &str = "/var/lib/fake-rpm-ostree";
 
 /// Makes `RPMS` offer exactly kata-containers `version` (a real RPM: header, payload).
-fn offer(k: &KataNode, version: &str) {
+pub(crate) fn offer(k: &KataNode, version: &str) {
     k.node
         .exec_ok(&["sh", "-c", &format!("rm -rf {RPMS} && mkdir -p {RPMS}")])
         .expect("empty the RPM directory");

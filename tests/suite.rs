@@ -38,6 +38,7 @@ mod node_install;
 mod node_kills;
 mod node_metrics;
 mod node_ostree;
+mod node_ostree_opt;
 mod node_ostree_unlock;
 mod node_output;
 mod node_pod;

@@ -5,7 +5,8 @@
 //! status afterwards, so that "the command exited 0" is never taken for "the package
 //! is live".
 //!
-//! One file per concern: `cli` (one run of the CLI by argv, and what the rpm database
+//! One file per concern: `autovar` (a package's relocated `/opt` paths made live as the next
+//! boot would make them), `cli` (one run of the CLI by argv, and what the rpm database
 //! adds to the status), `cli_status` (`status --json` parsed), `transaction` (the wait for
 //! a running transaction), `plan_install` and `plan_remove` (the live decisions, pure),
 //! `cli_install` and `cli_uninstall` (each verb carried out and checked), `local_rpms`
@@ -28,6 +29,7 @@
 //! - `install --idempotent` with nothing new says `No change.` and applies nothing live,
 //!   whatever `-A` says: a request staged by an interrupted run needs `apply-live`.
 
+pub mod autovar;
 mod cli;
 mod cli_install;
 mod cli_status;

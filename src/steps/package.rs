@@ -2,7 +2,7 @@
 //! visible to CRI-O (install), or removed once CRI-O no longer refers to it (uninstall).
 
 use super::*;
-use crate::rpm_ostree::{InstallPlan, PackageOutcome, Replacement, RpmOstreeError};
+use crate::rpm_ostree::{autovar, InstallPlan, PackageOutcome, Replacement, RpmOstreeError};
 use crate::scriptlets;
 use crate::state::{Journal, Phase};
 use crate::visibility;
@@ -443,10 +443,16 @@ impl Step for PostInstall {
         Box::pin(async move {
             let c = &ctx.cfg;
             let deadline = c.deadlines.post_install;
-            let report =
+            // First the relocated paths (a package's /opt), which the next boot's tmpfiles
+            // would link: a configured tmpfiles run then finds them in place.
+            let paths = runtime_paths(ctx);
+            let links = autovar::make_needed(&ctx.host, &as_paths(&paths))
+                .map_err(|e| FlowError::Package(e.to_string()))?;
+            let mut report =
                 scriptlets::run_scriptlets(&c.post_install, &ctx.host, &ctx.tools, deadline)
                     .await
                     .map_err(|e| FlowError::Package(e.to_string()))?;
+            report.steps.splice(0..0, links.into_iter().map(link_step));
             // What was started since boot lives in /run, which a boot empties.
             let record = ctx.host.path(UNITS_DONE);
             let mut done: Vec<String> = crate::files::read_nofollow(&record)
@@ -485,18 +491,59 @@ impl Step for PostInstall {
             }
             rep.evidence("post_install", &report);
             rep.evidence("post_install_units_started", &units_started);
-            let changed = report
-                .steps
-                .iter()
-                .filter(|s| s.outcome == scriptlets::ScriptletOutcome::Ran)
-                .count();
-            let n = report.steps.len();
-            Ok(Done::ran(format!(
-                "{n} {} ({changed} changed the host)",
-                if n == 1 { "step" } else { "steps" }
-            )))
+            Ok(Done::ran(post_install_words(&report.steps)))
         })
     }
+}
+
+/// The runtime's files (its binary first) as the configuration names them on the host.
+fn runtime_paths(ctx: &Ctx) -> Vec<std::path::PathBuf> {
+    let (binary, others) = ctx.rt.runtime_files(&ctx.host);
+    std::iter::once(binary).chain(others).collect()
+}
+
+fn as_paths(paths: &[std::path::PathBuf]) -> Vec<&std::path::Path> {
+    paths.iter().map(|p| p.as_path()).collect()
+}
+
+/// A relocated path's link as one of the scriptlets' steps: made (a change) or not.
+fn link_step(o: autovar::Outcome) -> scriptlets::Scriptlet {
+    scriptlets::Scriptlet {
+        what: format!(
+            "link {} -> {} ({})",
+            o.link.path.display(),
+            o.link.target,
+            autovar::AUTOVAR
+        ),
+        outcome: if o.changed {
+            scriptlets::ScriptletOutcome::Ran
+        } else {
+            scriptlets::ScriptletOutcome::Skipped { why: o.words }
+        },
+    }
+}
+
+/// `N steps (C changed the host)`, and the steps run by a tool that changes only what is
+/// missing and does not say what it changed (`systemd-tmpfiles --create`): "0 changed" would
+/// be a guess there.
+fn post_install_words(steps: &[scriptlets::Scriptlet]) -> String {
+    let count = |o: fn(&scriptlets::ScriptletOutcome) -> bool| {
+        steps.iter().filter(|s| o(&s.outcome)).count()
+    };
+    let changed = count(|o| *o == scriptlets::ScriptletOutcome::Ran);
+    let ensured = count(|o| *o == scriptlets::ScriptletOutcome::Ensured);
+    let n = steps.len();
+    let mut words = format!(
+        "{n} {} ({changed} changed the host",
+        if n == 1 { "step" } else { "steps" }
+    );
+    if ensured > 0 {
+        words.push_str(&format!(
+            ", {ensured} ensured by a command that makes only what is missing"
+        ));
+    }
+    words.push(')');
+    words
 }
 
 /// Waits until the runtime's files are visible to CRI-O (in its mount namespace) and
@@ -575,7 +622,13 @@ impl Step for Visibility {
                     Ok(Done::skipped(format!("dry run: not visible yet ({e})")))
                 }
                 // Nothing of CRI-O's configuration was touched: the node is as it was.
-                Err(e) => Err(FlowError::Package(e.to_string()).into()),
+                Err(e) => {
+                    let mut words = e.to_string();
+                    if let Some(why) = autovar::explain_missing(&ctx.host, &files) {
+                        words.push_str(&format!("; {why}"));
+                    }
+                    Err(FlowError::Package(words).into())
+                }
             }
         })
     }
@@ -619,6 +672,13 @@ impl Step for RemovePackage {
     ) -> StepResult<'a> {
         Box::pin(async move {
             let c = &ctx.cfg;
+            // The relocated paths' links made live for the package: a live removal takes
+            // their targets away, and they go with them.
+            let paths = runtime_paths(ctx);
+            let links = autovar::in_place(&ctx.host, &as_paths(&paths)).unwrap_or_else(|e| {
+                tracing::warn!("{e}");
+                Vec::new()
+            });
             let removal = ctx.rpm_ostree.remove(&c.package, c.deadlines.package).await;
             let removal = match removal {
                 Ok(r) => r,
@@ -644,6 +704,17 @@ impl Step for RemovePackage {
             };
             rep.evidence("package", removal);
             let mut words = removal.to_string();
+            if removal == crate::rpm_ostree::RemovalOutcome::RemovedLive {
+                match autovar::remove_dangling(&ctx.host, &links) {
+                    Ok(gone) => {
+                        for l in gone {
+                            words.push_str(&format!("; the link {} removed", l.path.display()));
+                        }
+                    }
+                    // The handler is gone and proven: a dangling link only looks untidy.
+                    Err(e) => tracing::warn!("{e}"),
+                }
+            }
             if removal != crate::rpm_ostree::RemovalOutcome::Kept {
                 match prune_kept_rpms(ctx, &[]) {
                     Ok(0) => {}

@@ -148,6 +148,12 @@
 //! rpm-ostreed runs in a service of its own: killing the client's unit leaves it running.
 //! An unlock state other than none, `transient` or `development` (a hotfix) is refused,
 //! `apply-live is incompatible with unlock state: STATE` (on both backends).
+//! A package's `/opt/NAME` lands in the commit as `/usr/lib/opt/NAME` (`/usr/local/NAME` as
+//! `/usr/lib/NAME`) with its link line merged into `/usr/lib/tmpfiles.d/rpm-ostree-autovar.conf`
+//! (`rpm_ostree_real::relocate`); the live apply's tmpfiles run has only the prefixes `/run`
+//! and `/var`, so the link appears at the next boot, not live (as the real v2025.1:
+//! ../shared/rpm-ostree-recorded/opt-package/). On the plain node (no ostree) a package's
+//! files are written where it says, `/opt` included: the real rpm-ostree never runs there.
 //! Still faked there: the depsolve, RPM scriptlets, the rpmdb (a commit's packages are its
 //! metadata key `kata-live-test.packages`), the D-Bus daemon.
 //!
