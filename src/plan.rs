@@ -70,17 +70,24 @@ pub struct Freshness {
     pub newest_artifact_us: u64,
     pub files_checked_at_start: bool,
     pub handler_listed: Option<bool>,
+    /// The handler is to be served (install) or gone (uninstall).
+    pub want_listed: bool,
 }
 
 /// The running CRI-O started after its configuration, and it has seen the runtime files:
 /// either it started after their last change, or it checked them at its start and lists the
 /// handler (so they were there then). A new version replacing them in place needs no
 /// restart: CRI-O executes `runtime_path` for each sandbox and only stats it at start.
+/// For a handler to be gone only the configuration counts: the runtime files decide whether
+/// a declared handler is served, and a runtime that started after its configuration already
+/// has the handler table that configuration gives (issue 60: a live package whose files
+/// never became visible restarted CRI-O on uninstall, though nothing it reads had changed).
 pub fn runtime_has_seen(s: &Freshness) -> bool {
     if s.started_us <= s.newest_config_us {
         return false;
     }
-    (s.files_checked_at_start && s.handler_listed == Some(true))
+    !s.want_listed
+        || (s.files_checked_at_start && s.handler_listed == Some(true))
         || s.started_us > s.newest_artifact_us
 }
 
@@ -105,6 +112,7 @@ pub fn decide_activation(i: &ActivationInputs) -> Activation {
         newest_artifact_us: i.newest_artifact_us,
         files_checked_at_start: i.files_checked_at_start,
         handler_listed: i.handler_listed,
+        want_listed: i.want_listed,
     }) {
         return act(format!(
             "the running {} started before the drop-in or the runtime files were in place",
@@ -314,6 +322,67 @@ mod tests {
                 "{i:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_uninstall_restarts_only_when_what_the_runtime_reads_changed() {
+        // Issue 60: an install ended with 11 (the package live, its runtime files newer than
+        // CRI-O's start, never declared): the uninstall removes nothing, the running CRI-O
+        // does not list the handler, and its configuration is older than its start.
+        let never_declared = ActivationInputs {
+            want_listed: false,
+            handler_listed: Some(false),
+            newest_artifact_us: 3_000,
+            ..base()
+        };
+        assert!(
+            matches!(decide_activation(&never_declared), Activation::Nothing(_)),
+            "{:?}",
+            decide_activation(&never_declared)
+        );
+        // Whatever the runtime tells of the handler, runtime files alone change nothing it
+        // reads for a removal.
+        for handler_listed in [Some(true), None] {
+            let i = ActivationInputs {
+                handler_listed,
+                files_checked_at_start: false,
+                ..never_declared.clone()
+            };
+            assert!(
+                matches!(decide_activation(&i), Activation::Nothing(_)),
+                "{i:?}"
+            );
+        }
+        for i in [
+            // Our drop-in removed in this run.
+            ActivationInputs {
+                drop_in_changed: true,
+                ..never_declared.clone()
+            },
+            // Removed by an interrupted run after this CRI-O started.
+            ActivationInputs {
+                newest_config_us: 3_000,
+                ..never_declared.clone()
+            },
+            ActivationInputs {
+                crio_started_us: 0,
+                ..never_declared.clone()
+            },
+        ] {
+            assert!(
+                matches!(decide_activation(&i), Activation::Restart(_)),
+                "{i:?}"
+            );
+        }
+        // The install of the same node still restarts: CRI-O must see the new files.
+        let install = ActivationInputs {
+            want_listed: true,
+            ..never_declared
+        };
+        assert!(matches!(
+            decide_activation(&install),
+            Activation::Restart(_)
+        ));
     }
 
     #[test]

@@ -197,6 +197,8 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
                 artifact_us: flow::newest_artifact_us(ctx),
             },
             ctx.rt.checks_files_at_start(),
+            // What status shows is whether the running runtime has seen an install.
+            true,
         )
     });
     let daemon_version = runtime.as_ref().ok().map(|v| v.runtime_version.as_str());

@@ -1,5 +1,6 @@
 //! End-to-end on a booted test node: uninstall after install, uninstall refused while a pod
-//! runs under the handler (then --force), and uninstall killed during its proof then re-run.
+//! runs under the handler (then --force), uninstall killed during its proof then re-run, and
+//! what an install that failed cleanly (exit 11) leaves to the uninstall.
 
 use crate::support;
 use std::time::Duration;
@@ -254,5 +255,74 @@ fn uninstall_killed_during_proof_then_rerun_converges() {
     k.assert_no_leftover_state();
     k.assert_healthy();
     assert_eq!(k.kata(&["verify"]).code, 16);
+    k.referee_assert_refuses(HANDLER);
+}
+
+/// The package goes live, but the configuration file the handler names never appears (as on
+/// an ostree node, where a package's /opt is made at the next boot: issue 60): exit 11, the
+/// runtime untouched, the runtime binary newer than the running CRI-O.
+const NEVER_VISIBLE: &str = "[handler.crio]\n\
+runtime_config_path = \"/opt/kata/configuration-never.toml\"\n\n\
+[deadlines]\nvisibility = 3.0\n";
+
+fn failed_install() -> KataNode {
+    let k = KataNode::boot(NEVER_VISIBLE);
+    let run = k.install();
+    assert_eq!(run.code, 11, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("/opt/kata/configuration-never.toml"),
+        "the missing file is not named:\n{}",
+        run.stderr
+    );
+    assert!(
+        k.node.exists("/usr/bin/containerd-shim-kata-v2").unwrap(),
+        "the package did not go live, so this proves nothing"
+    );
+    assert_eq!(k.crio_starts(), 1, "CRI-O touched by the failed install");
+    k
+}
+
+/// CRI-O as systemd sees it, its start time included: equal means never restarted.
+fn crio_identity(k: &KataNode) -> (support::kata::Unit, String) {
+    (
+        k.unit("crio.service"),
+        k.show_prop("crio.service", "ActiveEnterTimestamp"),
+    )
+}
+
+#[test]
+fn an_uninstall_after_a_clean_failure_restarts_nothing() {
+    let k = failed_install();
+    let crio_before = crio_identity(&k);
+    let kubelet_before = k.unit("kubelet.service");
+    let run = k.uninstall(&[]);
+    ok(&run, "uninstall");
+    assert!(
+        run.stdout.contains("removed and proven gone"),
+        "{}",
+        run.stdout
+    );
+    // The handler was never declared: nothing CRI-O reads changed, so nothing restarts.
+    assert_eq!(
+        crio_identity(&k),
+        crio_before,
+        "CRI-O restarted for a handler it never had:\n{}",
+        run.stderr
+    );
+    assert_eq!(
+        k.unit("kubelet.service"),
+        kubelet_before,
+        "kubelet restarted"
+    );
+    assert_eq!(k.crio_starts(), 1, "boot only");
+    assert_eq!(k.journal_count(ids::CRIO_RESTARTED), 0);
+    let activate = k
+        .status_steps()
+        .into_iter()
+        .find(|(n, _)| n == "activate")
+        .expect("activate step");
+    assert_eq!(activate.1, "skipped");
+    k.assert_no_leftover_state();
+    k.assert_healthy();
     k.referee_assert_refuses(HANDLER);
 }

@@ -55,6 +55,7 @@ pub async fn prove(ctx: &Ctx, rep: &mut Reporter, spec: ProofSpec<'_>) -> Result
             artifact_us: spec.newest_artifact_us,
         },
         ctx.rt.checks_files_at_start(),
+        spec.want_listed,
     );
     let mut inputs =
         proof::observe::runtime_part(spec.want_listed, spec.unknown_as_found, seen, view.as_ref());

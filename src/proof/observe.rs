@@ -17,12 +17,13 @@ pub struct Newest {
 }
 
 /// Whether the running runtime has seen the drop-in and the runtime files (see
-/// [`plan::runtime_has_seen`]).
+/// [`plan::runtime_has_seen`]); `want_listed`: the handler is to be served, not gone.
 pub fn has_seen(
     unit: &UnitState,
     listed: Option<bool>,
     newest: Newest,
     files_checked_at_start: bool,
+    want_listed: bool,
 ) -> bool {
     unit.is_running()
         && plan::runtime_has_seen(&plan::Freshness {
@@ -31,6 +32,7 @@ pub fn has_seen(
             newest_artifact_us: newest.artifact_us,
             files_checked_at_start,
             handler_listed: listed,
+            want_listed,
         })
 }
 
