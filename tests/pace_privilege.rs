@@ -46,7 +46,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Every document of every file of packaging/daemonset/, the Namespaces first (kubectl
 /// applies a List in order).
-fn manifests() -> Vec<Value> {
+pub(crate) fn manifests() -> Vec<Value> {
     use serde::Deserialize;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/daemonset");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
@@ -69,7 +69,7 @@ fn manifests() -> Vec<Value> {
     docs
 }
 
-fn apply(cp: &ControlPlane, docs: &[Value]) {
+pub(crate) fn apply(cp: &ControlPlane, docs: &[Value]) {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
     cp.kubectl_in(
         &["apply", "--server-side", "-f", "-"],
@@ -83,7 +83,7 @@ fn admin_kubeconfig(cp: &ControlPlane) -> Value {
 }
 
 /// A client with the admin kubeconfig's cluster and `token` as its only credential.
-async fn client(cp: &ControlPlane, token: Option<&str>) -> kube::Client {
+pub(crate) async fn client(cp: &ControlPlane, token: Option<&str>) -> kube::Client {
     let mut kc = admin_kubeconfig(cp);
     if let Some(t) = token {
         for u in kc["users"].as_array_mut().expect("the kubeconfig's users") {
@@ -107,7 +107,7 @@ fn node(name: &str) -> Node {
 
 /// An agent's pod, bound to `node` (no scheduler, no kubelet: it never runs; its token is
 /// what matters).
-fn pod(node: &str) -> Pod {
+pub(crate) fn pod(node: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": format!("agent-{node}")},
         "spec": {"nodeName": node, "serviceAccountName": SA,
@@ -117,7 +117,7 @@ fn pod(node: &str) -> Pod {
 }
 
 /// A token of the agents' service account bound to `pod` (None: bound to nothing).
-async fn token(admin: &kube::Client, pod: Option<&Pod>) -> String {
+pub(crate) async fn token(admin: &kube::Client, pod: Option<&Pod>) -> String {
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), NS);
     let tr = TokenRequest {
         spec: TokenRequestSpec {
@@ -140,7 +140,7 @@ async fn token(admin: &kube::Client, pod: Option<&Pod>) -> String {
         .token
 }
 
-fn request_name(node: &str) -> String {
+pub(crate) fn request_name(node: &str) -> String {
     kata_live::pace::ticket::ticket_name(node)
 }
 
@@ -236,13 +236,13 @@ async fn reset(admin: &kube::Client, node: &str, state: Option<&str>) {
 
 /// What the API server answered.
 #[derive(Debug, Clone, PartialEq)]
-enum Answer {
+pub(crate) enum Answer {
     Allowed,
     Refused { code: u16, message: String },
 }
 
 impl Answer {
-    fn of<T>(r: Result<T, kube::Error>) -> Answer {
+    pub(crate) fn of<T>(r: Result<T, kube::Error>) -> Answer {
         match r {
             Ok(_) => Answer::Allowed,
             Err(kube::Error::Api(s)) => Answer::Refused {
@@ -253,7 +253,7 @@ impl Answer {
         }
     }
 
-    fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         match self {
             Answer::Allowed => "allowed".into(),
             Answer::Refused { code, message } => format!("refused, HTTP {code}: {message}"),

@@ -272,6 +272,8 @@ fn the_pacing_manifest_grants_the_tickets_in_its_namespace_and_applies_none() {
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding"
         ],
         "no Lease applied: each pod queues its node's own ticket"
@@ -410,7 +412,9 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
                         "{field}"
                     );
                 }
-                assert!(!all.contains("spec.unschedulable"));
+                // Its cordon only ended, in the write that drops kata-live's claim (issue 64).
+                assert!(all.contains("'kata-live.io/cordoned' in variables.oldAnnotations"));
+                assert!(all.contains("!('kata-live.io/cordoned' in variables.newAnnotations)"));
                 assert!(
                     all.contains("k.startsWith('kata-live.io/') || k in variables.newAnnotations")
                 );
@@ -471,6 +475,7 @@ fn the_node_label_grant_is_get_and_patch_narrowed_to_the_pods_own_node() {
         agents,
         [
             "kata-live-agent-request",
+            "kata-live-agent-events",
             "kata-live-agent-pod-status",
             "kata-live-agent-no-daemonsets"
         ]
@@ -534,6 +539,8 @@ fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
             "RoleBinding",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Deployment"
         ]
     );
@@ -623,6 +630,11 @@ fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
                 assert_eq!(subjects[0].namespace.as_deref(), Some(NAMESPACE));
             }
             "Deployment" => deployment = Some(typed::<Deployment>(raw)),
+            // Its policies: tried on the real API server (tests/pace_hostile.rs).
+            "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => {
+                let name = raw["metadata"]["name"].as_str().unwrap_or_default();
+                assert!(name.starts_with("kata-live-"), "{name}");
+            }
             other => panic!("unexpected {other}"),
         }
     }

@@ -18,6 +18,7 @@ fn ports_of(src: &str) -> Vec<u16> {
     let mut pairs = vec![];
     for (call, default) in [
         ("ControlPlane::start_api_only(", false),
+        ("ControlPlane::start_api_only_nodes(", false),
         ("ControlPlane::start_on(", false),
         ("ControlPlane::start(", true),
     ] {

@@ -56,6 +56,7 @@ mod openshift_api;
 mod operator_output;
 mod pace_api;
 mod pace_decider;
+mod pace_hostile;
 mod pace_privilege;
 mod packaging_catalog;
 mod packaging_config;

@@ -18,6 +18,11 @@ use k8s_openapi::api::core::v1::Node;
 /// the owner of `spec.unschedulable` until someone else sets that field.
 pub const FIELD_MANAGER: &str = "kata-live-pace";
 
+/// The field manager of a node's agent's writes to its own Node (the end of kata-live's
+/// cordon after a failed run): its own name, never the decider's. The agent's Node policy
+/// refuses it a cordon, so it never owns `spec.unschedulable` (issue 64).
+pub const AGENT_FIELD_MANAGER: &str = "kata-live-agent";
+
 /// Whether the host's run has left the node fit to be scheduled on again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunEnd {

@@ -36,6 +36,12 @@ impl ControlPlane {
         Self::start_with(&[], api_port, etcd_port, std::process::id(), Some("none"))
     }
 
+    /// [`Self::start_api_only`] with static tokens for these kubelets (`system:node:<name>`,
+    /// group `system:nodes`: what a node's kubelet authenticates as), none of them run.
+    pub fn start_api_only_nodes(nodes: &[&str], api_port: u16, etcd_port: u16) -> ControlPlane {
+        Self::start_with(nodes, api_port, etcd_port, std::process::id(), Some("none"))
+    }
+
     fn start_with(
         nodes: &[&str],
         api_port: u16,

@@ -2,7 +2,7 @@
 
 use super::{is_status, Agent, CONFLICT_RETRIES};
 use crate::cluster::api::{api_error, node_event};
-use crate::pace::cordon::{self, AtEnd, RunEnd, FIELD_MANAGER};
+use crate::pace::cordon::{self, AtEnd, RunEnd, AGENT_FIELD_MANAGER};
 use crate::pace::{PaceError, CORDON_ANNOTATION};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -92,7 +92,7 @@ impl Agent {
             .patch(
                 &self.cfg.node,
                 &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
+                    field_manager: Some(AGENT_FIELD_MANAGER.into()),
                     ..PatchParams::default()
                 },
                 &Patch::Merge(patch),

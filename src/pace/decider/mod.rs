@@ -13,8 +13,9 @@
 //!   ([`Write::Cordon`]), then its request's `activating` ([`Write::Grant`], conditional on
 //!   the request's resourceVersion). Once cordoned, the node is unavailable to the MCO before
 //!   anything on it runs. A waiting request whose node carries kata-live's cordon already
-//!   (the first write applied, the second not yet) is granted without a new place: it uses
-//!   one already.
+//!   (the first write applied, the second not yet) is granted without a new cordon, its place
+//!   counted once: only while the pool's other users are fewer than the budget (a claim on a
+//!   cordon, however it came on the Node, never skips the budget: issue 64).
 //! - **In arrival order, past nodes that cannot go**: a waiting request whose node is
 //!   unavailable for any other reason, has no pool, or has no Node is named with why
 //!   ([`Decision::passed`]) and skipped; it holds nobody behind it.
@@ -132,8 +133,19 @@ pub fn cannot_go(node: &Node) -> Option<String> {
     turn::unavailable(node)
 }
 
-fn cordoned_by_us(node: &Node) -> bool {
-    cordon::claimed(node) && node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+/// Whether `node` carries kata-live's cordon for `ticket`: the first write of its grant
+/// landed. The claim's value is the ticket; only the decider may add or change it (the policy
+/// `kata-live-cordon-claim` of kata-live-pace.yaml refuses it to every other user, a node's
+/// agent and kubelet included), and even so it gives no place beyond the budget (see
+/// [`decide`]).
+fn cordoned_by_us(node: &Node, ticket: &str) -> bool {
+    let claim = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CORDON_ANNOTATION));
+    claim.is_some_and(|c| c == ticket)
+        && node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
 }
 
 /// The decision for `w`.
@@ -199,8 +211,12 @@ pub fn decide<N: Borrow<Node>>(w: &World<N>) -> Decision {
             continue;
         }
         let u = using.entry(pool).or_default();
-        let ours = cordoned_by_us(node);
-        if !ours && u.len() >= allowed(pool) {
+        let ours = cordoned_by_us(node, &t.name);
+        // Its own place counted once: a node already unavailable by its cordon (the grant's
+        // first write, or a claim however it came there) is granted only if, itself left out,
+        // the pool's users are fewer than the budget. A claim never skips the budget.
+        let own = usize::from(u.contains_key(t.node.as_str()));
+        if u.len() - own >= allowed(pool) {
             continue;
         }
         granted.insert(t.node.as_str());

@@ -111,6 +111,47 @@ fn a_cordon_already_ours_is_granted_without_a_new_place() {
     );
 }
 
+/// Issue 64: a node that cordons itself and writes kata-live's claim (its own Node is its
+/// agent's and its kubelet's to write) takes a place, as any cordoned node does, but is never
+/// granted beyond the budget: the claim skips only the cordon's write, never the count.
+#[test]
+fn a_claim_on_a_cordon_never_grants_beyond_the_budget() {
+    let mut nodes: Vec<Node> = names(3)
+        .iter()
+        .map(|n| node(n, None, Health::Ready))
+        .collect();
+    let reqs = vec![
+        request("w1", State::Activating, 5),
+        request("w2", State::Waiting, 10),
+        request("w3", State::Waiting, 11),
+    ];
+    let n = &mut nodes[1];
+    n.spec.get_or_insert_default().unschedulable = Some(true);
+    n.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(CORDON_ANNOTATION.into(), "kata-live-turn-w2".into());
+    let d = decide(&world(&nodes, &reqs, Budget::Count(1)));
+    assert!(d.writes.is_empty(), "{:?}", d.writes);
+    assert_eq!(
+        d.pools[0].using.len(),
+        2,
+        "w2's cordon takes a place: {:?}",
+        d.pools
+    );
+    // A budget of 2: w1 and w2 (its place is its own cordon) use both; w2 is granted without
+    // a new cordon, w3 waits.
+    let d = decide(&world(&nodes, &reqs, Budget::Count(2)));
+    assert_eq!(
+        d.writes,
+        [Write::Grant {
+            ticket: "kata-live-turn-w2".into(),
+            node: "w2".into(),
+            rv: 10
+        }]
+    );
+}
+
 #[test]
 fn a_done_turns_cordon_is_ended_and_deciding_again_writes_nothing() {
     let mut nodes = vec![

@@ -1,0 +1,575 @@
+//! Issue 64: a node cannot move the rollout. On the real kube-apiserver and etcd of
+//! tests/fleet/control-plane.sh, every manifest of packaging/daemonset/ applied and the real
+//! decider (`kata-live-pace`) running with its own service account's token, two hostile nodes
+//! try every write their credentials allow (their agent's pod-bound token, and one of them its
+//! kubelet's, which a privileged agent can read on its host) against the decider's rules:
+//! create, update, merge, JSON and server-side-apply patch, on their Node, their request,
+//! their pod's status and Events. Three honest nodes run real agents (src/pace/agent.rs) under
+//! their own pod-bound tokens. The API server's audit log is the referee: never more nodes
+//! holding a turn than the budget (1), turns in arrival order, each granted once, no request
+//! failed, no cordon of kata-live's left.
+
+use crate::pace_privilege::{apply, client, manifests, pod, request_name, token, Answer};
+use crate::support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{json, Value};
+use support::audit::Audit;
+use support::decider::Decider;
+use support::fleet::ControlPlane;
+
+use kata_live::pace::{Agent, AgentConfig, PodRef};
+
+const NS: &str = "kata-live";
+/// In arrival order: A first (granted, holding while the hostile nodes try), then the two
+/// hostile nodes, then B and C.
+const A: &str = "kl-h-a";
+const X: &str = "kl-h-x";
+const Y: &str = "kl-h-y";
+const B: &str = "kl-h-b";
+const C: &str = "kl-h-c";
+const ORDER: [&str; 5] = [A, X, Y, B, C];
+const CLAIM: &str = "kata-live.io/cordoned";
+
+/// A worker (the shipped decider's pool: `node-role.kubernetes.io/worker=`), Ready.
+fn worker(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"node-role.kubernetes.io/worker": ""}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .expect("a Node")
+}
+
+async fn config(cp: &ControlPlane, token: &str) -> kube::Config {
+    let text = std::fs::read_to_string(cp.dir().join("admin.kubeconfig")).expect("a kubeconfig");
+    let mut kc: Value = serde_norway::from_str(&text).expect("a kubeconfig");
+    for u in kc["users"].as_array_mut().expect("the kubeconfig's users") {
+        u["user"] = json!({"token": token});
+    }
+    let kc = Kubeconfig::from_yaml(&kc.to_string()).expect("a kubeconfig");
+    kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("a client configuration")
+}
+
+/// A node's identities: its agent's pod-bound token, and its kubelet's (static token).
+struct Creds {
+    node: &'static str,
+    token: String,
+    agent: kube::Client,
+    pod: Pod,
+}
+
+/// kubectl with `token` as its only credential; its answer as the API server's.
+fn kubectl_as(cp: &ControlPlane, token: &str, args: &[&str], stdin: Option<&str>) -> Answer {
+    let mut all = vec!["--token", token];
+    all.extend_from_slice(args);
+    let o = cp.kubectl_output(&all, stdin);
+    if o.status.success() {
+        return Answer::Allowed;
+    }
+    let message = String::from_utf8_lossy(&o.stderr).trim().to_string();
+    let code = if message.contains("(Forbidden)") || message.contains("forbidden") {
+        403
+    } else if message.contains("(Invalid)") || message.contains("ValidatingAdmissionPolicy") {
+        422
+    } else {
+        0
+    };
+    Answer::Refused { code, message }
+}
+
+fn merge(v: Value) -> Patch<Value> {
+    Patch::Merge(v)
+}
+
+/// One hostile write: what it is, and the API server's answer.
+type Tried = (String, Answer);
+
+/// Every write of `h`'s credentials on its own Node that would tell the decider its turn is
+/// half granted (kata-live's claim on a cordon) or take a place in the budget (a cordon).
+async fn node_tries(cp: &ControlPlane, h: &Creds, kubelet: Option<&str>) -> Vec<Tried> {
+    let nodes: Api<Node> = Api::all(h.agent.clone());
+    let ticket = request_name(h.node);
+    let n = h.node;
+    let mut out = vec![];
+    let claim =
+        json!({"metadata": {"annotations": {CLAIM: ticket}}, "spec": {"unschedulable": true}});
+    let pp = PatchParams::default();
+    out.push((
+        format!("{n}: merge patch of its Node: kata-live's claim and a cordon"),
+        Answer::of(nodes.patch(n, &pp, &merge(claim.clone())).await),
+    ));
+    let spoof = PatchParams {
+        field_manager: Some("kata-live-pace".into()),
+        ..PatchParams::default()
+    };
+    out.push((
+        format!("{n}: merge patch of its Node as field manager kata-live-pace: claim and cordon"),
+        Answer::of(nodes.patch(n, &spoof, &merge(claim.clone())).await),
+    ));
+    out.push((
+        format!("{n}: merge patch of its Node: a cordon alone"),
+        Answer::of(
+            nodes
+                .patch(n, &pp, &merge(json!({"spec": {"unschedulable": true}})))
+                .await,
+        ),
+    ));
+    let ssa = PatchParams::apply("kata-live-pace").force();
+    let applied = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": n, "annotations": {CLAIM: ticket}},
+        "spec": {"unschedulable": true}});
+    out.push((
+        format!("{n}: server-side apply of its Node (kata-live-pace, forced): claim and cordon"),
+        Answer::of(nodes.patch(n, &ssa, &Patch::Apply(applied)).await),
+    ));
+    let ops = json!([
+        {"op": "add", "path": "/metadata/annotations", "value": {CLAIM: ticket}},
+        {"op": "add", "path": "/spec/unschedulable", "value": true}
+    ]);
+    out.push((
+        format!("{n}: JSON patch of its Node: claim and cordon"),
+        kubectl_as(
+            cp,
+            &h.token,
+            &["patch", "node", n, "--type=json", "-p", &ops.to_string()],
+            None,
+        ),
+    ));
+    let mut own = Api::<Node>::all(h.agent.clone())
+        .get(n)
+        .await
+        .expect("its Node");
+    own.metadata.managed_fields = None;
+    own.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(CLAIM.into(), ticket.clone());
+    own.spec.get_or_insert_default().unschedulable = Some(true);
+    out.push((
+        format!("{n}: update (PUT) of its Node: claim and cordon"),
+        Answer::of(nodes.replace(n, &PostParams::default(), &own).await),
+    ));
+    if let Some(kubelet) = kubelet {
+        out.push((
+            format!(
+                "{n}: merge patch of its Node with its kubelet's credentials: claim and cordon"
+            ),
+            kubectl_as(
+                cp,
+                kubelet,
+                &["patch", "node", n, "--type=merge", "-p", &claim.to_string()],
+                None,
+            ),
+        ));
+    }
+    out
+}
+
+/// Every write of `h`'s agent on its own waiting request that would end a turn it was never
+/// granted (done, or failed: a place taken and its pool stopped).
+async fn request_tries(cp: &ControlPlane, h: &Creds) -> Vec<Tried> {
+    let leases: Api<Lease> = Api::namespaced(h.agent.clone(), NS);
+    let name = request_name(h.node);
+    let n = h.node;
+    let pp = PatchParams::default();
+    let state = |s: &str| merge(json!({"metadata": {"annotations": {"kata-live.io/state": s}}}));
+    let mut out = vec![
+        (
+            format!("{n}: merge patch of its waiting request to failed"),
+            Answer::of(leases.patch(&name, &pp, &state("failed")).await),
+        ),
+        (
+            format!("{n}: merge patch of its waiting request to done"),
+            Answer::of(leases.patch(&name, &pp, &state("done")).await),
+        ),
+    ];
+    let ops = json!([{"op": "replace", "path": "/metadata/annotations/kata-live.io~1state",
+                      "value": "failed"}]);
+    out.push((
+        format!("{n}: JSON patch of its waiting request to failed"),
+        kubectl_as(
+            cp,
+            &h.token,
+            &[
+                "-n",
+                NS,
+                "patch",
+                "lease",
+                &name,
+                "--type=json",
+                "-p",
+                &ops.to_string(),
+            ],
+            None,
+        ),
+    ));
+    let applied = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "annotations": {"kata-live.io/state": "done"}}});
+    out.push((
+        format!("{n}: server-side apply of its waiting request to done (forced)"),
+        Answer::of(
+            leases
+                .patch(
+                    &name,
+                    &PatchParams::apply("kata-live").force(),
+                    &Patch::Apply(applied),
+                )
+                .await,
+        ),
+    ));
+    let mut l = leases.get(&name).await.expect("its request");
+    l.metadata.managed_fields = None;
+    l.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("kata-live.io/state".into(), "failed".into());
+    out.push((
+        format!("{n}: update (PUT) of its waiting request to failed"),
+        Answer::of(leases.replace(&name, &PostParams::default(), &l).await),
+    ));
+    out
+}
+
+/// Its pod's status (the readiness gate) and Events: the decider reads neither; an Event may
+/// be about its own Node only.
+async fn other_tries(h: &Creds) -> (Vec<Tried>, Vec<Tried>) {
+    let n = h.node;
+    let pods: Api<Pod> = Api::namespaced(h.agent.clone(), NS);
+    let proven = merge(json!({"status": {"conditions": [
+        {"type": "kata-live.io/proven", "status": "True"}]}}));
+    let own_status = Answer::of(
+        pods.patch_status(&format!("agent-{n}"), &PatchParams::default(), &proven)
+            .await,
+    );
+    let events: Api<Event> = Api::namespaced(h.agent.clone(), "default");
+    let ev = |about: &str, name: &str| -> Event {
+        kata_live::cluster::api::node_event(
+            about,
+            None,
+            name,
+            "KataLiveTurnFreed",
+            true,
+            "freed by the decider",
+            n,
+        )
+    };
+    let other = Answer::of(
+        events
+            .create(
+                &PostParams::default(),
+                &ev(A, &format!("{A}.forged-by-{n}")),
+            )
+            .await,
+    );
+    let own = Answer::of(
+        events
+            .create(&PostParams::default(), &ev(n, &format!("{n}.own-{n}")))
+            .await,
+    );
+    (
+        vec![(format!("{n}: an Event about another Node ({A})"), other)],
+        vec![
+            (
+                format!("{n}: its own pod's status (readiness gate)"),
+                own_status,
+            ),
+            (format!("{n}: an Event about its own Node"), own),
+        ],
+    )
+}
+
+/// After its genuine turn, done: the writes that would take a place again.
+async fn after_tries(cp: &ControlPlane, h: &Creds) -> Vec<Tried> {
+    let leases: Api<Lease> = Api::namespaced(h.agent.clone(), NS);
+    let name = request_name(h.node);
+    let n = h.node;
+    let failed = merge(json!({"metadata": {"annotations": {"kata-live.io/state": "failed"}}}));
+    let ops = json!([{"op": "replace", "path": "/metadata/annotations/kata-live.io~1state",
+                      "value": "activating"}]);
+    vec![
+        (
+            format!("{n}: merge patch of its done request to failed"),
+            Answer::of(leases.patch(&name, &PatchParams::default(), &failed).await),
+        ),
+        (
+            format!("{n}: JSON patch of its done request to activating"),
+            kubectl_as(
+                cp,
+                &h.token,
+                &[
+                    "-n",
+                    NS,
+                    "patch",
+                    "lease",
+                    &name,
+                    "--type=json",
+                    "-p",
+                    &ops.to_string(),
+                ],
+                None,
+            ),
+        ),
+    ]
+}
+
+fn agent(conf: &kube::Config, h: &Creds) -> Agent {
+    let cfg = AgentConfig {
+        namespace: NS.into(),
+        node: h.node.into(),
+        pod: Some(PodRef {
+            name: h.pod.metadata.name.clone().unwrap_or_default(),
+            uid: h.pod.metadata.uid.clone().unwrap_or_default(),
+        }),
+    };
+    Agent::with_config(conf.clone(), cfg).expect("an Agent")
+}
+
+/// Its node's turn, within `within`, or the test fails with its words.
+async fn turn(a: &Agent, within: Duration) {
+    let said = std::cell::RefCell::new(Vec::new());
+    let say = |w: &str| said.borrow_mut().push(w.to_string());
+    if tokio::time::timeout(within, a.acquire("install", &say))
+        .await
+        .is_err()
+    {
+        panic!(
+            "no turn for {} in {} s; it said:\n{}",
+            a.ticket(),
+            within.as_secs(),
+            said.borrow().join("\n")
+        );
+    }
+}
+
+async fn release(a: &Agent) {
+    let r = a.release().await;
+    assert!(
+        r.as_ref().is_ok_and(|s| !s.tickets.is_empty()),
+        "{} not released: {:?}",
+        a.ticket(),
+        r.err().map(|e| e.to_string())
+    );
+}
+
+/// The audit's verdict so far: the most holders at once and who, or why the rollout moved.
+fn referee(cp: &ControlPlane) -> Vec<String> {
+    let audit = Audit::read(cp.dir().join("audit.log"));
+    let mut wrong = vec![];
+    let peak = audit.peak_holders();
+    if peak.count > 1 {
+        wrong.push(format!(
+            "{} nodes held a turn at once with a budget of 1 (at {}): {:?}",
+            peak.count, peak.at, peak.nodes
+        ));
+    }
+    for (t, n) in audit.grant_writes() {
+        if n > 1 {
+            wrong.push(format!("{t} granted {n} times"));
+        }
+    }
+    for e in &audit.events {
+        if let support::audit::Change::Ticket { node, state, .. } = &e.change {
+            if *state == support::audit::TicketState::Failed {
+                wrong.push(format!("node {node}'s request failed (at {})", e.at));
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn a_hostile_node_cannot_move_the_rollout() {
+    let cp = ControlPlane::start_api_only_nodes(&[X], 19043, 26390);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let admin = client(&cp, None).await;
+        apply(&cp, &manifests());
+        let nodes: Api<Node> = Api::all(admin.clone());
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+        let mut creds = vec![];
+        for n in ORDER {
+            nodes
+                .create(&PostParams::default(), &worker(n))
+                .await
+                .expect("a Node");
+            let p = pods
+                .create(&PostParams::default(), &pod(n))
+                .await
+                .expect("an agent's pod");
+            let t = token(&admin, Some(&p)).await;
+            creds.push(Creds {
+                node: n,
+                agent: client(&cp, Some(&t)).await,
+                token: t,
+                pod: p,
+            });
+        }
+        let by = |n: &str| {
+            creds
+                .iter()
+                .find(|c| c.node == n)
+                .expect("a node's credentials")
+        };
+        let kubelet_of_x = cp
+            .node_kubeconfig(X, "https://127.0.0.1:19043")
+            .lines()
+            .find_map(|l| {
+                l.split("token: ")
+                    .nth(1)
+                    .map(|t| t.trim_end_matches("}}]").to_string())
+            })
+            .expect("the kubelet's token");
+        // The policies are loaded a moment after they are stored: until a Lease not its own
+        // request (a policy's refusal) is refused.
+        let probe = Api::<Lease>::namespaced(by(X).agent.clone(), NS);
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        // (A name the audit's referee does not read as a request: a dry run has no revision.)
+        let mut other: Lease = serde_json::from_value(json!({
+            "metadata": {"name": "kata-live-probe", "labels": {"kata-live.io/ticket": "true"},
+                         "annotations": {"kata-live.io/state": "waiting"}},
+            "spec": {"holderIdentity": A}}))
+        .expect("a Lease");
+        other.metadata.namespace = Some(NS.into());
+        for _ in 0..300 {
+            if probe.create(&dry, &other).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let _decider = Decider::shipped(&cp);
+
+        // A asks first and is granted: it holds the pool's one place.
+        let confs = [
+            config(&cp, &by(A).token).await,
+            config(&cp, &by(X).token).await,
+            config(&cp, &by(Y).token).await,
+            config(&cp, &by(B).token).await,
+            config(&cp, &by(C).token).await,
+        ];
+        let a = agent(&confs[0], by(A));
+        turn(&a, Duration::from_secs(60)).await;
+
+        // The hostile nodes ask (their requests waiting, in order after A's), then try.
+        let x = agent(&confs[1], by(X));
+        let y = agent(&confs[2], by(Y));
+        let mut forbidden: Vec<Tried> = vec![];
+        let mut harmless: Vec<Tried> = vec![];
+        let leases: Api<Lease> = Api::namespaced(by(Y).agent.clone(), NS);
+        let mut made: Lease = serde_json::from_value(json!({
+            "metadata": {"name": request_name(Y), "labels": {"kata-live.io/ticket": "true"},
+                         "annotations": {"kata-live.io/state": "failed"}},
+            "spec": {"holderIdentity": Y}}))
+        .expect("a Lease");
+        made.metadata.namespace = Some(NS.into());
+        forbidden.push((
+            format!("{Y}: its request created failed"),
+            Answer::of(leases.create(&PostParams::default(), &made).await),
+        ));
+        let mut waiting_x = tokio::task::spawn_local(async move {
+            turn(&x, Duration::from_secs(120)).await;
+            x
+        });
+        // X's request is waiting before Y's.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let waiting_y = tokio::task::spawn_local(async move {
+            turn(&y, Duration::from_secs(120)).await;
+            y
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // B and C ask after them, and run as honest agents do.
+        let mut honest = vec![];
+        for (i, n) in [(3, B), (4, C)] {
+            let h = agent(&confs[i], by(n));
+            honest.push(tokio::task::spawn_local(async move {
+                turn(&h, Duration::from_secs(180)).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                release(&h).await;
+            }));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        for h in [X, Y] {
+            let kubelet = (h == X).then_some(kubelet_of_x.as_str());
+            forbidden.extend(node_tries(&cp, by(h), kubelet).await);
+            forbidden.extend(request_tries(&cp, by(h)).await);
+            let (f, ok) = other_tries(by(h)).await;
+            forbidden.extend(f);
+            harmless.extend(ok);
+        }
+        // The decider decides on every change: what the tries changed has been decided on.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let early = referee(&cp);
+        for (what, a) in forbidden.iter().chain(&harmless) {
+            eprintln!("pace_hostile: {what}: {}", a.words());
+        }
+        assert!(
+            early.is_empty(),
+            "while {A} held its turn, the hostile nodes' writes moved the rollout:\n{}\n{}",
+            early.join("\n"),
+            support::decider::decider_logs(&cp)
+        );
+        let x_granted = tokio::time::timeout(Duration::from_millis(10), &mut waiting_x).await;
+        assert!(x_granted.is_err(), "{X} granted while {A} holds");
+
+        // A's run ends; the others follow in arrival order.
+        release(&a).await;
+        let x = waiting_x.await.expect("X's turn");
+        release(&x).await;
+        forbidden.extend(after_tries(&cp, by(X)).await);
+        let y = waiting_y.await.expect("Y's turn");
+        release(&y).await;
+        forbidden.extend(after_tries(&cp, by(Y)).await);
+        for h in honest {
+            h.await.expect("an honest node's turn");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        let mut wrong = referee(&cp);
+        for (what, a) in &forbidden {
+            eprintln!("pace_hostile: {what}: {}", a.words());
+            if !matches!(
+                a,
+                Answer::Refused {
+                    code: 403 | 422,
+                    ..
+                }
+            ) {
+                wrong.push(format!("{what}: {} (must be refused)", a.words()));
+            }
+        }
+        for (what, a) in &harmless {
+            if *a != Answer::Allowed {
+                wrong.push(format!("{what}: {} (a node's own, harmless)", a.words()));
+            }
+        }
+        let audit = Audit::read(cp.dir().join("audit.log"));
+        let taken: Vec<String> = audit.admissions().into_iter().map(|a| a.node).collect();
+        if taken != ORDER {
+            wrong.push(format!("turns taken {taken:?}, asked {ORDER:?}"));
+        }
+        for (node, (_, left)) in audit.kata_cordons() {
+            if left {
+                wrong.push(format!("kata-live's cordon left on node {node}"));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{}\n{}",
+            wrong.join("\n"),
+            support::decider::decider_logs(&cp)
+        );
+    });
+}
