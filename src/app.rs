@@ -18,7 +18,7 @@ pub enum AppError {
     File(#[from] FileError),
     #[error(transparent)]
     Systemd(#[from] SystemdError),
-    #[error("cannot start the async runtime: {0}")]
+    #[error("cannot start the async runtime: {}", crate::words::io(.0))]
     Runtime(std::io::Error),
     #[error(transparent)]
     Generate(#[from] crate::generate::GenerateError),

@@ -17,7 +17,7 @@ pub const SHELLS: [Shell; 3] = [Shell::Bash, Shell::Zsh, Shell::Fish];
 
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
-    #[error("cannot render {file}: {source}")]
+    #[error("cannot render {file}: {}", crate::words::io(.source))]
     Render {
         file: String,
         #[source]

@@ -38,3 +38,4 @@ pub mod stop;
 pub mod systemd;
 pub mod uninstall;
 pub mod visibility;
+pub mod words;

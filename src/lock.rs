@@ -20,7 +20,7 @@ pub enum LockError {
         holder: String,
         waited: Duration,
     },
-    #[error("cannot {op} {path}: {source}")]
+    #[error("cannot {op} {path}: {}", crate::words::io(.source))]
     Io {
         /// What was done there ("open the lock", "create the directory of the lock").
         op: &'static str,

@@ -12,14 +12,14 @@ use tokio::time::Instant;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
-    #[error("could not run {path}: {source}")]
+    #[error("could not run {path}: {}", crate::words::io(.source))]
     NotFound {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// Spawning, or waiting for its end, failed otherwise.
-    #[error("could not run {path}: {source}")]
+    #[error("could not run {path}: {}", crate::words::io(.source))]
     Spawn {
         path: PathBuf,
         #[source]

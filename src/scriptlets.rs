@@ -39,7 +39,7 @@ impl Default for Tools {
 pub enum ScriptletError {
     #[error("{path} not found: cannot do the package's post-install work without it")]
     ToolMissing { path: PathBuf },
-    #[error("could not run {path}: {source}")]
+    #[error("could not run {path}: {}", crate::words::io(.source))]
     Spawn {
         path: PathBuf,
         #[source]

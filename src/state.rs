@@ -149,6 +149,21 @@ impl Journal {
         }
     }
 
+    /// Whether this journal, on disk at the end of a run that ended cleanly with exit 10 or
+    /// 11, still guards something a later run needs (that run then resumes); if not, it is
+    /// removed, and the next run starts afresh (issue 60: a second install after a clean 11
+    /// warned "resuming after an interrupted install"). It guards the drop-in's backup while
+    /// the change it undoes is unproven (saved by an interrupted run, or by this one before
+    /// its drop-in write failed; the proof clears the backup before an uninstall's package
+    /// removal), and an upgrade's way back whose transaction ended unseen (rpm-ostreed
+    /// finishes it when its client fails or dies). The package facts it carries are not
+    /// needed: a package made live is newer than the running runtime (the activation
+    /// compares them), and a change of packages voids the post-install units' record.
+    pub fn needed_after_clean_end(&self) -> bool {
+        let backup_pending = self.backup_saved && self.phase != Phase::RemovePackage;
+        backup_pending || self.reinstall.is_some()
+    }
+
     /// Whether the CRI-O running now already saw the package the interrupted run made live:
     /// that run reached activation (the package was live and the drop-in written by then)
     /// and CRI-O has restarted since that run's preflight. The carried `package_newly_live`
@@ -311,6 +326,50 @@ mod tests {
         }
         old.crio_before = None;
         assert!(!Journal::package_seen_by(&old, "b"));
+    }
+
+    #[test]
+    fn a_clean_end_leaves_a_journal_only_where_a_later_run_needs_it() {
+        // Issue 60: the package went live, its runtime files never visible: exit 11.
+        let mut j = Journal::new(Operation::Install);
+        j.phase = Phase::Package;
+        j.package_newly_live = true;
+        j.package_changed = true;
+        j.crio_before = Some(UnitIdentity {
+            invocation_id: "a".into(),
+            main_pid: 7,
+        });
+        assert!(!j.needed_after_clean_end());
+        // Refused at preflight, or the package step refused a downgrade.
+        assert!(!Journal::new(Operation::Install).needed_after_clean_end());
+        assert!(!Journal::new(Operation::Uninstall).needed_after_clean_end());
+        // The uninstall's package removal failed after the proof, which cleared the backup.
+        let mut u = Journal::new(Operation::Uninstall);
+        u.backup_saved = true;
+        u.phase = Phase::RemovePackage;
+        assert!(!u.needed_after_clean_end());
+        // A run killed at or after its drop-in: the next one (refused, or failed before
+        // the drop-in) must leave that backup guarded, for the run after it to resume.
+        for phase in [
+            Phase::Package,
+            Phase::DropIn,
+            Phase::Activate,
+            Phase::Prove,
+            Phase::Rollback,
+        ] {
+            let mut k = Journal::new(Operation::Install);
+            k.backup_saved = true;
+            k.phase = phase;
+            assert!(k.needed_after_clean_end(), "{phase:?}");
+        }
+        // An upgrade whose transaction the failed package step did not see end.
+        j.reinstall = Some(crate::rpm_ostree::Reinstall {
+            install_argv: vec!["install".into()],
+            apply_argv: vec!["apply-live".into()],
+            nevras: vec!["kata-containers-3.20.0-1.x86_64".into()],
+            content: Vec::new(),
+        });
+        assert!(j.needed_after_clean_end());
     }
 
     #[test]

@@ -22,6 +22,17 @@ fn settings() -> insta::Settings {
     s
 }
 
+/// Every line the binary printed is in words: no library wording such as an I/O error's
+/// "(os error 2)" (issue 60: `no kubeconfig at …: No such file or directory (os error 2)`).
+fn assert_in_words(what: &str, text: &str) {
+    for line in text.lines() {
+        assert!(
+            !line.contains("(os error"),
+            "{what}: a line in library wording: {line}\n{text}"
+        );
+    }
+}
+
 #[test]
 fn install_and_status_output_on_a_booted_node() {
     let k = KataNode::boot("");
@@ -41,11 +52,20 @@ fn install_and_status_output_on_a_booted_node() {
     }
     let status = k.kata(&["status"]);
     assert_eq!(status.code, 0, "status failed:\n{}", status.stderr);
+    for (what, text) in [
+        ("install stderr", &run.stderr),
+        ("install stdout", &run.stdout),
+        ("status", &status.stdout),
+    ] {
+        assert_in_words(what, text);
+    }
     // status prints its summary and no log lines without -v.
     assert_eq!(status.stderr, "", "status logged on stderr");
     // --json: one document per command, each with schema and kind at the top.
     let again = k.kata(&["install", "--no-detach", "--json"]);
     assert_eq!(again.code, 0, "re-run failed:\n{}", again.stderr);
+    assert_in_words("install --json stderr", &again.stderr);
+    assert_in_words("install --json", &again.stdout);
     let doc: serde_json::Value = serde_json::from_str(&again.stdout)
         .unwrap_or_else(|e| panic!("install --json ({e}): {}", again.stdout));
     assert_eq!(doc["schema"], 1, "{doc:#}");
@@ -59,6 +79,8 @@ fn install_and_status_output_on_a_booted_node() {
     );
     for (cmd, kind) in [("status", "status"), ("config", "config")] {
         let r = k.kata(&[cmd, "--json"]);
+        assert_in_words(&format!("{cmd} --json"), &r.stdout);
+        assert_in_words(&format!("{cmd} --json stderr"), &r.stderr);
         let doc: serde_json::Value = serde_json::from_str(&r.stdout)
             .unwrap_or_else(|e| panic!("{cmd} --json ({e}): {}", r.stdout));
         assert_eq!(doc["schema"], 1, "{doc:#}");
@@ -91,6 +113,7 @@ fn refusal_output_on_a_booted_node() {
     let run = k.install();
     assert_eq!(run.code, 10, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.stdout, "", "a refusal says so on stderr");
+    assert_in_words("refusal", &run.stderr);
     settings().bind(|| insta::assert_snapshot!("refusal", run.stderr));
 }
 
@@ -107,6 +130,8 @@ fn rollback_output_on_a_booted_node() {
     let before = k.referee();
     let run = k.install();
     assert_eq!(run.code, 13, "{}\n{}", run.stdout, run.stderr);
+    assert_in_words("rollback stderr", &run.stderr);
+    assert_in_words("rollback stdout", &run.stdout);
     settings().bind(|| insta::assert_snapshot!("rollback", run.stderr));
     // The judges of "rolled back", not kata-live: kubelet's running process is connected to
     // the running CRI-O, and the node is as the referee saw it before.
@@ -122,6 +147,7 @@ fn systemctl_status_shows_the_current_step_in_words() {
     k.systemctl(&["start", "--no-block", "kata-live-install.service"]);
     k.wait_phase("package", std::time::Duration::from_secs(60));
     let text = k.status_text("kata-live-install.service");
+    assert_in_words("StatusText", &text);
     assert!(
         text.starts_with("install step ")
             && text.ends_with(": installing the package live with rpm-ostree"),
@@ -145,6 +171,7 @@ fn kata_live_log_overrides_the_verbosity() {
         argv.push("status");
         let o = k.node.exec(&argv);
         assert!(o.status.success(), "{argv:?}: {o:?}");
+        assert_in_words("status", &String::from_utf8_lossy(&o.stdout));
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
     // The runtime decision is a debug record: on stderr only when asked for.
@@ -158,6 +185,13 @@ fn kata_live_log_overrides_the_verbosity() {
     assert!(debug.contains("DEBUG"), "{debug}");
     let verbose = status(&[], &["-v"]);
     let off = status(&["KATA_LIVE_LOG=off"], &["-v"]);
+    for (what, text) in [
+        ("status", &plain),
+        ("status debug", &debug),
+        ("status -v", &verbose),
+    ] {
+        assert_in_words(what, text);
+    }
     assert!(
         verbose.contains("INFO") || verbose.contains("DEBUG"),
         "-v shows no records at all, so the next check proves nothing:\n{verbose}"

@@ -1,6 +1,6 @@
 //! End-to-end on a booted test node: uninstall after install, uninstall refused while a pod
 //! runs under the handler (then --force), uninstall killed during its proof then re-run, and
-//! what an install that failed cleanly (exit 11) leaves to the uninstall.
+//! what an install that failed cleanly (exit 11) leaves to the next install and uninstall.
 
 use crate::support;
 use std::time::Duration;
@@ -288,6 +288,25 @@ fn crio_identity(k: &KataNode) -> (support::kata::Unit, String) {
         k.unit("crio.service"),
         k.show_prop("crio.service", "ActiveEnterTimestamp"),
     )
+}
+
+#[test]
+fn an_install_after_a_clean_failure_resumes_nothing() {
+    let k = failed_install();
+    let crio_before = crio_identity(&k);
+    let run = k.install();
+    assert_eq!(run.code, 11, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        !run.stderr.contains("resuming"),
+        "the first install ended cleanly, yet the second resumes it:\n{}",
+        run.stderr
+    );
+    assert_eq!(crio_identity(&k), crio_before, "CRI-O restarted");
+    assert!(
+        !k.node.exists("/var/lib/kata-live/state.json").unwrap(),
+        "a clean failure left its state journal"
+    );
+    k.assert_healthy();
 }
 
 #[test]

@@ -49,7 +49,8 @@ pub fn api_error(e: &kube::Error) -> String {
             let reason = if s.reason.is_empty() { "" } else { &s.reason };
             format!("HTTP {} {reason}: {}", s.code, s.message)
         }
-        other => other.to_string(),
+        // A transport failure ends with its io::Error's "(os error N)".
+        other => crate::words::without_os_error(&other.to_string()),
     }
 }
 
@@ -249,6 +250,10 @@ pub fn kubeconfig_problem(p: &Path) -> Option<String> {
     match std::fs::metadata(p) {
         Ok(m) if m.is_file() => None,
         Ok(_) => Some(format!("{} is not a file", p.display())),
-        Err(e) => Some(format!("no kubeconfig at {}: {e}", p.display())),
+        Err(e) => Some(format!(
+            "no kubeconfig at {}: {}",
+            p.display(),
+            crate::words::io(&e)
+        )),
     }
 }

@@ -25,7 +25,7 @@ impl fmt::Display for Source {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {}", crate::words::io(.source))]
     Read {
         path: PathBuf,
         #[source]

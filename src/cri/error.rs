@@ -23,7 +23,7 @@ pub enum CriError {
     )]
     ConnectionRefused { socket: PathBuf },
 
-    #[error("cannot connect to CRI socket {socket}: {source} (check the path and permissions)")]
+    #[error("cannot connect to CRI socket {socket}: {} (check the path and permissions)", crate::words::io(.source))]
     Connect {
         socket: PathBuf,
         #[source]
@@ -228,7 +228,7 @@ pub(crate) fn from_status(
         return CriError::Transport {
             socket: socket.to_path_buf(),
             call,
-            message: format!("{}: {io}", status.message()),
+            message: format!("{}: {}", status.message(), crate::words::io(io)),
         };
     }
     CriError::Rpc {

@@ -37,7 +37,7 @@ pub enum FsError {
     NotRegular { path: PathBuf },
     #[error("{path} has no parent directory")]
     NoParent { path: PathBuf },
-    #[error("cannot {op} {path}: {source}")]
+    #[error("cannot {op} {path}: {}", crate::words::io(.source))]
     Io {
         op: &'static str,
         path: PathBuf,

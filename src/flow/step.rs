@@ -299,8 +299,35 @@ async fn run_steps(
         cluster: std::mem::replace(cluster, crate::cluster::Session::off("", "")),
     };
     let result = drive(ctx, operation, steps, rep, &mut run).await;
+    if let Err(e) = &result {
+        if !ctx.dry_run && ends_cleanly(e.exit_code()) {
+            forget_a_clean_end(&run.journals);
+        }
+    }
     *cluster = std::mem::replace(&mut run.cluster, crate::cluster::Session::off("", ""));
     result
+}
+
+/// The failure classes of the package step and the preflight: the runtime's configuration
+/// untouched (install) or its change proven (uninstall), so nothing is left to resume.
+fn ends_cleanly(code: ExitCode) -> bool {
+    matches!(code, ExitCode::PreflightRefused | ExitCode::PackageStep)
+}
+
+/// After a clean end the state journal on disk (this run's, or that of an interrupted run it
+/// did not get to resume) goes unless it guards something ([`Journal::needed_after_clean_end`]):
+/// kept, the next run would warn that it resumes a run that ended as it should.
+fn forget_a_clean_end(journals: &JournalStore) {
+    // One that cannot be read is kept: it may guard a backup.
+    let Ok(Some(journal)) = journals.load() else {
+        return;
+    };
+    if journal.needed_after_clean_end() {
+        return;
+    }
+    if let Err(e) = journals.clear() {
+        tracing::warn!("the state journal of this run could not be removed: {e}");
+    }
 }
 
 /// The steps in order, then the run's end (journal cleared, staged versions said).

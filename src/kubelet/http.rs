@@ -59,7 +59,7 @@ pub async fn get(url: &str, ns: Option<&Path>, timeout: Duration) -> Result<Resp
         match ns {
             None => tokio::net::TcpStream::connect(addr)
                 .await
-                .map_err(|e| format!("connect {addr}: {e}")),
+                .map_err(|e| format!("connect {addr}: {}", crate::words::io(&e))),
             Some(ns) => {
                 let ns = ns.to_owned();
                 let std_stream = tokio::task::spawn_blocking(move || {
@@ -72,8 +72,9 @@ pub async fn get(url: &str, ns: Option<&Path>, timeout: Duration) -> Result<Resp
                 .await
                 .map_err(|e| format!("connect task failed: {e}"))?
                 .map_err(|e| e.to_string())?
-                .map_err(|e| format!("connect {addr}: {e}"))?;
-                tokio::net::TcpStream::from_std(std_stream).map_err(|e| e.to_string())
+                .map_err(|e| format!("connect {addr}: {}", crate::words::io(&e)))?;
+                tokio::net::TcpStream::from_std(std_stream)
+                    .map_err(|e| crate::words::io(&e).to_string())
             }
         }
     };

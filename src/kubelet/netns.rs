@@ -31,7 +31,7 @@ impl std::fmt::Display for NetnsId {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
-    #[error("cannot read the network namespace {path}: {source}; is the process still running and is kata-live root?")]
+    #[error("cannot read the network namespace {path}: {}; is the process still running and is kata-live root?", crate::words::io(.source))]
     Read { path: PathBuf, source: io::Error },
     #[error("cannot enter the network namespace {path}: {source}; kata-live needs CAP_SYS_ADMIN, or run it in the host network namespace")]
     Enter { path: PathBuf, source: nix::Error },

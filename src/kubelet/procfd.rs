@@ -12,7 +12,7 @@ use procfs::process::{FDTarget, Process};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcError {
-    #[error("cannot list the file descriptors of pid {pid} under {proc_root}: {source}; is the process still running and is kata-live root?")]
+    #[error("cannot list the file descriptors of pid {pid} under {proc_root}: {}; is the process still running and is kata-live root?", crate::words::without_os_error(&.source.to_string()))]
     Fds {
         pid: u32,
         proc_root: PathBuf,

@@ -56,7 +56,7 @@ use std::path::PathBuf;
 pub enum PodError {
     #[error("{0}")]
     Fs(#[from] FsError),
-    #[error("cannot read this program ({path}) to copy it onto the host: {source}")]
+    #[error("cannot read this program ({path}) to copy it onto the host: {}", crate::words::io(.source))]
     SelfExe {
         path: PathBuf,
         #[source]
@@ -64,7 +64,7 @@ pub enum PodError {
     },
     #[error("{path}: more than 40 symlinks while resolving it under the host root {root}")]
     SymlinkLoop { root: PathBuf, path: PathBuf },
-    #[error("cannot list the RPM directory {path}: {source}")]
+    #[error("cannot list the RPM directory {path}: {}", crate::words::io(.source))]
     RpmDir {
         path: PathBuf,
         #[source]
@@ -76,7 +76,7 @@ pub enum PodError {
     Config(#[from] config::ConfigError),
     #[error("the host's systemd (is the host's / mounted at the --host-root, with /run?): {0}")]
     Systemd(#[from] SystemdError),
-    #[error("cannot start the async runtime: {0}")]
+    #[error("cannot start the async runtime: {}", crate::words::io(.0))]
     Runtime(std::io::Error),
     #[error("the rollout's pace: {0}")]
     Pace(#[from] PaceError),

@@ -37,7 +37,7 @@ pub enum ExporterError {
         key: PathBuf,
         detail: String,
     },
-    #[error("accepting a connection on {addr}: {source}")]
+    #[error("accepting a connection on {addr}: {}", crate::words::io(.source))]
     Accept {
         addr: String,
         #[source]

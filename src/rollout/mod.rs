@@ -28,7 +28,7 @@ pub enum RolloutError {
     Kubeconfig { path: String, detail: String },
     #[error("{what}: {detail}")]
     Api { what: String, detail: String },
-    #[error("cannot start the async runtime: {0}")]
+    #[error("cannot start the async runtime: {}", crate::words::io(.0))]
     Runtime(std::io::Error),
 }
 

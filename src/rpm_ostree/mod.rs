@@ -63,7 +63,7 @@ pub enum RpmOstreeError {
          artifacts by other means and set package.skip = true, or set package.rpm_ostree"
     )]
     NotFound { path: PathBuf },
-    #[error("could not run {path}: {source}")]
+    #[error("could not run {path}: {}", crate::words::io(.source))]
     Spawn {
         path: PathBuf,
         #[source]
@@ -131,7 +131,7 @@ pub enum RpmOstreeError {
     },
     #[error("no *.rpm files in {dir} (package.local_rpm_dir)")]
     NoLocalRpms { dir: PathBuf },
-    #[error("could not list local RPMs in {dir}: {source}")]
+    #[error("could not list local RPMs in {dir}: {}", crate::words::io(.source))]
     LocalRpmDir {
         dir: PathBuf,
         #[source]

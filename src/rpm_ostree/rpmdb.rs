@@ -17,7 +17,7 @@ const QUERY_FORMAT: &str = "%{NAME}\\t%{EPOCHNUM}\\t%{VERSION}\\t%{RELEASE}\\t%{
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpmdbError {
-    #[error("could not run {path}: {source}")]
+    #[error("could not run {path}: {}", crate::words::io(.source))]
     Spawn {
         path: PathBuf,
         #[source]

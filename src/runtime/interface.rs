@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// the words the operator acts on.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("cannot read {what} {}: {source}", .path.display())]
+    #[error("cannot read {what} {}: {}", .path.display(), crate::words::io(.source))]
     Read {
         what: &'static str,
         path: PathBuf,

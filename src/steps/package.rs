@@ -142,6 +142,9 @@ impl Step for InstallPackage {
                     run.journal.reinstall = reinstall.clone();
                 }
                 run.save_journal()?;
+                forget_units_done(ctx).map_err(|e| {
+                    node_file("removing the record of the post-install units done")(&e)
+                })?;
             }
             let out = ctx
                 .rpm_ostree
@@ -177,8 +180,13 @@ impl Step for InstallPackage {
             // only if the drop-in changed or CRI-O never checked the files at its start
             // (plan::crio_has_seen). New packages do.
             run.journal.package_newly_live |= pkg == PackageOutcome::NewlyLive;
-            run.journal.package_changed |=
-                matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded);
+            if matches!(pkg, PackageOutcome::NewlyLive | PackageOutcome::Upgraded) {
+                run.journal.package_changed = true;
+                // Unforeseen above (no status to plan from): the package is live by now.
+                if !(newly || replaces) {
+                    forget_units_done(ctx).map_err(|e| FlowError::Package(e.to_string()))?;
+                }
+            }
             if pkg == PackageOutcome::StagedForNextBoot {
                 run.staged_instead = Some(
                     "an OS update is staged for the next boot (`rpm-ostree status`), and \
@@ -235,6 +243,13 @@ impl Step for InstallPackage {
             ))
         })
     }
+}
+
+/// Packages changed: the post-install units are due again, whichever run gets to them. The
+/// state journal says so to a run that resumes this one, but a run that ends cleanly (exit
+/// 10 or 11) removes its journal: so the record of the units done since boot goes too.
+fn forget_units_done(ctx: &Ctx) -> Result<(), crate::files::FsError> {
+    crate::files::remove_file(&ctx.host.root, &ctx.host.path(UNITS_DONE)).map(|_| ())
 }
 
 /// The sandboxes on the handler at preflight keep the runtime binary they started (the shim

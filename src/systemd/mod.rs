@@ -214,7 +214,7 @@ pub enum SystemdError {
          again once {unit} is wanted up"
     )]
     TakenDown { unit: String, by: String },
-    #[error("D-Bus call {call} for unit {unit} failed: {source}")]
+    #[error("D-Bus call {call} for unit {unit} failed: {}", crate::words::without_os_error(&.source.to_string()))]
     Dbus {
         unit: String,
         call: &'static str,

@@ -190,7 +190,7 @@ async fn metrics(
     };
     let listener = TcpListener::bind(address)
         .await
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| err(crate::words::io(&e).to_string()))?;
     let tls = (!cfg.metrics_plain_http).then(|| Tls {
         cert: cfg.metrics_tls_dir.join("tls.crt"),
         key: cfg.metrics_tls_dir.join("tls.key"),

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum FilesError {
     #[error(
-        "cannot read containerd's configuration {path}: {source}; fix its permissions or remove it"
+        "cannot read containerd's configuration {path}: {}; fix its permissions or remove it",
+        crate::words::io(.source)
     )]
     Read {
         path: PathBuf,

@@ -24,7 +24,8 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum CrioConfError {
     #[error(
-        "cannot read CRI-O's configuration {path}: {source}; fix its permissions or remove it"
+        "cannot read CRI-O's configuration {path}: {}; fix its permissions or remove it",
+        crate::words::io(.source)
     )]
     Read {
         path: PathBuf,
@@ -262,7 +263,7 @@ pub async fn get_config(socket: &Path, timeout: Duration) -> Result<String, Crio
     let connect = async {
         tokio::net::UnixStream::connect(socket)
             .await
-            .map_err(|e| format!("connect: {e}"))
+            .map_err(|e| format!("connect: {}", crate::words::io(&e)))
     };
     let until = tokio::time::Instant::now() + timeout;
     let answer = match crate::http::get(connect, "/config", "localhost", MAX_BODY, until).await {
