@@ -360,6 +360,7 @@ pub async fn put_back(
             &r.content,
             None,
             until.saturating_duration_since(tokio::time::Instant::now()),
+            &ctx.rpm_ostree,
         )
         .await
         .map_err(|e| e.to_string())

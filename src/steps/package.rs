@@ -537,6 +537,7 @@ impl Step for Visibility {
                 &files,
                 Some(crio_pid),
                 deadline,
+                &ctx.rpm_ostree,
             ))
             .await
             .map_err(|signal| FlowError::Stopped {
@@ -553,6 +554,7 @@ impl Step for Visibility {
                     &run.expected_content,
                     Some(crio_pid),
                     deadline,
+                    &ctx.rpm_ostree,
                 ))
                 .await
                 .map_err(|signal| FlowError::Stopped {

@@ -2,7 +2,8 @@
 //! shim (4 MB) and its configuration, seen on the host and through a runtime's
 //! `/proc/<pid>/root`, whose content never becomes the package's, waited for `WAIT_SECS`
 //! (default 60) by `kata_live::visibility::wait_content`. Prints the wait's CPU time (user +
-//! sys of this process, `getrusage`) and its share of one core. A benchmark: it asserts
+//! sys of this process, `getrusage`) and its share of one core; an rpm-ostree transaction is
+//! said to be at work throughout, so that it cannot end early. A benchmark: it asserts
 //! nothing on time. `cargo test --locked --bench visibility_wait` (the suite's dev profile,
 //! as `.ci/run` runs the benches).
 
@@ -31,6 +32,15 @@ fn put(root: &Path, p: &str, bytes: &[u8]) {
     let f = root.join(p.trim_start_matches('/'));
     std::fs::create_dir_all(f.parent().unwrap()).unwrap();
     std::fs::write(f, bytes).unwrap();
+}
+
+/// A transaction always at work: the wait cannot end early, and runs to its deadline.
+struct Busy;
+
+impl kata_live::visibility::Writers for Busy {
+    fn writing(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<bool>> + '_>> {
+        Box::pin(async { Some(true) })
+    }
 }
 
 fn main() {
@@ -67,6 +77,7 @@ fn main() {
         &expect,
         Some(PID),
         deadline,
+        &Busy,
     ));
     let (wall, used) = (t0.elapsed(), cpu() - c0);
     assert!(out.is_err(), "the content cannot arrive");
