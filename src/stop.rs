@@ -4,8 +4,9 @@
 //! The first signal does not kill the run: it is recorded here, the flows stop starting new
 //! side effects at their next checkpoint, and the node is brought to a proven state (an
 //! activation already under way is finished and proven, or what was applied is undone), then
-//! kata-live exits with [`crate::exit::ExitCode::Stopped`]. Waits that change nothing (the
-//! package step's rpm-ostree client, the visibility wait) end at once. A second signal exits
+//! kata-live exits with [`crate::exit::ExitCode::Stopped`]. Waits that finish no activation
+//! (the package step's rpm-ostree client, the visibility wait, the package part and proof of
+//! an upgrade's rollback that CRI-O never read) end at once. A second signal exits
 //! at once ([`crate::exit::ExitCode::StoppedAtOnce`]): the state journal, written before each
 //! side effect, tells the next run what to resume.
 

@@ -8,15 +8,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-use tokio::time::Instant;
 
 use crate::host::Host;
 
-/// Time between two checks.
-const POLL: Duration = Duration::from_millis(100);
+mod found;
+mod watch;
+pub use found::{as_found, differences, found, rollback_target, Difference};
+use watch::{poll, Left, Watch};
+pub use watch::{NoWriters, Writers, QUIET};
 
 /// Where a path was looked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Viewpoint {
     /// Through our own view of the host (under `--root`).
     Host,
@@ -81,6 +83,70 @@ pub enum VisibilityError {
          its view of the files; read its MainPID again"
     )]
     CrioGone { pid: u32, proc_dir: PathBuf },
+    /// Ended before its deadline: nothing left could change (see [`QUIET`]).
+    #[error(
+        "runtime files that cannot become visible: {}. Nothing changed there for {:.0} s and \
+         no rpm-ostree transaction is running that could still create them. Check that the \
+         package is live (`rpm-ostree status`) and ships these paths", list(.missing),
+         .quiet.as_secs_f64()
+    )]
+    NeverVisible {
+        missing: Vec<Hopeless<Missing>>,
+        quiet: Duration,
+    },
+    #[error(
+        "runtime files whose content cannot become the package's: {}. They did not change for \
+         {:.0} s and no rpm-ostree transaction is running that is still writing them: check \
+         `rpm-ostree status`, then run again", list(.stale), .quiet.as_secs_f64()
+    )]
+    ContentSettled { stale: Vec<Stale>, quiet: Duration },
+}
+
+/// What a wait ended on before its deadline, with why it cannot change (e.g. its parent
+/// does not exist).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hopeless<T> {
+    pub item: T,
+    /// In words, empty when there is nothing more to say.
+    pub why: String,
+}
+
+impl<T: fmt::Display> fmt::Display for Hopeless<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.why.is_empty() {
+            write!(f, "{}", self.item)
+        } else {
+            write!(f, "{}: {}", self.item, self.why)
+        }
+    }
+}
+
+/// Why `p` is missing on the host, in words: the first of its parents that does not
+/// exist, or that is a link to nothing (empty: only the file itself is missing).
+pub fn why_missing(host: &Host, p: &Path) -> String {
+    let mut at = PathBuf::from("/");
+    let parents: Vec<_> = rel(p).components().collect();
+    for (i, c) in parents.iter().enumerate() {
+        at.push(c);
+        if i + 1 == parents.len() {
+            break;
+        }
+        let real = host.path(&at);
+        match std::fs::symlink_metadata(&real) {
+            Err(_) => return format!("its parent {} does not exist", at.display()),
+            Ok(m) if m.file_type().is_symlink() && std::fs::metadata(&real).is_err() => {
+                let to = std::fs::read_link(&real)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                return format!(
+                    "its parent {} is a link to {to}, which does not exist",
+                    at.display()
+                );
+            }
+            Ok(_) => {}
+        }
+    }
+    String::new()
 }
 
 /// A runtime file that exists but that CRI-O cannot use: CRI-O only stats it, so such a
@@ -201,9 +267,8 @@ fn metadata_in(
     }
 }
 
-fn sha256_of(f: std::io::Result<std::fs::File>) -> Option<String> {
+fn sha256_of_file(mut f: std::fs::File) -> Option<String> {
     use sha2::Digest;
-    let mut f = f.ok()?;
     let mut h = sha2::Sha256::new();
     std::io::copy(&mut f, &mut h).ok()?;
     Some(format!("{:x}", h.finalize()))
@@ -217,17 +282,33 @@ pub fn check_content(
     expect: &[(PathBuf, String)],
     crio_main_pid: Option<u32>,
 ) -> Vec<Stale> {
+    look_content(&mut Watch::default(), host, expect, crio_main_pid)
+        .into_iter()
+        .map(|l| l.item)
+        .collect()
+}
+
+/// [`check_content`] through the wait's memory: a file is hashed only when it changed.
+fn look_content(
+    watch: &mut Watch,
+    host: &Host,
+    expect: &[(PathBuf, String)],
+    crio_main_pid: Option<u32>,
+) -> Vec<Left<Stale>> {
     let mut stale = Vec::new();
     for (p, want) in expect {
         for (seen, checked) in views(host, p, crio_main_pid) {
-            let found = sha256_of(open_in(&seen, &checked, host, p, OFlag::O_RDONLY));
+            let (found, since) = watch.digest(host, &seen, &checked, p);
             if found.as_deref() != Some(want.as_str()) {
-                stale.push(Stale {
-                    path: p.clone(),
-                    seen,
-                    checked,
-                    want: want.clone(),
-                    found,
+                stale.push(Left {
+                    same_since: (seen == Viewpoint::Host).then_some(since),
+                    item: Stale {
+                        path: p.clone(),
+                        seen,
+                        checked,
+                        want: want.clone(),
+                        found,
+                    },
                 });
             }
         }
@@ -235,20 +316,81 @@ pub fn check_content(
     stale
 }
 
+/// The rollback's wait: until each file holds what preflight found (on the host), with
+/// [`wait_content`]'s early ends.
+pub async fn wait_found(
+    host: &Host,
+    target: &[(PathBuf, String)],
+    deadline: Duration,
+    writers: &dyn Writers,
+) -> Result<(), VisibilityError> {
+    content_as(
+        "waiting for the runtime files as preflight found them",
+        host,
+        target,
+        None,
+        deadline,
+        writers,
+    )
+    .await
+}
+
 /// Waits until every file holds the package's content, to us and in CRI-O's namespace.
+/// Ends early when CRI-O's main process is gone, or when a file on the host kept other
+/// content for [`QUIET`] while `writers` had nothing at work.
 pub async fn wait_content(
     host: &Host,
     expect: &[(PathBuf, String)],
     crio_main_pid: Option<u32>,
     deadline: Duration,
+    writers: &dyn Writers,
 ) -> Result<(), VisibilityError> {
-    poll_until_none(
-        deadline,
+    content_as(
         "waiting for the new runtime files' content",
-        || Ok(check_content(host, expect, crio_main_pid)),
-        |stale| VisibilityError::ContentNotVisible { stale, deadline },
+        host,
+        expect,
+        crio_main_pid,
+        deadline,
+        writers,
     )
     .await
+}
+
+async fn content_as(
+    waiting: &str,
+    host: &Host,
+    expect: &[(PathBuf, String)],
+    crio_main_pid: Option<u32>,
+    deadline: Duration,
+    writers: &dyn Writers,
+) -> Result<(), VisibilityError> {
+    poll(
+        deadline,
+        waiting,
+        writers,
+        |watch| {
+            runtime_alive(host, crio_main_pid)?;
+            Ok(look_content(watch, host, expect, crio_main_pid))
+        },
+        |stale| VisibilityError::ContentNotVisible { stale, deadline },
+        |stale| VisibilityError::ContentSettled {
+            stale,
+            quiet: QUIET,
+        },
+    )
+    .await
+}
+
+/// The runtime's main process is still there (its view of the files is only seen through
+/// it).
+fn runtime_alive(host: &Host, crio_main_pid: Option<u32>) -> Result<(), VisibilityError> {
+    if let Some(pid) = crio_main_pid {
+        let proc_dir = host.proc.join(pid.to_string());
+        if !proc_dir.exists() {
+            return Err(VisibilityError::CrioGone { pid, proc_dir });
+        }
+    }
+    Ok(())
 }
 
 /// What is wrong with one file (after symlinks), if anything. Pure over the metadata.
@@ -310,20 +452,33 @@ pub fn check_visible(
     paths: &[&Path],
     crio_main_pid: Option<u32>,
 ) -> Result<Vec<Missing>, VisibilityError> {
-    if let Some(pid) = crio_main_pid {
-        let proc_dir = host.proc.join(pid.to_string());
-        if !proc_dir.exists() {
-            return Err(VisibilityError::CrioGone { pid, proc_dir });
-        }
-    }
+    Ok(
+        look_visible(&mut Watch::default(), host, paths, crio_main_pid)?
+            .into_iter()
+            .map(|l| l.item)
+            .collect(),
+    )
+}
+
+fn look_visible(
+    watch: &mut Watch,
+    host: &Host,
+    paths: &[&Path],
+    crio_main_pid: Option<u32>,
+) -> Result<Vec<Left<Missing>>, VisibilityError> {
+    runtime_alive(host, crio_main_pid)?;
     let mut missing = Vec::new();
     for p in paths {
         for (seen, checked) in views(host, p, crio_main_pid) {
-            if metadata_in(&seen, &checked, host, p).is_err() {
-                missing.push(Missing {
-                    path: p.to_path_buf(),
-                    seen,
-                    checked,
+            let (there, since) = watch.exists(host, &seen, &checked, p);
+            if !there {
+                missing.push(Left {
+                    same_since: (seen == Viewpoint::Host).then_some(since),
+                    item: Missing {
+                        path: p.to_path_buf(),
+                        seen,
+                        checked,
+                    },
                 });
             }
         }
@@ -333,45 +488,33 @@ pub fn check_visible(
 
 /// Waits until every path is visible to us and, when `crio_main_pid` is given, inside
 /// that process's mount namespace. The error names each path still missing, and where.
+/// Ends early when CRI-O's main process is gone, or when a path stayed missing on the host
+/// for [`QUIET`] while `writers` had nothing at work (the words say which parent is missing).
 pub async fn wait_visible(
     host: &Host,
     paths: &[&Path],
     crio_main_pid: Option<u32>,
     deadline: Duration,
+    writers: &dyn Writers,
 ) -> Result<(), VisibilityError> {
-    poll_until_none(
+    poll(
         deadline,
         "waiting for runtime files to become visible",
-        || check_visible(host, paths, crio_main_pid),
+        writers,
+        |watch| look_visible(watch, host, paths, crio_main_pid),
         |missing| VisibilityError::NotVisible { missing, deadline },
+        |missing| VisibilityError::NeverVisible {
+            missing: missing
+                .into_iter()
+                .map(|m| Hopeless {
+                    why: why_missing(host, &m.path),
+                    item: m,
+                })
+                .collect(),
+            quiet: QUIET,
+        },
     )
     .await
-}
-
-/// Looks every [`POLL`] until `look` finds nothing left, or the deadline passes (`timeout`
-/// with what is still left); says once, in the log, what it waits for.
-async fn poll_until_none<T: ToString>(
-    deadline: Duration,
-    waiting: &str,
-    mut look: impl FnMut() -> Result<Vec<T>, VisibilityError>,
-    timeout: impl FnOnce(Vec<T>) -> VisibilityError,
-) -> Result<(), VisibilityError> {
-    let until = Instant::now() + deadline;
-    let mut first = true;
-    loop {
-        let left = look()?;
-        if left.is_empty() {
-            return Ok(());
-        }
-        if first {
-            tracing::info!(left = %list(&left), "{waiting}");
-            first = false;
-        }
-        if Instant::now() + POLL > until {
-            return Err(timeout(left));
-        }
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 /// Each item in words, `; `-separated.

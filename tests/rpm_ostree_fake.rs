@@ -184,6 +184,7 @@ async fn install_then_idempotent_rerun() {
         ],
         None,
         Duration::from_secs(10),
+        &e.rpm,
     )
     .await
     .unwrap();
@@ -322,6 +323,7 @@ async fn remove_live_takes_the_files_away() {
         &[Path::new("/usr/bin/containerd-shim-kata-v2")],
         None,
         Duration::from_secs(10),
+        &e.rpm,
     )
     .await
     .unwrap();
@@ -390,11 +392,11 @@ async fn files_of_a_live_apply_appear_after_the_configured_delay() {
         PackageOutcome::NewlyLive
     );
     let shim = Path::new("/usr/bin/containerd-shim-kata-v2");
-    let err = wait_visible(&e.host(), &[shim], None, Duration::from_millis(200))
+    let err = wait_visible(&e.host(), &[shim], None, Duration::from_millis(200), &e.rpm)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("containerd-shim-kata-v2"), "{err}");
-    wait_visible(&e.host(), &[shim], None, Duration::from_secs(30))
+    wait_visible(&e.host(), &[shim], None, Duration::from_secs(30), &e.rpm)
         .await
         .unwrap();
 }

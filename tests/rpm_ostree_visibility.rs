@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kata_live::host::Host;
-use kata_live::visibility::{check_visible, wait_visible, Viewpoint, VisibilityError};
+use kata_live::visibility::{check_visible, wait_visible, NoWriters, Viewpoint, VisibilityError};
 
 const SHIM: &str = "/usr/bin/containerd-shim-kata-v2";
 const CONF: &str = "/opt/kata/configuration-remote.toml";
@@ -57,6 +57,7 @@ async fn files_appearing_later_are_waited_for() {
         &[Path::new(SHIM), Path::new(CONF)],
         Some(4242),
         Duration::from_secs(20),
+        &NoWriters,
     )
     .await
     .unwrap();
@@ -73,6 +74,7 @@ async fn deadline_error_names_the_path_and_where() {
         &[Path::new(SHIM), Path::new(CONF)],
         Some(4242),
         Duration::from_millis(300),
+        &NoWriters,
     )
     .await
     .unwrap_err();
@@ -114,6 +116,7 @@ async fn vanished_crio_is_its_own_error() {
         &[Path::new(SHIM)],
         Some(999_999),
         Duration::from_secs(5),
+        &NoWriters,
     )
     .await
     .unwrap_err();

@@ -51,6 +51,7 @@ mod node_uninstall;
 mod node_uninstall_paths;
 mod node_upgrade;
 mod node_upgrade_os_update;
+mod node_upgrade_waits;
 mod node_windows;
 mod openshift_api;
 mod operator_output;

@@ -8,6 +8,10 @@ pub struct Baseline {
     pub view: RuntimeView,
     pub pods: PodSnapshot,
     pub kubelet_evidence: Evidence,
+    /// The runtime files, each with the SHA-256 the host showed (`None`: not visible): what
+    /// a rollback of the package puts back.
+    #[serde(skip)]
+    pub files: Vec<(std::path::PathBuf, Option<String>)>,
 }
 
 /// Refuses a node that is already unhealthy, so that a rollout never makes a bad node worse.
@@ -94,12 +98,15 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
         .pod_snapshot_with_handlers()
         .await
         .map_err(|e| refuse("listing pods", &e))?;
+    let (binary, others) = ctx.rt.runtime_files(&ctx.host);
+    let paths: Vec<_> = std::iter::once(binary).chain(others).collect();
     Ok(Baseline {
         crio,
         kubelet,
         view,
         pods,
         kubelet_evidence,
+        files: crate::visibility::found(&ctx.host, &paths),
     })
 }
 

@@ -163,6 +163,10 @@ pub enum Rollback {
     /// it): the files were put back as far as the text says, and no job was queued against
     /// that stop. The runtime reads them at its next start; a later run converges.
     Yielded(String),
+    /// A stop (SIGTERM/SIGINT) ended it while nothing of the runtime's configuration had
+    /// changed (the package part of an upgrade's rollback): `state` says what is left; the
+    /// state journal keeps the way back for the next run.
+    Stopped { signal: &'static str, state: String },
 }
 
 impl std::fmt::Display for Rollback {
@@ -173,6 +177,9 @@ impl std::fmt::Display for Rollback {
             }
             Rollback::Failed(s) => write!(f, "ROLLBACK FAILED: {s}"),
             Rollback::Yielded(s) => write!(f, "not rolled back by a restart: {s}"),
+            Rollback::Stopped { signal, state } => {
+                write!(f, "the rollback was stopped by {signal} {state}")
+            }
         }
     }
 }
@@ -184,7 +191,23 @@ impl FlowError {
             FlowError::Lock(crate::lock::LockError::Busy { .. }) => ExitCode::LockBusy,
             FlowError::Lock(_) | FlowError::Internal(_) => ExitCode::Internal,
             FlowError::Package(_) | FlowError::PackageAfterProof(_) => ExitCode::PackageStep,
-            FlowError::Stopped { .. } => ExitCode::Stopped,
+            FlowError::Stopped { .. }
+            | FlowError::AfterUpgrade {
+                rollback: Rollback::Stopped { .. },
+                ..
+            }
+            | FlowError::Activation {
+                rollback: Rollback::Stopped { .. },
+                ..
+            }
+            | FlowError::NotProven {
+                rollback: Rollback::Stopped { .. },
+                ..
+            }
+            | FlowError::NodeAfterChange {
+                rollback: Rollback::Stopped { .. },
+                ..
+            } => ExitCode::Stopped,
             FlowError::Staged { .. } => ExitCode::Staged,
             // The node's condition, not a bug: refused while nothing changed; once the package
             // step made the package live (the runtime untouched), that step's code.

@@ -147,11 +147,19 @@ pub async fn prove_back(
     restarted: bool,
 ) -> Rollback {
     let c = &ctx.cfg;
+    let want_listed = baseline.view.handler_presence == HandlerPresence::Listed;
     let spec = ProofSpec {
-        want_listed: baseline.view.handler_presence == HandlerPresence::Listed,
+        want_listed,
         baseline,
         restarted,
-        newest_artifact_us: newest_artifact_us(ctx),
+        // A runtime that was not restarted and does not declare the handler never looks at
+        // its files: the previous ones put back after it started are nothing it must have
+        // seen (an upgrade of a package whose install never got to its drop-in).
+        newest_artifact_us: if restarted || want_listed {
+            newest_artifact_us(ctx)
+        } else {
+            newest_config_us(ctx)
+        },
         newest_config_us: if restarted {
             newest_artifact_us(ctx)
         } else {
@@ -334,53 +342,86 @@ async fn restart_kubelet_if_down(
     }
 }
 
-/// The rollback's package part: the previous versions back live, by content.
+/// The rollback's package part: the previous versions back live, and the runtime files as
+/// preflight found them (only those it found are waited for; a difference the previous
+/// package does not undo is named). `stoppable`: nothing of the runtime's configuration
+/// changed, so a stop ends it at once and the next run resumes from the state journal;
+/// otherwise it is part of an activation's undoing and goes on to its end.
 pub async fn put_back(
     ctx: &Ctx,
     rep: &mut Reporter,
     r: &crate::rpm_ostree::Reinstall,
+    stoppable: bool,
 ) -> Result<(), Rollback> {
-    rep.begin(
-        "rollback-package",
-        &format!("putting back {}", r.nevras.join(", ")),
-    );
+    use crate::rpm_ostree::RpmOstreeError;
+    use crate::visibility;
+    let nevras = r.nevras.join(", ");
+    rep.begin("rollback-package", &format!("putting back {nevras}"));
     let deadline = ctx.cfg.deadlines.package;
     let until = tokio::time::Instant::now() + deadline;
-    let done = async {
-        ctx.rpm_ostree
-            .run(&r.install_argv, until)
-            .await
-            .map_err(|e| e.to_string())?;
-        ctx.rpm_ostree
-            .run(&r.apply_argv, until)
-            .await
-            .map_err(|e| e.to_string())?;
-        crate::visibility::wait_content(
-            &ctx.host,
-            &r.content,
-            None,
-            until.saturating_duration_since(tokio::time::Instant::now()),
-        )
-        .await
-        .map_err(|e| e.to_string())
-    }
-    .await;
-    match done {
-        Ok(()) => {
-            rep.end(
-                crate::report::StepOutcome::Ran,
-                format!("{} live again", r.nevras.join(", ")),
-            );
-            Ok(())
-        }
-        Err(e) => {
-            rep.end(crate::report::StepOutcome::Failed, e.clone());
-            Err(Rollback::Failed(format!(
-                "the previous package versions ({}) could not be put back: {e}. The \
-                 runtime's configuration is as before; check `rpm-ostree status`, then run \
-                 kata-live again",
-                r.nevras.join(", ")
-            )))
+    let stopped = |rep: &mut Reporter, signal: &'static str, during: &str| {
+        let state = format!(
+            "{during}, putting back {nevras}; the runtime's configuration untouched. The state \
+             journal keeps the way back: the next run resumes from `rpm-ostree status`"
+        );
+        rep.end(StepOutcome::Failed, format!("stopped by {signal} {state}"));
+        Err(Rollback::Stopped { signal, state })
+    };
+    let failed = |rep: &mut Reporter, e: String| {
+        rep.end(StepOutcome::Failed, e.clone());
+        Err(Rollback::Failed(format!(
+            "the previous package versions ({nevras}) could not be put back: {e}. The \
+             runtime's configuration is as before; check `rpm-ostree status`, then run \
+             kata-live again"
+        )))
+    };
+    for argv in [&r.install_argv, &r.apply_argv] {
+        match ctx.rpm_ostree.run(argv, until).await {
+            Ok(_) => {}
+            Err(RpmOstreeError::Interrupted { signal, .. }) if stoppable => {
+                return stopped(rep, signal, "while rpm-ostree ran (interrupted: SIGINT asks rpm-ostreed to cancel; a live apply under way finishes)");
+            }
+            Err(e) => return failed(rep, e.to_string()),
         }
     }
+    let target = match &r.found {
+        Some(found) => visibility::rollback_target(found, &r.content),
+        None => r.content.clone(),
+    };
+    let left = until.saturating_duration_since(tokio::time::Instant::now());
+    let wait = visibility::wait_found(&ctx.host, &target, left, &ctx.rpm_ostree);
+    let waited = if stoppable {
+        match crate::stop::unless_stopped(wait).await {
+            Ok(w) => w,
+            Err(signal) => {
+                return stopped(
+                    rep,
+                    signal,
+                    "while waiting for the runtime files as preflight found them",
+                )
+            }
+        }
+    } else {
+        wait.await
+    };
+    if let Err(e) = waited {
+        return failed(rep, e.to_string());
+    }
+    let words = match &r.found {
+        Some(then) => {
+            let paths: Vec<_> = then.iter().map(|(p, _)| p.clone()).collect();
+            let now = visibility::found(&ctx.host, &paths);
+            let diffs = visibility::differences(then, &now);
+            if !diffs.is_empty() {
+                tracing::warn!("{}", visibility::as_found(then, &diffs));
+            }
+            format!(
+                "{nevras} live again; {}",
+                visibility::as_found(then, &diffs)
+            )
+        }
+        None => format!("{nevras} live again"),
+    };
+    rep.end(StepOutcome::Ran, words);
+    Ok(())
 }

@@ -402,11 +402,17 @@ async fn drive(
                             .as_ref()
                             .map(|r| r.nevras.join(", "))
                             .unwrap_or_default();
-                        let rollback = roll_back(ctx, rep, run, done_steps).await;
-                        FlowError::AfterUpgrade {
-                            error: e.to_string(),
-                            previous,
-                            rollback,
+                        match roll_back(ctx, rep, run, done_steps).await {
+                            // Left for the next run, which resumes from the state journal.
+                            Rollback::Stopped { signal, state } => FlowError::Stopped {
+                                signal,
+                                state: format!("after {e}: {state}"),
+                            },
+                            rollback => FlowError::AfterUpgrade {
+                                error: e.to_string(),
+                                previous,
+                                rollback,
+                            },
                         }
                     }
                     Failure::End(e) => {
@@ -542,15 +548,29 @@ async fn roll_back(
             return failed;
         }
     }
+    // Without a restart nothing of the runtime's configuration changed: no activation is
+    // being undone, so a stop ends the package part at once (the journal keeps the way back).
     if let Some(r) = reinstall {
-        if let Err(failed) = super::put_back(ctx, rep, &r).await {
+        if let Err(failed) = super::put_back(ctx, rep, &r, !restart).await {
             return failed;
         }
     }
     let back = if restart {
         within_rollback_deadline(ctx, reactivate_and_prove_back(ctx, rep, &base)).await
     } else {
-        within_rollback_deadline(ctx, prove_back(ctx, rep, &base, false)).await
+        // The proof of a runtime nothing touched: a stop cuts it (the next run proves).
+        let proof = within_rollback_deadline(ctx, prove_back(ctx, rep, &base, false));
+        match crate::stop::unless_stopped(proof).await {
+            Ok(back) => back,
+            Err(signal) => {
+                let state = "after the previous package versions were put back, before the \
+                             node was proven as preflight found it; the runtime's configuration \
+                             untouched. The next run resumes and proves"
+                    .to_string();
+                rep.end_open(StepOutcome::Failed, format!("stopped by {signal} {state}"));
+                return Rollback::Stopped { signal, state };
+            }
+        }
     };
     back.unwrap_or_else(|why| rollback_cut_off(rep, why))
 }

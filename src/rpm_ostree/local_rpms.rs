@@ -95,4 +95,9 @@ pub struct Reinstall {
     pub nevras: Vec<String>,
     /// Runtime files with the SHA-256 the previous RPMs record.
     pub content: Vec<(PathBuf, String)>,
+    /// The runtime files as this operation's first preflight found them (the SHA-256 on the
+    /// host, `None`: not visible): the rollback's target, kept in the journal so that a
+    /// resumed run still has it (absent in journals of older versions: `content` is).
+    #[serde(default)]
+    pub found: Option<Vec<(PathBuf, Option<String>)>>,
 }

@@ -56,3 +56,21 @@ impl RpmOstree {
         self.status_until(Instant::now() + deadline).await
     }
 }
+
+/// How long the waits give one status read asked of rpm-ostree.
+const WRITING_DEADLINE: Duration = Duration::from_secs(10);
+
+/// For the waits for the runtime files (`crate::visibility`): whether a transaction may
+/// still be writing them. No rpm-ostree on the host: none can; a status that cannot be read:
+/// cannot tell.
+impl crate::visibility::Writers for RpmOstree {
+    fn writing(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<bool>> + '_>> {
+        Box::pin(async move {
+            match self.status(WRITING_DEADLINE).await {
+                Ok(s) => Some(s.transaction_active),
+                Err(RpmOstreeError::NotFound { .. }) => Some(false),
+                Err(_) => None,
+            }
+        })
+    }
+}

@@ -113,7 +113,9 @@ impl Step for InstallPackage {
             };
             // Before anything changes: can a failed upgrade put the previous versions back?
             let reinstall = match &status {
-                Some(status) if !local.is_empty() => previous_versions(ctx, status, &local).await,
+                Some(status) if !local.is_empty() => {
+                    previous_versions(ctx, status, &local, &run.baseline()?.files).await
+                }
                 _ => None,
             };
             // rpm-ostreed carries a transaction to its end when its client dies with
@@ -309,6 +311,7 @@ async fn previous_versions(
     ctx: &Ctx,
     status: &crate::rpm_ostree::Status,
     offered: &[crate::rpm_ostree::Offered],
+    found: &[(std::path::PathBuf, Option<String>)],
 ) -> Option<crate::rpm_ostree::Reinstall> {
     use crate::rpm_ostree::{decide, Action, KEPT_RPMS};
     let deadline = ctx.cfg.deadlines.package;
@@ -368,6 +371,7 @@ async fn previous_versions(
             .into(),
         nevras: replaced.iter().map(|(_, old)| old.to_string()).collect(),
         content,
+        found: Some(found.to_vec()),
     })
 }
 
@@ -599,6 +603,7 @@ impl Step for Visibility {
                 &files,
                 Some(crio_pid),
                 deadline,
+                &ctx.rpm_ostree,
             ))
             .await
             .map_err(|signal| FlowError::Stopped {
@@ -615,6 +620,7 @@ impl Step for Visibility {
                     &run.expected_content,
                     Some(crio_pid),
                     deadline,
+                    &ctx.rpm_ostree,
                 ))
                 .await
                 .map_err(|signal| FlowError::Stopped {
