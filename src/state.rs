@@ -368,6 +368,7 @@ mod tests {
             apply_argv: vec!["apply-live".into()],
             nevras: vec!["kata-containers-3.20.0-1.x86_64".into()],
             content: Vec::new(),
+            found: None,
         });
         assert!(j.needed_after_clean_end());
     }
