@@ -573,3 +573,154 @@ fn a_hostile_node_cannot_move_the_rollout() {
         );
     });
 }
+
+/// Issue 64, items 2 and 4: the decider's credentials out of a node's reach. Placement: the
+/// shipped Deployment requires nodes without the worker role, which the agents' DaemonSets
+/// (install and uninstall) all select. The refusal, on the real API server with the
+/// decider's own token: started on a worker, or on a control-plane node that is a worker, it
+/// exits with words naming the DaemonSets; on a control-plane node it runs; where the
+/// administrator opted in it runs and says the risk.
+#[test]
+fn the_decider_runs_only_where_no_agent_runs() {
+    let docs = support::decider::shipped_docs();
+    let d = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the Deployment");
+    let affinity = &d["spec"]["template"]["spec"]["affinity"]["nodeAffinity"];
+    let terms = &affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    assert_eq!(
+        *terms,
+        json!([{"matchExpressions": [
+            {"key": "node-role.kubernetes.io/worker", "operator": "DoesNotExist"}]}]),
+        "the decider's required placement"
+    );
+    for ds in manifests().iter().filter(|v| v["kind"] == "DaemonSet") {
+        let sel = &ds["spec"]["template"]["spec"]["nodeSelector"];
+        assert_eq!(
+            sel["node-role.kubernetes.io/worker"], "",
+            "{}: its agents on workers only, where the decider never runs",
+            ds["metadata"]["name"]
+        );
+    }
+
+    let cp = ControlPlane::start_api_only(19143, 26490);
+    apply(&cp, &manifests());
+    let role = |r: &str| format!("node-role.kubernetes.io/{r}");
+    for (name, roles) in [
+        ("kl-p-worker", vec!["worker"]),
+        ("kl-p-master", vec!["control-plane"]),
+        ("kl-p-both", vec!["control-plane", "worker"]),
+    ] {
+        let labels: serde_json::Map<String, Value> =
+            roles.iter().map(|r| (role(r), json!(""))).collect();
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels}});
+        cp.kubectl_in(&["apply", "-f", "-"], Some(&node.to_string()));
+    }
+    let opt_in = ("KATA_LIVE_PACE_SHARE_NODES_WITH_AGENTS", "true");
+    // Its Node writes narrowed (kata-live-pace-nodes): its token, as the Deployment's pod
+    // holds it (written by the first start below).
+    let mut first =
+        Decider::shipped_as(&cp, "kata-live-pace-probe", &[("NODE_NAME", "kl-p-master")]);
+    first.kill();
+    let kc = std::fs::read_to_string(cp.dir().join("kata-live-pace.kubeconfig"))
+        .expect("the decider's kubeconfig");
+    let pace_token = kc
+        .lines()
+        .find_map(|l| {
+            l.split("token: ")
+                .nth(1)
+                .map(|t| t.trim_end_matches("}}]").to_string())
+        })
+        .expect("the decider's token");
+    let patch = |p: Value| {
+        kubectl_as(
+            &cp,
+            &pace_token,
+            &[
+                "patch",
+                "node",
+                "kl-p-worker",
+                "--type=merge",
+                "-p",
+                &p.to_string(),
+            ],
+            None,
+        )
+    };
+    let refused = |a: &Answer, words: &str| matches!(a, Answer::Refused { code: 422, message } if message.contains(words));
+    let tries = [
+        (
+            json!({"metadata": {"labels": {"example.com/x": "1"}}}),
+            Some("nothing of a Node but"),
+        ),
+        (
+            json!({"spec": {"unschedulable": true}}),
+            Some("only with its claim"),
+        ),
+        (
+            json!({"metadata": {"annotations": {CLAIM: "kata-live-turn-kl-p-worker"}},
+                   "spec": {"unschedulable": true}}),
+            None,
+        ),
+        (
+            json!({"spec": {"unschedulable": null}}),
+            Some("only in the write that drops it"),
+        ),
+        (
+            json!({"metadata": {"annotations": {CLAIM: null}}, "spec": {"unschedulable": null}}),
+            None,
+        ),
+    ];
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while !refused(&patch(tries[0].0.clone()), "nothing of a Node but") {
+        assert!(
+            std::time::Instant::now() < until,
+            "the decider's Node policy not loaded"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (p, words) in &tries {
+        let a = patch(p.clone());
+        eprintln!("pace_hostile: the decider's token: {p}: {}", a.words());
+        match words {
+            Some(w) => assert!(refused(&a, w), "{p}: {}", a.words()),
+            None => assert_eq!(a, Answer::Allowed, "{p}: {}", a.words()),
+        }
+    }
+    for (i, (node, opted, refused)) in [
+        ("kl-p-worker", false, true),
+        ("kl-p-both", false, true),
+        ("kl-p-master", false, false),
+        ("kl-p-both", true, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut env = vec![("NODE_NAME", node)];
+        if opted {
+            env.push(opt_in);
+        }
+        let mut d = Decider::shipped_as(&cp, &format!("kata-live-pace-{i}"), &env);
+        let exit = d.exited_within(Duration::from_secs(if refused { 30 } else { 4 }));
+        let said = d.said();
+        eprintln!("pace_hostile: the decider on {node} (opted in: {opted}): {said}");
+        if refused {
+            assert_eq!(exit.and_then(|s| s.code()), Some(1), "{said}");
+            assert!(
+                said.contains(&format!("refusing to run on node {node}"))
+                    && said.contains("kata-live-install, kata-live-uninstall"),
+                "{said}"
+            );
+        } else {
+            assert!(exit.is_none(), "it exited on {node}: {said}");
+            assert!(!said.contains("refusing"), "{said}");
+            assert_eq!(
+                opted,
+                said.contains("KATA_LIVE_PACE_SHARE_NODES_WITH_AGENTS=true allows"),
+                "{said}"
+            );
+        }
+    }
+}

@@ -541,6 +541,8 @@ fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
             "ClusterRoleBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Deployment"
         ]
     );

@@ -54,6 +54,43 @@ impl Decider {
     /// As the shipped Deployment runs it (its environment, its service account), on the
     /// fleet's control plane: kata-live-pace.yaml applied but for the Deployment itself.
     pub fn shipped(cp: &ControlPlane) -> Decider {
+        Self::shipped_with(cp, &[])
+    }
+
+    /// [`Self::shipped`] with `extra` in its environment (what the downward API gives the
+    /// Deployment's pod: NODE_NAME), as `identity`.
+    pub fn shipped_as(cp: &ControlPlane, identity: &str, extra: &[(&str, &str)]) -> Decider {
+        let d = Self::shipped_env(cp, extra);
+        let kubeconfig = cp.dir().join("kata-live-pace.kubeconfig");
+        Decider::start(cp, &kubeconfig, identity, &d, &[])
+    }
+
+    fn shipped_with(cp: &ControlPlane, extra: &[(&str, &str)]) -> Decider {
+        let env = Self::shipped_env(cp, extra);
+        let kubeconfig = cp.dir().join("kata-live-pace.kubeconfig");
+        Decider::start(cp, &kubeconfig, "kata-live-pace-0", &env, &[])
+    }
+
+    /// Whether it exited within `within` (polled), and how.
+    pub fn exited_within(
+        &mut self,
+        within: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let until = std::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// The shipped manifest applied (but the Deployment), its service account's kubeconfig
+    /// written, and the Deployment's environment with `extra`.
+    fn shipped_env(cp: &ControlPlane, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         let docs = shipped_docs();
         for d in docs.iter().filter(|d| d["kind"] != "Deployment") {
             cp.kubectl_in(&["apply", "-f", "-"], Some(&d.to_string()));
@@ -82,7 +119,8 @@ impl Decider {
         // Served by the Deployment's pod on its own port; here the host's ports are shared.
         env.retain(|(k, _)| k != "KATA_LIVE_METRICS_ADDRESS");
         env.push(("POD_NAMESPACE".into(), "kata-live".into()));
-        Decider::start(cp, &kubeconfig, "kata-live-pace-0", &env, &[])
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env
     }
 
     pub fn said(&self) -> String {

@@ -5,6 +5,7 @@
 //! API's state alone.
 
 mod fence;
+pub mod placement;
 mod stores;
 mod writes;
 
@@ -49,6 +50,8 @@ pub enum ElectedError {
     Election { lease: String, detail: String },
     #[error("serving the rollout's /metrics on {address}: {detail}")]
     Metrics { address: String, detail: String },
+    #[error("{0}")]
+    Placement(String),
 }
 
 /// The decider's configuration (the Deployment's environment).
@@ -97,6 +100,14 @@ pub struct Config {
     /// Serve `/metrics` over plain HTTP (a scrape's token is still checked).
     #[arg(long)]
     pub metrics_plain_http: bool,
+    /// The Node this replica runs on (the downward API's spec.nodeName): checked at start
+    /// against the agents' DaemonSets ([`placement`]). Unset: not checked (said).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Run even on a node where an agent runs (one node, or control-plane nodes that are
+    /// workers): an agent there can read this decider's token (docs/pacing-design.md).
+    #[arg(long, env = "KATA_LIVE_PACE_SHARE_NODES_WITH_AGENTS")]
+    pub share_nodes_with_agents: bool,
 }
 
 /// Words on stderr (the Deployment's log), each line prefixed.
@@ -165,6 +176,63 @@ fn node_selector(ds: &DynamicObject) -> String {
 }
 
 /// Whether the MachineConfigPools' API is served (a list of one; 404: no such API).
+/// Refuses a node where an agent runs ([`placement`]), unless the administrator opted in.
+async fn check_placement(cfg: &Config, client: &kube::Client) -> Result<(), ElectedError> {
+    let Some(node) = &cfg.node_name else {
+        say("NODE_NAME is not set: whether an agent runs on this node is not checked");
+        return Ok(());
+    };
+    let api_err = |what: String| {
+        move |e: kube::Error| ElectedError::Api {
+            what,
+            detail: api_error(&e),
+        }
+    };
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let own = nodes
+        .get_metadata(node)
+        .await
+        .map_err(api_err(format!("reading its own Node {node}")))?;
+    let sets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &cfg.namespace,
+        &kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::DaemonSet>(&()),
+    );
+    let list = sets
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err(format!(
+            "listing the DaemonSets of {}",
+            cfg.namespace
+        )))?;
+    let selectors: Vec<placement::Selector> = list
+        .items
+        .iter()
+        .map(|ds| placement::Selector {
+            daemonset: ds.metadata.name.clone().unwrap_or_default(),
+            labels: ds.data["spec"]["template"]["spec"]["nodeSelector"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect(),
+        })
+        .collect();
+    let labels = own.metadata.labels.unwrap_or_default();
+    match placement::agents_on(&labels, &selectors) {
+        None => Ok(()),
+        Some(sets) if cfg.share_nodes_with_agents => {
+            say(&format!(
+                "running on node {node}, where the agents of {sets} run, as \
+                 KATA_LIVE_PACE_SHARE_NODES_WITH_AGENTS=true allows: an agent there can read \
+                 this decider's token"
+            ));
+            Ok(())
+        }
+        Some(sets) => Err(ElectedError::Placement(placement::refusal(node, &sets))),
+    }
+}
+
 async fn mco_served(client: &kube::Client) -> Result<bool, ElectedError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &stores::mcp_resource());
     match api.list_metadata(&ListParams::default().limit(1)).await {
@@ -248,6 +316,7 @@ pub async fn run(cfg: Config) -> Result<(), ElectedError> {
             .unwrap_or_else(|_| "kata-live-pace".into());
         format!("{host}-{}", std::process::id())
     });
+    check_placement(&cfg, &client).await?;
     let mco = mco_served(&client).await?;
     let selector = match (&cfg.pool_selector, &cfg.daemonset, mco) {
         (_, _, true) => String::new(),
