@@ -230,9 +230,8 @@ impl Step for InstallPackage {
             {
                 // The runtime files an offered RPM ships, with its digests: a new version at
                 // an existing path passes a stat before its content reaches CRI-O.
-                let (binary, others) = ctx.rt.runtime_files(&ctx.host);
-                run.expected_content = std::iter::once(binary)
-                    .chain(others)
+                run.expected_content = runtime_paths(ctx)
+                    .into_iter()
                     .filter_map(|p| {
                         let want = local.iter().find_map(|o| o.sha256.get(&p))?.clone();
                         Some((p, want))
@@ -351,9 +350,8 @@ async fn previous_versions(
             return None;
         }
     };
-    let (binary, others) = ctx.rt.runtime_files(&ctx.host);
-    let content = std::iter::once(binary)
-        .chain(others)
+    let content = runtime_paths(ctx)
+        .into_iter()
         .filter_map(|p| {
             let want = old_rpms.iter().find_map(|o| o.sha256.get(&p))?.clone();
             Some((p, want))
@@ -589,9 +587,8 @@ impl Step for Visibility {
         Box::pin(async move {
             let c = &ctx.cfg;
             let crio_pid = run.baseline()?.crio.main_pid;
-            let (binary, others) = ctx.rt.runtime_files(&ctx.host);
-            let mut files = vec![binary.as_path()];
-            files.extend(others.iter().map(|p| p.as_path()));
+            let paths = runtime_paths(ctx);
+            let files = as_paths(&paths);
             // A dry run looks once: it must not wait for files no package step brought.
             let deadline = if ctx.dry_run {
                 std::time::Duration::ZERO
@@ -611,7 +608,7 @@ impl Step for Visibility {
                 state: format!("during the visibility wait: {UNTOUCHED}"),
             })?;
             let seen = seen.and_then(|()| {
-                visibility::check_usable(&ctx.host, &binary, &files[1..], Some(crio_pid))
+                visibility::check_usable(&ctx.host, files[0], &files[1..], Some(crio_pid))
             });
             let by_content = !run.expected_content.is_empty();
             let seen = match seen {
