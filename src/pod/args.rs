@@ -42,6 +42,18 @@ pub struct EntryArgs {
     /// Exit after printing the outcome instead of staying alive (for a Job or a test).
     #[arg(long)]
     pub exit: bool,
+    /// How much longer than the run's worst case (the sum of the node's deadlines) the pod
+    /// follows the unit before it reports the run unfinished and, if it cordoned the node,
+    /// leaves it cordoned: the unit's own stop (a rollback's restart, its ExecStopPost=) may
+    /// still be under way then. The unit's TimeoutStartSec= ends a run that overruns.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "KATA_LIVE_POD_FOLLOW_MARGIN",
+        default_value = "5min",
+        value_parser = humantime::parse_duration
+    )]
+    pub follow_margin: std::time::Duration,
     #[command(flatten)]
     pub pace: PaceArgs,
 }

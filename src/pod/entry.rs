@@ -26,7 +26,16 @@ pub(super) fn entry(op: Operation, a: &EntryArgs) -> Result<ExitCode, PodError> 
         if op == Operation::Uninstall {
             say(&cluster.unschedule().await);
         }
-        let o = start_and_follow(op, &host, &cfg.deadlines, &arts, pacer.as_ref(), state).await?;
+        let o = start_and_follow(
+            op,
+            &host,
+            &cfg.deadlines,
+            a.follow_margin,
+            &arts,
+            pacer.as_ref(),
+            state,
+        )
+        .await?;
         for words in cluster
             .after_run(op, o.exit(), &o.render(), &o.invocation)
             .await

@@ -78,6 +78,7 @@ pub(super) async fn start_and_follow(
     op: Operation,
     host: &Host,
     deadlines: &Deadlines,
+    margin: Duration,
     arts: &[Artifact],
     pacer: Option<&Agent>,
     pod_state: &Path,
@@ -93,7 +94,7 @@ pub(super) async fn start_and_follow(
         copied = true;
     }
     // The unit's own TimeoutStartSec= ends a run that overruns; this only bounds our wait.
-    let follow = deadlines.worst_case() + Duration::from_secs(300);
+    let follow = deadlines.worst_case() + margin;
     let mut o = observe(&sd, host, op, files_changed).await?;
     let mut d = decide(op, &o);
     if d == Next::WaitForOther {
