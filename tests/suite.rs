@@ -31,6 +31,8 @@ mod node_fleet;
 mod node_fleet_budget;
 mod node_fleet_cordon;
 mod node_fleet_faults;
+mod node_fleet_host;
+mod node_fleet_uninstall;
 mod node_handler_kinds;
 mod node_handoff;
 mod node_handoff_codes;
