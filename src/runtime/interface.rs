@@ -31,7 +31,7 @@ pub enum RuntimeError {
         reason: String,
     },
     #[error(transparent)]
-    CrioFiles(#[from] super::crio::conf::CrioConfError),
+    CrioFiles(#[from] super::crio::files::CrioConfError),
     #[error(transparent)]
     ContainerdFiles(#[from] super::containerd::declarations::FilesError),
     /// No runtime could be decided for this node, or the configuration asks what it cannot do.

@@ -2,8 +2,8 @@
 //! around the pure reading order and comparison of [`super::conf`].
 
 use crate::host::Host;
-use crate::runtime::Shadowing;
 use kata_live_parse::runtime::crio::conf::{declares_handler, shadowing, DROP_IN_DIR, MAIN_FILE};
+use kata_live_parse::runtime::Shadowing;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

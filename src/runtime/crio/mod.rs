@@ -3,11 +3,11 @@
 //! [`drop_in`]: the drop-in's form; [`conf`]: the files as CRI-O reads them and the
 //! definition the running CRI-O took.
 
-mod files;
+pub mod files;
 pub use kata_live_parse::runtime::crio::drop_in;
 
 /// CRI-O's configuration: the reading order and the comparison with what kata-live wrote
-/// (pure, kata-live-parse's), the files read and `GET /config` asked (here, `files.rs`).
+/// (pure, kata-live-parse's), the files read and `GET /config` asked ([`files`]).
 pub mod conf {
     pub use super::files::*;
     pub use kata_live_parse::runtime::crio::conf::*;
