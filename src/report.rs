@@ -237,10 +237,7 @@ impl Numbering {
     }
 }
 
-/// Seconds with one decimal and a unit: `1.8 s`.
-pub fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
+pub use kata_live_parse::words::secs;
 
 /// One step's progress line (pure): `[5/8] restarting crio.service … done in 1.8 s (detail)`.
 pub fn render_progress(

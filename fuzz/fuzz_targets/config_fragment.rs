@@ -1,7 +1,7 @@
 //! A configuration fragment: never a panic; an accepted one prints (`kata-live config`) a
 //! configuration that, read back, is the same.
 #![no_main]
-use kata_live::config::load_fragments;
+use kata_live_parse::config::load_fragments;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,10 +4,10 @@
 //! changes; `info["config"]` and `config dump` answers are either judged or refused in words.
 #![no_main]
 
-use kata_live::runtime::containerd::{
+use kata_live_parse::runtime::containerd::{
     compare_dump, compare_effective, ensure_import, remove_import,
 };
-use kata_live::runtime::Edit;
+use kata_live_parse::runtime::Edit;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

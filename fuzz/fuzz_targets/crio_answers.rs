@@ -3,9 +3,9 @@
 //! sandbox's handler is read from. The first line of the input is the info JSON, the rest
 //! the configuration.
 #![no_main]
-use kata_live::cri::pods::handler_from_verbose_info;
-use kata_live::runtime::crio::conf::compare_effective;
-use kata_live::runtime::definition::Definition;
+use kata_live_parse::cri::handler_from_verbose_info;
+use kata_live_parse::runtime::crio::conf::compare_effective;
+use kata_live_parse::runtime::definition::Definition;
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
 
@@ -15,7 +15,10 @@ fuzz_target!(|data: &[u8]| {
     let info = HashMap::from([("info".to_string(), info.to_string())]);
     let _ = handler_from_verbose_info(&info);
     let mut wrote = toml::Table::new();
-    wrote.insert("runtime_path".into(), "/usr/bin/containerd-shim-kata-v2".into());
+    wrote.insert(
+        "runtime_path".into(),
+        "/usr/bin/containerd-shim-kata-v2".into(),
+    );
     wrote.insert("runtime_type".into(), "vm".into());
     // "Ours" only when the served table holds what we wrote: these two keys CRI-O always
     // prints, so they must be there with our values.

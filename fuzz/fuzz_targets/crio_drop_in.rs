@@ -1,8 +1,8 @@
 //! A CRI-O drop-in's handler tables: never a panic; a table read back from what kata-live
 //! renders for it is the same table.
 #![no_main]
-use kata_live::config::Handler;
-use kata_live::runtime::crio::drop_in::{parse_handlers, render};
+use kata_live_parse::config::Handler;
+use kata_live_parse::runtime::crio::drop_in::{parse_handlers, render};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

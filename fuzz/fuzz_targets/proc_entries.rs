@@ -1,7 +1,7 @@
 //! What kata-live reads from /proc: fd link targets (`socket:[N]`), and socket names (from
 //! sock_diag) matched against the configured CRI socket.
 #![no_main]
-use kata_live::kubelet::procfd::{names_cri_socket, path_alias, socket_inode_of_link};
+use kata_live_parse::kubelet::procfd::{names_configured_path, path_alias, socket_inode_of_link};
 use libfuzzer_sys::fuzz_target;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(path_alias(&q).as_deref(), Some(p), "{p:?} -> {q:?}");
             assert!(p.starts_with("/run") || p.starts_with("/var/run"), "{p:?}");
         }
-        None => assert!(!p.starts_with("/run") && !p.starts_with("/var/run"), "{p:?}"),
+        None => assert!(
+            !p.starts_with("/run") && !p.starts_with("/var/run"),
+            "{p:?}"
+        ),
     }
-    let _ = names_cri_socket(None, Path::new("/var/run/crio/crio.sock"), p);
+    let _ = names_configured_path(Path::new("/var/run/crio/crio.sock"), p);
 });

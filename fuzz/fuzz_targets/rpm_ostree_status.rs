@@ -3,7 +3,7 @@
 //! package is in the running deployment, an unknown live tree reports nothing live, an OS
 //! update needs a pending deployment.
 #![no_main]
-use kata_live::rpm_ostree::{nevra_name, parse_status, Deployment, PackageState};
+use kata_live_parse::rpm_ostree::{nevra_name, parse_status, Deployment, PackageState};
 use libfuzzer_sys::fuzz_target;
 
 /// Every package name a deployment mentions, however it mentions it.
@@ -30,7 +30,10 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(s.booted.booted, "the booted deployment is marked booted");
     if s.os_update_pending() {
-        assert!(s.pending.is_some(), "an OS update without a pending deployment");
+        assert!(
+            s.pending.is_some(),
+            "an OS update without a pending deployment"
+        );
     }
     if !s.live_tree_known() {
         assert!(
@@ -62,7 +65,10 @@ fuzz_target!(|data: &[u8]| {
     let local = s.local_packages();
     for on in local.values() {
         if on.live_unknown {
-            assert!(on.live.is_none(), "a live version read from an unknown live tree");
+            assert!(
+                on.live.is_none(),
+                "a live version read from an unknown live tree"
+            );
         }
         assert!(on.live.is_some() || on.next_boot.is_some() || on.live_unknown);
     }

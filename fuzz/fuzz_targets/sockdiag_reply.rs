@@ -3,7 +3,7 @@
 //! answer is the same as for the whole buffer (the dump's receive loop parses whatever the
 //! kernel put in each receive, which may end between any two messages).
 #![no_main]
-use kata_live::kubelet::sockdiag::{parse_replies, UnixSock};
+use kata_live_parse::kubelet::sockdiag::{parse_replies, UnixSock};
 use libfuzzer_sys::fuzz_target;
 
 /// A netlink header (16 bytes) and a unix_diag_msg (16 bytes): the least one socket takes.
@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut out = vec![earlier.clone()];
     let whole = parse_replies(data, &mut out);
-    assert_eq!(out.first(), Some(&earlier), "an earlier receive's socket was lost");
+    assert_eq!(
+        out.first(),
+        Some(&earlier),
+        "an earlier receive's socket was lost"
+    );
     let found = &out[1..];
     assert!(
         found.len() <= data.len() / SMALLEST_REPLY,

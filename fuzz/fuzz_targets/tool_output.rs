@@ -1,8 +1,8 @@
 //! Output of the tools kata-live runs or reads: getsebool (first line: the boolean asked
 //! for), semodule -l, and CRI-O's metrics text.
 #![no_main]
-use kata_live::kubelet::http::list_pod_sandbox_count;
-use kata_live::scriptlets::{parse_getsebool, parse_semodule_list};
+use kata_live_parse::kubelet::metrics::list_pod_sandbox_count;
+use kata_live_parse::scriptlets::{parse_getsebool, parse_semodule_list};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,7 +24,8 @@ fuzz_target!(|data: &[u8]| {
     // Every module listed is the first word of a line of the output.
     for m in parse_semodule_list(&text) {
         assert!(
-            text.lines().any(|l| l.split_whitespace().next() == Some(m.as_str())),
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(m.as_str())),
             "{m:?} is no line's first word"
         );
     }

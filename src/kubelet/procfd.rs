@@ -10,6 +10,10 @@ use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstat, Mode};
 use procfs::process::{FDTarget, Process};
 
+pub use kata_live_parse::kubelet::procfd::{
+    names_configured_path, path_alias, socket_inode_of_link,
+};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProcError {
     #[error("cannot list the file descriptors of pid {pid} under {proc_root}: {}; is the process still running and is kata-live root?", crate::words::without_os_error(&.source.to_string()))]
@@ -44,29 +48,6 @@ pub fn socket_inodes(proc_root: &Path, pid: u32) -> Result<BTreeSet<u64>, ProcEr
     Ok(inodes)
 }
 
-/// The socket inode a `/proc/<pid>/fd/N` link target names (`socket:[123]`, exactly as the
-/// kernel writes it; procfs's `FDTarget` parses the number); `None` for anything else.
-pub fn socket_inode_of_link(target: &str) -> Option<u64> {
-    // procfs's parser is lax (it took "socket:W128676]", found by fuzzing): only the form the
-    // kernel writes counts.
-    match target.parse::<FDTarget>() {
-        Ok(FDTarget::Socket(ino)) if target == format!("socket:[{ino}]") => Some(ino),
-        _ => None,
-    }
-}
-
-/// The other spelling of a CRI-O socket path: `/var/run/X` and `/run/X` are the same file
-/// on every systemd host (`/var/run` is a symlink to `/run`).
-pub fn path_alias(p: &Path) -> Option<PathBuf> {
-    if let Ok(rest) = p.strip_prefix("/var/run") {
-        Some(Path::new("/run").join(rest))
-    } else if let Ok(rest) = p.strip_prefix("/run") {
-        Some(Path::new("/var/run").join(rest))
-    } else {
-        None
-    }
-}
-
 /// (dev, ino) of `path` resolved inside the root directory `root` (e.g.
 /// `/proc/<crio pid>/root`), following symlinks as the process itself would: with
 /// RESOLVE_IN_ROOT an absolute symlink such as `/var/run -> /run` stays inside that root.
@@ -84,10 +65,10 @@ pub fn file_id_in_root(root: &Path, path: &Path) -> io::Result<(u64, u64)> {
 
 /// Decides whether the name a socket is bound to (as CRI-O passed it to bind(2), in CRI-O's
 /// mount namespace) is the configured CRI socket. Accepted: the configured path, its
-/// /run <-> /var/run alias, or any other name that resolves to the same file inside CRI-O's
-/// root (`/proc/<crio pid>/root`).
+/// /run <-> /var/run alias ([`names_configured_path`]), or any other name that resolves to
+/// the same file inside CRI-O's root (`/proc/<crio pid>/root`).
 pub fn names_cri_socket(crio_root: Option<&Path>, configured: &Path, name: &Path) -> bool {
-    if name == configured || path_alias(configured).as_deref() == Some(name) {
+    if names_configured_path(configured, name) {
         return true;
     }
     let Some(root) = crio_root else {
@@ -105,21 +86,6 @@ pub fn names_cri_socket(crio_root: Option<&Path>, configured: &Path, name: &Path
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn aliases() {
-        assert_eq!(
-            path_alias(Path::new("/var/run/crio/crio.sock")),
-            Some(PathBuf::from("/run/crio/crio.sock"))
-        );
-        assert_eq!(
-            path_alias(Path::new("/run/crio/crio.sock")),
-            Some(PathBuf::from("/var/run/crio/crio.sock"))
-        );
-        assert_eq!(path_alias(Path::new("/srv/crio.sock")), None);
-        // A prefix match on a path component, not on a string.
-        assert_eq!(path_alias(Path::new("/running/x")), None);
-    }
 
     #[test]
     fn names_resolved_inside_the_given_root() {
@@ -157,19 +123,5 @@ mod tests {
             conf,
             Path::new("/srv/missing.sock")
         ));
-    }
-
-    #[test]
-    fn socket_links_only_in_the_kernels_form() {
-        assert_eq!(socket_inode_of_link("socket:[128676]"), Some(128676));
-        // The first was found by fuzzing (procfs takes it); none is what the kernel writes.
-        for bad in [
-            "socket:W128676]",
-            "socket:[128676",
-            "socket:[0128676]",
-            "pipe:[5]",
-        ] {
-            assert_eq!(socket_inode_of_link(bad), None, "{bad}");
-        }
     }
 }

@@ -32,14 +32,12 @@
 pub mod autovar;
 mod cli;
 mod cli_install;
-mod cli_status;
 mod cli_uninstall;
 mod local_rpms;
 mod plan_install;
 mod plan_remove;
 mod rpmdb;
 mod transaction;
-mod versions;
 
 pub use cli::{RpmOstree, RunOutput};
 pub use cli_install::PackageOutcome;
@@ -50,6 +48,20 @@ pub use plan_install::{plan_install, plan_local, plan_local_with, InstallPlan, R
 pub use plan_remove::{plan_remove, RemovePlan};
 pub use rpmdb::{parse_query, Rpmdb, RpmdbError};
 pub use versions::{decide, evr_cmp, table, Action, Decision, Nevra, Offered, OnNode};
+
+// `status --json` and the versions' decisions are pure, in kata-live-parse (fuzzed there).
+use kata_live_parse::rpm_ostree::versions;
+
+/// `status --json` parsed by kata-live-parse; what it cannot read is this module's error.
+mod cli_status {
+    pub use kata_live_parse::rpm_ostree::{nevra_name, Deployment, PackageState, Status};
+
+    /// Parses `rpm-ostree status --json` output.
+    pub fn parse_status(json: &str) -> Result<Status, super::RpmOstreeError> {
+        kata_live_parse::rpm_ostree::parse_status(json)
+            .map_err(|e| super::RpmOstreeError::BadStatus { reason: e.reason })
+    }
+}
 
 use std::path::PathBuf;
 use std::time::Duration;

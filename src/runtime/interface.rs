@@ -31,7 +31,7 @@ pub enum RuntimeError {
         reason: String,
     },
     #[error(transparent)]
-    CrioFiles(#[from] super::crio::conf::CrioConfError),
+    CrioFiles(#[from] super::crio::files::CrioConfError),
     #[error(transparent)]
     ContainerdFiles(#[from] super::containerd::declarations::FilesError),
     /// No runtime could be decided for this node, or the configuration asks what it cannot do.
@@ -39,12 +39,7 @@ pub enum RuntimeError {
     Undecided(String),
 }
 
-/// Other files that declare the handler, by where they come against kata-live's drop-in.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Shadowing {
-    pub before: Vec<PathBuf>,
-    pub after: Vec<PathBuf>,
-}
+pub use kata_live_parse::runtime::{Edit, Shadowing};
 
 /// The running daemon's definition of the handler: evidence, and what is wrong (`None`:
 /// it is the one kata-live wrote).
@@ -131,13 +126,4 @@ pub trait ImportEdits {
     fn remove(&self, main_text: &str) -> Result<Option<String>, RuntimeError>;
     /// The import in the text that reads the drop-in, if any.
     fn covering(&self, main_text: &str) -> Result<Option<String>, RuntimeError>;
-}
-
-/// What [`ImportEdits::ensure`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Edit {
-    /// An existing import already reads the drop-in: the text is unchanged.
-    AlreadyCovered { by: String },
-    /// The new text: one element added to `imports`, or one line.
-    Changed { text: String },
 }

@@ -7,7 +7,7 @@
 
 pub mod containerd;
 pub mod crio;
-pub mod definition;
+pub use kata_live_parse::runtime::definition;
 mod detect;
 mod interface;
 

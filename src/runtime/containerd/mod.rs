@@ -12,11 +12,11 @@
 //!
 //! The rules these modules follow, with their sources and measurements: `docs/containerd.md`.
 
-pub mod config;
+// The drop-in's form, the `imports` edit and the effective definition: pure, in
+// kata-live-parse (fuzzed there); the files read and the detection here.
+pub use kata_live_parse::runtime::containerd::{config, effective, imports};
 pub mod declarations;
 pub mod detect;
-pub mod effective;
-pub mod imports;
 
 pub use config::{ConfigVersion, ContainerdHandler, ImportMerge};
 pub use declarations::{config_files, config_files_with, declarations, Declarations};

@@ -3,8 +3,15 @@
 //! [`drop_in`]: the drop-in's form; [`conf`]: the files as CRI-O reads them and the
 //! definition the running CRI-O took.
 
-pub mod conf;
-pub mod drop_in;
+pub mod files;
+pub use kata_live_parse::runtime::crio::drop_in;
+
+/// CRI-O's configuration: the reading order and the comparison with what kata-live wrote
+/// (pure, kata-live-parse's), the files read and `GET /config` asked ([`files`]).
+pub mod conf {
+    pub use super::files::*;
+    pub use kata_live_parse::runtime::crio::conf::*;
+}
 
 use super::interface::{Effective, Import, Runtime, RuntimeError, Shadowing};
 use crate::config::{Handler, RuntimeKind};

@@ -135,7 +135,7 @@ pub fn loopback_http_problem(url: &str) -> Option<String> {
             "{url:?}: host {host:?} is not a loopback address (127.0.0.0/8, [::1] or localhost); kata-live's units only allow loopback traffic"
         ));
     }
-    if url.parse::<hyper::Uri>().is_err() {
+    if url.parse::<http::Uri>().is_err() {
         return Some(format!("{url:?} is not a valid URL"));
     }
     None
@@ -255,8 +255,8 @@ pub(super) fn check(l: &Loaded) -> Result<(), ConfigError> {
                 "activation.stop_grace {} is at or past deadlines.restart ({}): the runtime's \
                  held stop could never be cut within the restart. Set activation.stop_grace \
                  below deadlines.restart (or raise deadlines.restart)",
-                crate::report::secs(c.activation.stop_grace),
-                crate::report::secs(c.deadlines.restart)
+                crate::words::secs(c.activation.stop_grace),
+                crate::words::secs(c.deadlines.restart)
             ),
         ));
     }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::versions::{Nevra, OnNode};
-use super::RpmOstreeError;
+use super::BadStatus;
 
 /// One deployment, only the fields we use.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,17 +71,16 @@ pub struct Status {
 }
 
 /// Parses `rpm-ostree status --json` output.
-pub fn parse_status(json: &str) -> Result<Status, RpmOstreeError> {
+pub fn parse_status(json: &str) -> Result<Status, BadStatus> {
     let de = &mut serde_json::Deserializer::from_str(json);
-    let raw: StatusJson =
-        serde_path_to_error::deserialize(de).map_err(|e| RpmOstreeError::BadStatus {
-            reason: e.to_string(),
-        })?;
+    let raw: StatusJson = serde_path_to_error::deserialize(de).map_err(|e| BadStatus {
+        reason: e.to_string(),
+    })?;
     let booted_idx = raw
         .deployments
         .iter()
         .position(|d| d.booted)
-        .ok_or_else(|| RpmOstreeError::BadStatus {
+        .ok_or_else(|| BadStatus {
             reason: "no booted deployment (is this an rpm-ostree booted host?)".into(),
         })?;
     let booted = raw.deployments[booted_idx].clone();

@@ -200,7 +200,7 @@ fn covering(imports: &[String], main_path: &Path, drop_in: &Path) -> Option<Stri
 }
 
 /// Go's `filepath.Clean`, lexically (no symlinks resolved).
-pub(crate) fn clean(p: &Path) -> PathBuf {
+pub fn clean(p: &Path) -> PathBuf {
     let mut out: Vec<&std::ffi::OsStr> = Vec::new();
     let abs = p.is_absolute();
     for c in p.components() {

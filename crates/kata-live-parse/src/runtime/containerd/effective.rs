@@ -191,23 +191,24 @@ mod tests {
     use std::path::Path;
 
     const V21_DEFAULT: &str =
-        include_str!("../../../tests/fixtures/containerd/v2.1/config-default.toml");
+        include_str!("../../../../../tests/fixtures/containerd/v2.1/config-default.toml");
     const V21_DROP_IN: &str =
-        include_str!("../../../tests/fixtures/containerd/v2.1/50-kata-remote.toml");
-    const V21_DUMP: &str = include_str!("../../../tests/fixtures/containerd/v2.1/dump.toml");
-    const V21_MERGE: &str = include_str!("../../../tests/fixtures/containerd/v2.1/merge-dump.toml");
+        include_str!("../../../../../tests/fixtures/containerd/v2.1/50-kata-remote.toml");
+    const V21_DUMP: &str = include_str!("../../../../../tests/fixtures/containerd/v2.1/dump.toml");
+    const V21_MERGE: &str =
+        include_str!("../../../../../tests/fixtures/containerd/v2.1/merge-dump.toml");
     const V21_STATUS: &str =
-        include_str!("../../../tests/fixtures/containerd/v2.1/status-info-config.json");
+        include_str!("../../../../../tests/fixtures/containerd/v2.1/status-info-config.json");
     const V17_DEFAULT: &str =
-        include_str!("../../../tests/fixtures/containerd/v1.7/config-default.toml");
-    const V17_MAIN: &str = include_str!("../../../tests/fixtures/containerd/v1.7/main.toml");
+        include_str!("../../../../../tests/fixtures/containerd/v1.7/config-default.toml");
+    const V17_MAIN: &str = include_str!("../../../../../tests/fixtures/containerd/v1.7/main.toml");
     const V17_DROP_IN: &str =
-        include_str!("../../../tests/fixtures/containerd/v1.7/50-kata-remote.toml");
+        include_str!("../../../../../tests/fixtures/containerd/v1.7/50-kata-remote.toml");
     const V17_REPLACED: &str =
-        include_str!("../../../tests/fixtures/containerd/v1.7/replace-dump.toml");
-    const V17_DUMP: &str = include_str!("../../../tests/fixtures/containerd/v1.7/dump.toml");
+        include_str!("../../../../../tests/fixtures/containerd/v1.7/replace-dump.toml");
+    const V17_DUMP: &str = include_str!("../../../../../tests/fixtures/containerd/v1.7/dump.toml");
     const V17_STATUS: &str =
-        include_str!("../../../tests/fixtures/containerd/v1.7/status-info-config.json");
+        include_str!("../../../../../tests/fixtures/containerd/v1.7/status-info-config.json");
 
     /// The handler tests/containerd_config.rs rendered for the fixtures.
     fn handler() -> ContainerdHandler {

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::io;
+use std::time::Duration;
 
 /// An I/O error in words ("No such file or directory"), for a `Display` or `format!`.
 pub struct Io<'a>(&'a io::Error);
@@ -40,6 +41,11 @@ pub fn without_os_error(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Seconds with one decimal and a unit: `1.8 s`.
+pub fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
 }
 
 #[cfg(test)]

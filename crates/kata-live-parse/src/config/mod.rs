@@ -6,8 +6,9 @@
 //! away), and all fragments are applied in lexical order of file name. Tables merge key by
 //! key; any other value (arrays included) replaces the earlier one.
 //!
-//! In stages: `schema` (the settings and defaults), `load` (fragments found, merged,
-//! provenance), `validate` (every value checked), `render` (printed back with provenance).
+//! In stages: `schema` (the settings and defaults), `load` (fragments merged, provenance),
+//! `validate` (every value checked), `render` (printed back with provenance). Finding and
+//! reading the fragments is kata-live's (`kata_live::config::load`).
 
 mod load;
 mod render;
@@ -18,11 +19,9 @@ pub use load::*;
 pub use schema::*;
 pub use validate::*;
 
-use crate::host::Host;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

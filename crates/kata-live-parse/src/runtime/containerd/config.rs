@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 /// First lines of every drop-in kata-live writes; how `status` tells ours from foreign.
 pub const HEADER: &str = concat!(
-    crate::files::drop_in::mark_text!(),
+    crate::mark::mark_text!(),
     "# No `version` key on purpose: containerd takes the main file's (see kata-live's docs).\n"
 );
 

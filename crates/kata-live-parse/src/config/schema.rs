@@ -6,7 +6,7 @@ use super::*;
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// The node's container runtime. Unset: detected from the node (see
-    /// [`crate::runtime::detect`]) each run, and printed by `kata-live config`.
+    /// `kata_live::runtime::detect`) each run, and printed by `kata-live config`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeKind>,
     pub handler: Handler,
@@ -22,7 +22,7 @@ pub struct Config {
     pub metrics: MetricsSettings,
 }
 
-/// The node's own figures of each run, for Prometheus (see [`crate::metrics`]).
+/// The node's own figures of each run, for Prometheus (see `kata_live::metrics`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsSettings {
@@ -36,7 +36,7 @@ pub struct MetricsSettings {
     pub textfile_dir: Option<PathBuf>,
 }
 
-/// How a run started on the host tells the cluster about this node (see [`crate::cluster`]):
+/// How a run started on the host tells the cluster about this node (see `kata_live::cluster`):
 /// the node label that a RuntimeClass's `scheduling.nodeSelector` names, and Events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// CRI-O's drop-in starts with kata-live's mark and nothing else.
-pub const HEADER: &str = crate::files::drop_in::MARK;
+pub const HEADER: &str = crate::mark::MARK;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot render the CRI-O table for handler {handler}: {source}")]
@@ -58,7 +58,7 @@ pub fn parse_handlers(text: &str) -> Result<BTreeMap<String, CrioRuntime>, toml:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::files::{classify, DropInState};
+    use crate::mark::{classify, DropInState};
 
     #[test]
     fn render_parses_back_to_the_same_table() {
