@@ -6,6 +6,7 @@
 mod support;
 
 mod cli;
+mod config_handler_set;
 mod config_layers;
 mod containerd_config;
 mod cri_canary;

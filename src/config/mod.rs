@@ -9,11 +9,13 @@
 //! In stages: `schema` (the settings and defaults), `load` (fragments found, merged,
 //! provenance), `validate` (every value checked), `render` (printed back with provenance).
 
+mod handlers;
 mod load;
 mod render;
 mod schema;
 mod validate;
 
+pub use handlers::{refuse_a_set, HandlerEntry, HandlerSpec};
 pub use load::*;
 pub use schema::*;
 pub use validate::*;
