@@ -33,6 +33,7 @@ mod node_fleet_budget;
 mod node_fleet_cordon;
 mod node_fleet_faults;
 mod node_handler_kinds;
+mod node_handler_set;
 mod node_handoff;
 mod node_handoff_codes;
 mod node_install;
