@@ -84,3 +84,61 @@ fn a_second_handler_crio_would_ignore_is_refused_and_nothing_changes() {
         .expect("remove the second handler's fragment");
     k.assert_healthy();
 }
+
+/// The same on containerd: `kata` beside the installed `kata-remote`, its drop-in where the
+/// main file's `imports` never reads it. Exit 2 naming the handler, the key and the file;
+/// containerd not restarted, its main file and the first drop-in byte for byte, the first
+/// handler still served (a real sandbox). Seen red first as the CRI-O scenario was.
+#[test]
+fn a_second_handler_containerd_would_not_read_is_refused_and_nothing_changes() {
+    use support::containerd::{self as ctd, CtdCri};
+    let _one = serial();
+    let k = KataNode::boot_with(NodeOptions::containerd(), ctd::RUNC_HANDLER_CONFIG);
+    let mut cri = CtdCri::connect(&k.node.host_path(ctd::SOCKET).expect("socket path"));
+    let t = Instant::now();
+    let run = k.install();
+    let took = t.elapsed();
+    assert_eq!(run.code, 0, "{}", show(&run));
+    eprintln!(
+        "node_handler_set: one-handler install on containerd {:.1} s",
+        took.as_secs_f64()
+    );
+    let pid = ctd::main_pid(&k.node, ctd::UNIT);
+    let main = k.node.read_file(ctd::CONFIG).expect("the main file");
+    let first = "/etc/containerd/conf.d/50-kata-remote.toml";
+    let drop_in = k
+        .node
+        .read_file(first)
+        .expect("the drop-in after the install");
+
+    let frag = "/etc/kata-live/config.d/95-second.toml";
+    k.node
+        .write_file(
+            frag,
+            b"[handlers.kata]\ncontainerd_drop_in = \"/etc/containerd/other/50-kata.toml\"\n",
+        )
+        .expect("write the second handler's fragment");
+    let run = k.install();
+    assert_eq!(run.code, 2, "{}", show(&run));
+    for words in [
+        frag,
+        "handlers.kata.containerd_drop_in",
+        "handler kata:",
+        "containerd reads a drop-in only through imports",
+    ] {
+        assert!(run.stderr.contains(words), "no {words:?} in {}", show(&run));
+    }
+    assert_eq!(
+        ctd::main_pid(&k.node, ctd::UNIT),
+        pid,
+        "containerd restarted"
+    );
+    assert_eq!(k.node.read_file(ctd::CONFIG).expect("the main file"), main);
+    assert_eq!(k.node.read_file(first).expect("the drop-in"), drop_in);
+    assert!(!k.node.exists("/etc/containerd/other/50-kata.toml").unwrap());
+    cri.assert_serves("kata-remote", "io.containerd.runc.v2", "still-served");
+    k.node
+        .exec_ok(&["rm", frag])
+        .expect("remove the second handler's fragment");
+    k.assert_healthy();
+}
