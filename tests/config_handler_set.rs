@@ -276,6 +276,26 @@ fn commands_other_than_config_refuse_a_set_by_name() {
             .unwrap()
     };
     assert_eq!(run(&["config"]).status.code(), Some(0));
+    let json: serde_json::Value =
+        serde_json::from_slice(&run(&["--json", "config"]).stdout).unwrap();
+    let set: Vec<(&str, &str)> = json["handlers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap(),
+                h["crio_drop_in"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        set,
+        [
+            ("kata-remote", "/etc/crio/crio.conf.d/50-kata-remote"),
+            ("kata", "/etc/crio/crio.conf.d/50-kata")
+        ]
+    );
     for cmd in ["install", "uninstall", "status", "verify"] {
         let out = run(&[cmd]);
         let err = String::from_utf8_lossy(&out.stderr);
