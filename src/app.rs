@@ -72,6 +72,13 @@ fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
         print_config(&loaded, host, cli.global.json);
         return Ok(ExitCode::Ok);
     }
+    let verb = match cli.command {
+        Command::Install(_) => "install",
+        Command::Uninstall(_) => "uninstall",
+        Command::Status => "status",
+        _ => "verify",
+    };
+    config::refuse_a_set(&loaded, verb)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -233,6 +240,12 @@ fn print_config(loaded: &Loaded, host: &Host, json: bool) {
             "config": loaded.config,
             "fragments": loaded.fragments,
             "provenance": loaded.provenance,
+            "handlers": loaded.config.handler_set().iter().map(|s| serde_json::json!({
+                "name": s.handler.name,
+                "table": s.key,
+                "crio_drop_in": s.handler.drop_in,
+                "containerd_drop_in": s.containerd_drop_in,
+            })).collect::<Vec<_>>(),
             "runtime": { "runtime": kind, "source": source, "error": error },
         });
         crate::report::print_json(crate::report::Kind::Config, v);

@@ -14,6 +14,7 @@ pub mod exit;
 pub mod files;
 pub mod flow;
 pub mod generate;
+pub mod handler_set;
 pub mod host;
 pub mod http;
 pub mod install;

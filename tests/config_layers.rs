@@ -574,6 +574,18 @@ fn entry() -> impl Strategy<Value = (&'static str, String, bool)> {
         ),
         ("deadlines", "lock = 7.5"),
         ("units", "crio = \"crio.service\""),
+        // A set of handlers (issue 62): a further one, declared and changed key by key.
+        (
+            "handlers.kata",
+            "drop_in = \"/etc/crio/crio.conf.d/50-kata-vm\"",
+        ),
+        ("handlers.kata.crio", "runtime_config_path = \"\""),
+        (
+            "handlers.kata.crio",
+            "runtime_config_path = \"/opt/kata/configuration.toml\"",
+        ),
+        ("handlers.kata.containerd", "options = {}"),
+        ("handlers.kata-qemu.crio", "runtime_root = \"/run/vc-qemu\""),
     ];
     let bad: Vec<(&'static str, &'static str)> = vec![
         ("handler", "drop_in = \"/etc/passwd\""),
@@ -599,6 +611,10 @@ fn entry() -> impl Strategy<Value = (&'static str, String, bool)> {
         ("deadlines", "lock = 0"),
         ("units", "kubelet = \"kubelet\""),
         ("nonsense", "x = 1"),
+        ("handlers.kata", "drop_in = \"/etc/passwd\""),
+        ("handlers.kata.crio", "runtime_type = \"kvm\""),
+        ("handlers.kata.crio", "allowed_annotations = [\"x\"]"),
+        ("handlers.Kata.crio", "runtime_root = \"/run/vc\""),
     ];
     prop_oneof![
         3 => proptest::sample::select(good).prop_map(|(t, l)| (t, l.to_string(), false)),
@@ -660,7 +676,7 @@ proptest! {
         for (i, (entries, junk)) in frags.iter().enumerate() {
             for (t, l, bad) in entries {
                 effective.insert((t, l.split(" = ").next().unwrap_or(l)), *bad);
-                known_bad |= *bad && (*t == "nonsense" || l.contains("kvm"));
+                known_bad |= *bad && (*t == "nonsense" || l.contains("kvm") || t.contains("Kata"));
             }
             let p = write(r.path(), "etc/kata-live/config.d", &format!("{i:02}-gen.toml"), &render_fragment(entries, junk));
             paths.push(p);

@@ -6,6 +6,7 @@
 mod support;
 
 mod cli;
+mod config_handler_set;
 mod config_layers;
 mod containerd_config;
 mod cri_canary;
@@ -34,6 +35,7 @@ mod node_fleet_faults;
 mod node_fleet_host;
 mod node_fleet_uninstall;
 mod node_handler_kinds;
+mod node_handler_set;
 mod node_handoff;
 mod node_handoff_codes;
 mod node_install;

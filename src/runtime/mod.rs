@@ -31,6 +31,26 @@ pub fn for_config(cfg: &Config, kind: RuntimeKind) -> Box<dyn Runtime> {
     }
 }
 
+/// The runtime for each handler of the set, `[handler]`'s first: its tables, its drop-in.
+pub fn for_set(cfg: &Config, kind: RuntimeKind) -> Vec<Box<dyn Runtime>> {
+    cfg.handler_set()
+        .iter()
+        .map(|s| -> Box<dyn Runtime> {
+            match kind {
+                RuntimeKind::Crio => Box::new(crio::Crio::new(
+                    &s.handler,
+                    &cfg.units.crio,
+                    &cfg.cri.socket,
+                )),
+                RuntimeKind::Containerd => Box::new(containerd::Containerd::new(
+                    &s.handler,
+                    &s.containerd_settings(&cfg.containerd),
+                )),
+            }
+        })
+        .collect()
+}
+
 /// The runtime this run changes and why it is that one: named by the configuration, or
 /// detected. A combination the runtime cannot honour is refused here.
 pub fn resolve(
@@ -98,6 +118,41 @@ mod tests {
         assert_eq!(
             resolve(&loaded(""), &host, None).unwrap().0,
             RuntimeKind::Crio
+        );
+    }
+
+    #[test]
+    fn each_handler_of_the_set_has_its_own_drop_in_and_table() {
+        let l = loaded(
+            "[handlers.kata.crio]\nruntime_config_path = \"/opt/kata/configuration.toml\"\n",
+        );
+        let d = tempfile::tempdir().unwrap();
+        let host = Host::new(d.path(), "/proc");
+        let crio = for_set(&l.config, RuntimeKind::Crio);
+        let paths: Vec<_> = crio
+            .iter()
+            .map(|r| r.drop_in_path().to_path_buf())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                std::path::PathBuf::from("/etc/crio/crio.conf.d/50-kata-remote"),
+                "/etc/crio/crio.conf.d/50-kata".into()
+            ]
+        );
+        assert_eq!(crio[1].table_name(), "[crio.runtime.runtimes.kata]");
+        let text = crio[1].render(&host, None).unwrap();
+        assert!(text.contains("/opt/kata/configuration.toml"), "{text}");
+        assert_eq!(
+            crio[0].render(&host, None).unwrap(),
+            for_config(&l.config, RuntimeKind::Crio)
+                .render(&host, None)
+                .unwrap()
+        );
+        let ctrd = for_set(&l.config, RuntimeKind::Containerd);
+        assert_eq!(
+            ctrd[1].drop_in_path(),
+            std::path::Path::new("/etc/containerd/conf.d/50-kata.toml")
         );
     }
 

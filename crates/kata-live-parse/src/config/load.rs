@@ -114,7 +114,8 @@ fn merge(
         let key = join_key(prefix, &k);
         match (into.get_mut(&k), v) {
             (Some(toml::Value::Table(_)), toml::Value::Table(t))
-                if REPLACED_MAPS.contains(&key.as_str()) =>
+                if REPLACED_MAPS.contains(&key.as_str())
+                    || super::handlers::is_replaced_options(&key) =>
             {
                 let inside = format!("{key}.");
                 prov.retain(|p, _| !p.starts_with(&inside));
@@ -139,6 +140,10 @@ fn merge(
 
 fn record_leaves(key: &str, v: &toml::Value, src: &Source, prov: &mut BTreeMap<String, Source>) {
     match v {
+        // A table declared empty (`[handlers.kata]` alone) is still set by its fragment.
+        toml::Value::Table(t) if t.is_empty() => {
+            prov.insert(key.to_string(), src.clone());
+        }
         toml::Value::Table(t) => {
             for (k, v) in t {
                 record_leaves(&join_key(key, k), v, src, prov);

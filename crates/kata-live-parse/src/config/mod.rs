@@ -10,11 +10,13 @@
 //! `validate` (every value checked), `render` (printed back with provenance). Finding and
 //! reading the fragments is kata-live's (`kata_live::config::load`).
 
+mod handlers;
 mod load;
 mod render;
 mod schema;
 mod validate;
 
+pub use handlers::{refuse_a_set, HandlerEntry, HandlerSpec};
 pub use load::*;
 pub use schema::*;
 pub use validate::*;

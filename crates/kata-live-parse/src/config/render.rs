@@ -20,16 +20,37 @@ impl Loaded {
         };
         // A default a fragment removed shows as the empty string that removes it, so that
         // the output, read back as a fragment, is this same configuration.
-        if self.config.handler.crio.runtime_config_path.is_none() {
-            if let Some(toml::Value::Table(crio)) = table
-                .get_mut("handler")
-                .and_then(|h| h.as_table_mut())
-                .and_then(|h| h.get_mut("crio"))
-            {
+        for spec in self.config.handler_set() {
+            if spec.handler.crio.runtime_config_path.is_some() {
+                continue;
+            }
+            let mut at = Some(&mut table);
+            for part in spec.key.split('.').chain(["crio"]) {
+                at = at
+                    .and_then(|t| t.get_mut(part))
+                    .and_then(|v| v.as_table_mut());
+            }
+            if let Some(crio) = at {
                 crio.insert(
                     "runtime_config_path".into(),
                     toml::Value::String(String::new()),
                 );
+            }
+        }
+        // A set of handlers: which they are, before the tables that declare them.
+        let set = self.config.handler_set();
+        if set.len() > 1 {
+            out.push_str(
+                "# handlers of the set, in order (table; CRI-O's and containerd's drop-in):\n",
+            );
+            for s in &set {
+                out.push_str(&format!(
+                    "#   {} [{}]; {}, {}\n",
+                    s.handler.name,
+                    s.key,
+                    s.handler.drop_in.display(),
+                    s.containerd_drop_in.display()
+                ));
             }
         }
         render_table(&mut out, "", &table, &self.provenance);

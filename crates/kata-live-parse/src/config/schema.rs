@@ -10,6 +10,9 @@ pub struct Config {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeKind>,
     pub handler: Handler,
+    /// The set's further handlers, by name (see [`HandlerEntry`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub handlers: BTreeMap<String, HandlerEntry>,
     pub package: Package,
     pub post_install: PostInstall,
     pub units: Units,

@@ -216,7 +216,7 @@ pub const CRIO_ALLOWED_ANNOTATIONS: [&str; 27] = [
 impl Loaded {
     /// Of `keys`, the one set last (by fragment order) and where: the fragment to blame for
     /// a rule that involves several keys.
-    fn last_set<'k>(&self, keys: &[&'k str]) -> (&'k str, Source) {
+    pub(super) fn last_set<'k>(&self, keys: &[&'k str]) -> (&'k str, Source) {
         let rank = |s: &Source| match s {
             Source::Default => None,
             Source::File(p) => self.fragments.iter().position(|f| f == p),
@@ -327,8 +327,9 @@ pub(super) fn check(l: &Loaded) -> Result<(), ConfigError> {
     if let Some(problem) = drop_in_problem(&c.handler.drop_in) {
         return err("handler.drop_in", problem);
     }
-    validate_crio_table(l)?;
+    validate_crio_table(l, "handler", &c.handler.crio)?;
     validate_containerd(l)?;
+    super::handlers::check_set(l)?;
     if !c.package.skip && c.package.names.is_empty() && c.package.local_rpm_dir.is_none() {
         return err(
             "package.names",
@@ -373,76 +374,8 @@ fn validate_containerd(l: &Loaded) -> Result<(), ConfigError> {
             return err(key, format!("{p:?} must be an absolute path"));
         }
     }
-    let name = d
-        .drop_in
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let plain = name.ends_with(".toml")
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'+'));
-    if !plain || d.drop_in.components().any(|c| c.as_os_str() == "..") {
-        return err(
-            "containerd.drop_in",
-            format!("{:?}: the drop-in must be a plain *.toml file name (letters, digits, '-', '_', '.', '+'), e.g. /etc/containerd/conf.d/50-kata-remote.toml", d.drop_in),
-        );
-    }
-    if d.drop_in == d.config {
-        return err(
-            "containerd.drop_in",
-            "the drop-in cannot be containerd's main file".into(),
-        );
-    }
-    let covers = d.import.starts_with('/')
-        && crate::pathglob::matches(&d.import, &d.drop_in.to_string_lossy());
-    if !covers {
-        let (key, src) = l.last_set(&["containerd.import", "containerd.drop_in"]);
-        return Err(ConfigError::key(
-            &src,
-            key,
-            format!(
-                "the import {:?} must be an absolute path or glob that matches the drop-in {:?} (containerd reads a drop-in only through imports)",
-                d.import, d.drop_in
-            ),
-        ));
-    }
-    let t = &c.handler.containerd;
-    let shim = t
-        .runtime_type
-        .strip_prefix("io.containerd.")
-        .and_then(|r| r.rsplit_once(".v"))
-        .filter(|(n, v)| {
-            !n.is_empty()
-                && n.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'_'))
-                && !v.is_empty()
-                && v.bytes().all(|b| b.is_ascii_digit())
-        });
-    if shim.is_none() {
-        return err(
-            "handler.containerd.runtime_type",
-            format!(
-                "{:?} is not a containerd runtime type io.containerd.NAME.vN (e.g. io.containerd.kata-remote.v2: containerd then runs containerd-shim-kata-remote-v2)",
-                t.runtime_type
-            ),
-        );
-    }
-    if let Some(p) = &t.runtime_path {
-        if !p.starts_with('/') {
-            return err(
-                "handler.containerd.runtime_path",
-                format!("{p:?} must be an absolute path"),
-            );
-        }
-    }
-    if let Some(a) = t.pod_annotations.iter().find(|a| a.trim().is_empty()) {
-        return err(
-            "handler.containerd.pod_annotations",
-            format!("{a:?}: an empty pattern"),
-        );
-    }
+    containerd_drop_in_check(l, "containerd.drop_in", &d.drop_in)?;
+    validate_containerd_table(l, "handler", &c.handler.containerd)?;
     if c.runtime == Some(RuntimeKind::Containerd)
         && c.activation.strategy == ActivationStrategy::ReloadWithCanary
     {
@@ -456,11 +389,101 @@ fn validate_containerd(l: &Loaded) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A containerd drop-in (`key` names it) that containerd reads through the import.
+pub(super) fn containerd_drop_in_check(
+    l: &Loaded,
+    key: &str,
+    drop_in: &Path,
+) -> Result<(), ConfigError> {
+    let d = &l.config.containerd;
+    let err = |key: &str, msg: String| Err(ConfigError::key(&l.source_of(key), key, msg));
+    let name = drop_in
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let plain = name.ends_with(".toml")
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'+'));
+    if !plain || drop_in.components().any(|c| c.as_os_str() == "..") {
+        return err(
+            key,
+            format!("{drop_in:?}: the drop-in must be a plain *.toml file name (letters, digits, '-', '_', '.', '+'), e.g. /etc/containerd/conf.d/50-kata-remote.toml"),
+        );
+    }
+    if drop_in == d.config {
+        return err(key, "the drop-in cannot be containerd's main file".into());
+    }
+    let covers = d.import.starts_with('/')
+        && crate::pathglob::matches(&d.import, &drop_in.to_string_lossy());
+    if !covers {
+        let (key, src) = l.last_set(&["containerd.import", key]);
+        return Err(ConfigError::key(
+            &src,
+            key,
+            format!(
+                "the import {:?} must be an absolute path or glob that matches the drop-in {:?} (containerd reads a drop-in only through imports)",
+                d.import, drop_in
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A containerd runtime table (`prefix`.containerd) containerd would load.
+pub(super) fn validate_containerd_table(
+    l: &Loaded,
+    prefix: &str,
+    t: &ContainerdRuntime,
+) -> Result<(), ConfigError> {
+    let err = |key: &str, msg: String| {
+        let key = format!("{prefix}.containerd.{key}");
+        Err(ConfigError::key(&l.source_of(&key), &key, msg))
+    };
+    let shim = t
+        .runtime_type
+        .strip_prefix("io.containerd.")
+        .and_then(|r| r.rsplit_once(".v"))
+        .filter(|(n, v)| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'_'))
+                && !v.is_empty()
+                && v.bytes().all(|b| b.is_ascii_digit())
+        });
+    if shim.is_none() {
+        return err(
+            "runtime_type",
+            format!(
+                "{:?} is not a containerd runtime type io.containerd.NAME.vN (e.g. io.containerd.kata-remote.v2: containerd then runs containerd-shim-kata-remote-v2)",
+                t.runtime_type
+            ),
+        );
+    }
+    if let Some(p) = &t.runtime_path {
+        if !p.starts_with('/') {
+            return err("runtime_path", format!("{p:?} must be an absolute path"));
+        }
+    }
+    if let Some(a) = t.pod_annotations.iter().find(|a| a.trim().is_empty()) {
+        return err("pod_annotations", format!("{a:?}: an empty pattern"));
+    }
+    Ok(())
+}
+
 /// CRI-O's `RuntimeHandler.Validate` for every key kata-live writes: a table CRI-O would
 /// ignore ("Runtime handler … is being ignored") is refused here instead.
-fn validate_crio_table(l: &Loaded) -> Result<(), ConfigError> {
-    let t = &l.config.handler.crio;
-    let err = |key: &str, msg: String| Err(ConfigError::key(&l.source_of(key), key, msg));
+pub(super) fn validate_crio_table(
+    l: &Loaded,
+    prefix: &str,
+    t: &CrioRuntime,
+) -> Result<(), ConfigError> {
+    let k = |key: &str| format!("{prefix}.crio.{key}");
+    let err = |key: &str, msg: String| {
+        let key = k(key);
+        Err(ConfigError::key(&l.source_of(&key), &key, msg))
+    };
     let kind = match t.runtime_type {
         RuntimeType::Oci => "oci",
         RuntimeType::Vm => "vm",
@@ -473,8 +496,8 @@ fn validate_crio_table(l: &Loaded) -> Result<(), ConfigError> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         if !is_shim_binary_name(&name) {
-            let (key, src) =
-                l.last_set(&["handler.crio.runtime_path", "handler.crio.runtime_type"]);
+            let (path, kind) = (k("runtime_path"), k("runtime_type"));
+            let (key, src) = l.last_set(&[&path, &kind]);
             return Err(ConfigError::key(
                 &src,
                 key,
@@ -482,20 +505,17 @@ fn validate_crio_table(l: &Loaded) -> Result<(), ConfigError> {
             ));
         }
     } else if t.runtime_config_path.is_some() {
-        let (_, src) = l.last_set(&[
-            "handler.crio.runtime_config_path",
-            "handler.crio.runtime_type",
-        ]);
+        let (_, src) = l.last_set(&[&k("runtime_config_path"), &k("runtime_type")]);
         return Err(ConfigError::key(
             &src,
-            "handler.crio.runtime_config_path",
+            &k("runtime_config_path"),
             format!("runtime_config_path can only be used with the 'vm' runtime type, not {kind:?} (CRI-O would ignore the handler); set runtime_config_path = \"\" to leave it out"),
         ));
     }
     for a in &t.allowed_annotations {
         if !CRIO_ALLOWED_ANNOTATIONS.contains(&a.as_str()) {
             return err(
-                "handler.crio.allowed_annotations",
+                "allowed_annotations",
                 format!("{a:?} is not an annotation CRI-O accepts (CRI-O would ignore the handler: invalid allowed_annotation)"),
             );
         }
@@ -503,7 +523,7 @@ fn validate_crio_table(l: &Loaded) -> Result<(), ConfigError> {
     if let Some(m) = &t.container_min_memory {
         if parse_ram_size(m).is_none() {
             return err(
-                "handler.crio.container_min_memory",
+                "container_min_memory",
                 format!("{m:?} is not a size CRI-O reads (e.g. \"12MiB\", \"12m\", \"12582912\"); \"\" leaves CRI-O's default"),
             );
         }
