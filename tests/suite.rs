@@ -27,6 +27,7 @@ mod node_crio_facts;
 mod node_crio_real;
 mod node_deadlines;
 mod node_failures;
+mod node_failures_waits;
 mod node_faults;
 mod node_fleet;
 mod node_fleet_budget;

@@ -3,6 +3,7 @@ pub mod containerd;
 pub mod cri;
 pub mod crio_real;
 pub mod decider;
+pub mod failures;
 pub mod fake_rpm_ostree;
 pub mod fleet;
 pub mod hold;
