@@ -202,7 +202,9 @@ mod tests {
             "trap 'echo yes > {}; exit 0' INT; while :; do sleep 0.05; done",
             mark.display()
         );
-        let soon = Instant::now() + Duration::from_millis(300);
+        // Long enough for the shell to set its trap on a loaded machine (300 ms was not, at
+        // a load of 10: SIGINT ended the shell before the trap, and no mark was written).
+        let soon = Instant::now() + Duration::from_secs(3);
         let e = Program::new("/bin/sh")
             .args(["-c", &script])
             .interrupt_first(Signal::SIGINT, Duration::from_secs(5))
