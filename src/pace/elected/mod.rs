@@ -15,9 +15,9 @@ pub use writes::GRANTED_BY_ANNOTATION;
 use crate::cluster::api::api_error;
 use crate::pace::decider::{self, pools::Scope, Decision, World};
 use crate::pace::turn::Budget;
-use crate::rollout::access::Access;
-use crate::rollout::exporter::{self, Tls};
-use crate::rollout::view::{Pacing, RolloutView, Seen};
+use crate::pace::view::access::Access;
+use crate::pace::view::exporter::{self, Tls};
+use crate::pace::view::{Pacing, RolloutView, Seen};
 use clap::Parser;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -278,7 +278,7 @@ async fn mco_served(client: &kube::Client) -> Result<bool, ElectedError> {
     }
 }
 
-/// Binds `address` and serves the rollout's `/metrics` there (src/rollout/exporter.rs), each
+/// Binds `address` and serves the rollout's `/metrics` there (src/pace/view/exporter.rs), each
 /// scrape's token checked with the API server; the view is sent on the channel returned.
 async fn metrics(
     cfg: &Config,
