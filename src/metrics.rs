@@ -112,7 +112,7 @@ fn duration_s(v: &serde_json::Value) -> Option<f64> {
 
 /// The Prometheus text format (version 0.0.4, what the textfile collector parses): one
 /// gauge family after another, each with its HELP and TYPE lines. The rollout's figures
-/// (src/rollout/metrics.rs) are written by it too: one encoder in the crate.
+/// (src/pace/view/metrics.rs) are written by it too: one encoder in the crate.
 #[derive(Default)]
 pub(crate) struct Text(pub(crate) String);
 

@@ -12,151 +12,23 @@
 
 use crate::support;
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::{Duration, Instant};
-
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::authentication::v1::{
-    BoundObjectReference, SelfSubjectReview, TokenRequest, TokenRequestSpec,
-};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use support::fleet::ControlPlane;
+use support::privilege::{
+    apply, assert_rbac_alone, client, long_names, manifests, merge, node, pod, request,
+    request_name, reset, runtime, state_patch, token, until_refused, without_policies,
+    wrong_with_policies, Answer, NS,
+};
 
-const NS: &str = "kata-live";
-const SA: &str = "kata-live";
 /// The node whose credentials try, and the other node.
 const MINE: &str = "kl-priv-a";
 const OTHER: &str = "kl-priv-b";
-const POLICY_KINDS: [&str; 2] = [
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-];
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-}
-
-/// Every document of every file of packaging/daemonset/, the Namespaces first (kubectl
-/// applies a List in order).
-pub(crate) fn manifests() -> Vec<Value> {
-    use serde::Deserialize;
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/daemonset");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("packaging/daemonset")
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    let mut docs: Vec<Value> = files
-        .iter()
-        .flat_map(|p| {
-            let text = std::fs::read_to_string(p).expect("a manifest");
-            serde_norway::Deserializer::from_str(&text)
-                .map(|d| Value::deserialize(d).expect("YAML"))
-                .filter(|v| !v.is_null())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    docs.sort_by_key(|v| v["kind"] != "Namespace");
-    docs
-}
-
-pub(crate) fn apply(cp: &ControlPlane, docs: &[Value]) {
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
-    cp.kubectl_in(
-        &["apply", "--server-side", "-f", "-"],
-        Some(&list.to_string()),
-    );
-}
-
-fn admin_kubeconfig(cp: &ControlPlane) -> Value {
-    let text = std::fs::read_to_string(cp.dir().join("admin.kubeconfig")).expect("a kubeconfig");
-    serde_norway::from_str(&text).expect("a kubeconfig")
-}
-
-/// A client with the admin kubeconfig's cluster and `token` as its only credential.
-pub(crate) async fn client(cp: &ControlPlane, token: Option<&str>) -> kube::Client {
-    let mut kc = admin_kubeconfig(cp);
-    if let Some(t) = token {
-        for u in kc["users"].as_array_mut().expect("the kubeconfig's users") {
-            u["user"] = json!({"token": t});
-        }
-    }
-    let kc = Kubeconfig::from_yaml(&kc.to_string()).expect("a kubeconfig");
-    let conf = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("a client configuration");
-    kube::Client::try_from(conf).expect("a client")
-}
-
-fn node(name: &str) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
-    }))
-    .expect("a Node")
-}
-
-/// An agent's pod, bound to `node` (no scheduler, no kubelet: it never runs; its token is
-/// what matters).
-pub(crate) fn pod(node: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("agent-{node}")},
-        "spec": {"nodeName": node, "serviceAccountName": SA,
-                 "containers": [{"name": "agent", "image": "kata-live:test"}]}
-    }))
-    .expect("a Pod")
-}
-
-/// A token of the agents' service account bound to `pod` (None: bound to nothing).
-pub(crate) async fn token(admin: &kube::Client, pod: Option<&Pod>) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), NS);
-    let tr = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            bound_object_ref: pod.map(|p| BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: p.metadata.name.clone(),
-                uid: p.metadata.uid.clone(),
-            }),
-            expiration_seconds: Some(3600),
-        },
-        ..Default::default()
-    };
-    sas.create_token_request(SA, &PostParams::default(), &tr)
-        .await
-        .expect("a TokenRequest")
-        .status
-        .expect("a token")
-        .token
-}
-
-pub(crate) fn request_name(node: &str) -> String {
-    kata_live::pace::ticket::ticket_name(node)
-}
-
-/// Two node names past the ticket name's 253 characters that share the 221 the name keeps:
-/// their requests differ only by the hash of the whole name, which CEL cannot compute.
-fn long_names() -> (String, String) {
-    let base = ["x".repeat(60), "y".repeat(60), "z".repeat(60)].join(".");
-    let a = format!("{base}.{}{}", "c".repeat(40), "a".repeat(20));
-    let b = format!("{base}.{}{}", "c".repeat(40), "b".repeat(20));
-    assert!(
-        request_name(&a) != format!("kata-live-turn-{a}"),
-        "not past 253"
-    );
-    assert_eq!(request_name(&a)[..236], request_name(&b)[..236]);
-    (a, b)
-}
 
 /// The long-named node's agent: its own request created and marked done are allowed; the
 /// other long-named node's, whose name keeps the same 221 characters, is not.
@@ -190,75 +62,6 @@ async fn long_tries(admin: &kube::Client, agent: &kube::Client, phase: &str) -> 
         eprintln!("pace_privilege: {phase}: {what}: {}", ans.words());
     }
     vec![create, done, others]
-}
-
-/// A request as the admin (the decider's part) leaves it: `state`, and a grant's record when
-/// it was granted.
-fn request(node: &str, state: &str) -> Lease {
-    let mut ann = BTreeMap::from([
-        ("kata-live.io/state".to_string(), state.to_string()),
-        ("kata-live.io/operation".to_string(), "install".to_string()),
-    ]);
-    if state != "waiting" {
-        ann.insert("kata-live.io/granted-by".into(), "kata-live-pace-0".into());
-        ann.insert("kata-live.io/place".into(), "7".into());
-    }
-    serde_json::from_value(json!({
-        "metadata": {"name": request_name(node), "labels": {"kata-live.io/ticket": "true"},
-                     "annotations": ann},
-        "spec": {"holderIdentity": node}
-    }))
-    .expect("a Lease")
-}
-
-/// `node`'s request as `state` (None: none), written by the admin.
-async fn reset(admin: &kube::Client, node: &str, state: Option<&str>) {
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), NS);
-    let name = request_name(node);
-    if leases
-        .get_opt(&name)
-        .await
-        .expect("reading a request")
-        .is_some()
-    {
-        leases
-            .delete(&name, &DeleteParams::default())
-            .await
-            .expect("deleting a request");
-    }
-    if let Some(s) = state {
-        leases
-            .create(&PostParams::default(), &request(node, s))
-            .await
-            .expect("creating a request");
-    }
-}
-
-/// What the API server answered.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Answer {
-    Allowed,
-    Refused { code: u16, message: String },
-}
-
-impl Answer {
-    pub(crate) fn of<T>(r: Result<T, kube::Error>) -> Answer {
-        match r {
-            Ok(_) => Answer::Allowed,
-            Err(kube::Error::Api(s)) => Answer::Refused {
-                code: s.code,
-                message: s.message,
-            },
-            Err(e) => panic!("not an answer of the API server: {e}"),
-        }
-    }
-
-    pub(crate) fn words(&self) -> String {
-        match self {
-            Answer::Allowed => "allowed".into(),
-            Answer::Refused { code, message } => format!("refused, HTTP {code}: {message}"),
-        }
-    }
 }
 
 /// Each write tried with a node's credentials: forbidden ones with the words the policy
@@ -338,14 +141,6 @@ const NEEDED: [Try; 6] = [
     Try::OwnPodStatus,
     Try::OwnNodeLabel,
 ];
-
-fn merge(v: Value) -> Patch<Value> {
-    Patch::Merge(v)
-}
-
-fn state_patch(state: &str) -> Patch<Value> {
-    merge(json!({"metadata": {"annotations": {"kata-live.io/state": state}}}))
-}
 
 fn proven_patch() -> Patch<Value> {
     Patch::Strategic(json!({"status": {"conditions": [{
@@ -557,11 +352,7 @@ fn a_nodes_credentials_write_only_its_own_request_pod_and_node() {
     rt.block_on(async {
         let admin = client(&cp, None).await;
         let all = manifests();
-        let rbac_only: Vec<Value> = all
-            .iter()
-            .filter(|v| !POLICY_KINDS.iter().any(|k| v["kind"] == *k))
-            .cloned()
-            .collect();
+        let rbac_only = without_policies(&all);
         assert!(
             rbac_only.len() < all.len(),
             "the manifests carry no ValidatingAdmissionPolicy"
@@ -611,25 +402,9 @@ fn a_nodes_credentials_write_only_its_own_request_pod_and_node() {
         );
 
         let before = try_all(&c, "RBAC alone").await;
-        // Each forbidden write is allowed by the Roles, or refused by them already (today's
-        // grants no DaemonSet write): then it needs no policy, and must stay refused.
-        let by_rbac = |a: &Answer| {
-            matches!(a, Answer::Refused { code: 403, message }
-                if !message.contains("ValidatingAdmissionPolicy"))
-        };
-        for (t, _) in FORBIDDEN {
-            let a = &before[&t];
-            assert!(
-                *a == Answer::Allowed || by_rbac(a),
-                "{t:?} with RBAC alone: {}",
-                a.words()
-            );
-        }
-        for t in NEEDED {
-            assert_eq!(before[&t], Answer::Allowed, "{t:?} with RBAC alone");
-        }
+        assert_rbac_alone(&before, &FORBIDDEN, &NEEDED);
         assert!(
-            by_rbac(&before[&Try::DeleteOwnWaiting]),
+            before[&Try::DeleteOwnWaiting].by_rbac(),
             "an agent's Role grants no delete: {}",
             before[&Try::DeleteOwnWaiting].words()
         );
@@ -647,50 +422,16 @@ fn a_nodes_credentials_write_only_its_own_request_pod_and_node() {
             Try::OthersPodStatus,
             Try::OthersNodeLabel,
         ];
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut refused = 0;
-            for t in probes {
-                if c.attempt(t, true).await != Answer::Allowed {
-                    refused += 1;
-                }
-            }
-            if refused == probes.len() {
-                break;
-            }
-            if Instant::now() >= until {
-                // A policy that lets one through: the tries below say which.
-                eprintln!("pace_privilege: {refused} of the probes refused after 60 s");
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        until_refused("the agents' policies", &probes, |t| c.attempt(t, true)).await;
 
         let after = try_all(&c, "every manifest").await;
-        let mut wrong = vec![];
-        for (t, words) in FORBIDDEN {
-            let ok = match &after[&t] {
-                a if by_rbac(&before[&t]) => by_rbac(a),
-                // A policy's refusal: HTTP 422 on this API server (1.34).
-                Answer::Refused { message, .. } => {
-                    message.contains("ValidatingAdmissionPolicy") && message.contains(words)
-                }
-                Answer::Allowed => false,
-            };
-            if !ok {
-                wrong.push(format!("{t:?}: {} (expected: {words})", after[&t].words()));
-            }
-        }
-        if !by_rbac(&after[&Try::DeleteOwnWaiting]) {
+        let mut wrong =
+            wrong_with_policies(&before, &after, &FORBIDDEN, &NEEDED, "an agent needs it");
+        if !after[&Try::DeleteOwnWaiting].by_rbac() {
             wrong.push(format!(
                 "DeleteOwnWaiting: {} (an agent's Role grants no delete)",
                 after[&Try::DeleteOwnWaiting].words()
             ));
-        }
-        for t in NEEDED {
-            if after[&t] != Answer::Allowed {
-                wrong.push(format!("{t:?}: {} (an agent needs it)", after[&t].words()));
-            }
         }
         let long_after = long_tries(&c.admin, &long_agent, "every manifest").await;
         for (a, what) in long_after[..2].iter().zip(["LongOwnCreate", "LongOwnDone"]) {

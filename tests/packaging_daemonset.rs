@@ -537,8 +537,14 @@ fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
             "ServiceAccount",
             "Role",
             "RoleBinding",
+            "Role",
+            "RoleBinding",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
@@ -578,6 +584,19 @@ fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
                 assert_eq!(raw["metadata"]["name"], PACE_SA);
                 assert_eq!(raw["metadata"]["namespace"], NAMESPACE);
             }
+            "Role" if raw["metadata"]["name"] == "kata-live-pace-events" => {
+                let r: Role = typed(raw);
+                assert_eq!(
+                    r.metadata.namespace.as_deref(),
+                    Some("default"),
+                    "Events about Nodes are kept in default"
+                );
+                assert_eq!(
+                    rules(r.rules.unwrap()),
+                    [("".into(), "events".into(), v(&["create"]))],
+                    "its Events, create only, in that namespace only"
+                );
+            }
             "Role" => {
                 let r: Role = typed(raw);
                 assert_eq!(r.metadata.namespace.as_deref(), Some(NAMESPACE));
@@ -594,8 +613,10 @@ fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
                             "daemonsets".into(),
                             v(&["get", "list", "watch"])
                         ),
+                        ("".into(), "pods".into(), v(&["list"])),
                     ],
-                    "the requests and its election (no delete), the DaemonSets' pause"
+                    "the requests and its election (no delete), the DaemonSets' pause, the \
+                     pods bound to its own node (its placement at start)"
                 );
             }
             "ClusterRole" => {
@@ -613,9 +634,8 @@ fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
                             "machineconfigpools".into(),
                             v(&["get", "list", "watch"])
                         ),
-                        ("".into(), "events".into(), v(&["create"])),
                     ],
-                    "the Nodes (the cordons), the pools (read), Events"
+                    "the Nodes (the cordons), the pools (read); no Event outside default"
                 );
             }
             "RoleBinding" | "ClusterRoleBinding" => {
@@ -626,13 +646,19 @@ fn the_decider_ships_as_a_deployment_of_two_replicas_with_its_own_grants() {
                     let b: ClusterRoleBinding = typed(raw);
                     (b.role_ref, b.subjects.unwrap())
                 };
-                assert_eq!(role.name, "kata-live-pace-decider");
+                let own = raw["metadata"]["name"].as_str().unwrap_or_default();
+                assert!(
+                    own == "kata-live-pace-decider" || own == "kata-live-pace-events",
+                    "{own}"
+                );
+                assert_eq!(role.name, own);
                 assert_eq!(subjects.len(), 1);
                 assert_eq!(subjects[0].name, PACE_SA);
                 assert_eq!(subjects[0].namespace.as_deref(), Some(NAMESPACE));
             }
             "Deployment" => deployment = Some(typed::<Deployment>(raw)),
-            // Its policies: tried on the real API server (tests/pace_hostile.rs).
+            // Its policies: tried on the real API server (tests/pace_hostile.rs,
+            // tests/pace_privilege_decider.rs).
             "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => {
                 let name = raw["metadata"]["name"].as_str().unwrap_or_default();
                 assert!(name.starts_with("kata-live-"), "{name}");

@@ -165,7 +165,7 @@ fn every_alert_is_tested_and_has_a_runbook() {
 fn a_rollouts_metrics() -> String {
     use k8s_openapi::api::core::v1::{Node, NodeRuntimeHandler};
     use kata_live::pace::ticket::{State, Ticket};
-    use kata_live::rollout::{RolloutView, Seen};
+    use kata_live::pace::view::{RolloutView, Seen};
     let node = |name: &str, proven: bool, handlers: &[&str], ready: bool| -> Node {
         let handlers: Vec<NodeRuntimeHandler> = handlers
             .iter()
@@ -232,7 +232,7 @@ fn a_rollouts_metrics() -> String {
         pacing: None,
         now: "2026-12-06T11:05:00Z".parse().expect("a time"),
     });
-    kata_live::rollout::metrics::render(&v)
+    kata_live::pace::view::metrics::render(&v)
 }
 
 #[test]

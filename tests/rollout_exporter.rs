@@ -1,4 +1,4 @@
-//! The rollout's `/metrics` (src/rollout/exporter.rs) on the real kube-apiserver and etcd of
+//! The rollout's `/metrics` (src/pace/view/exporter.rs) on the real kube-apiserver and etcd of
 //! tests/fleet/control-plane.sh, scraped by a real Prometheus (Debian's) the way OpenShift's
 //! user-workload Prometheus scrapes through packaging/monitoring/'s ServiceMonitor: HTTPS
 //! verified against the CA and the Service's name, its service account's bearer token. The
@@ -13,9 +13,9 @@ use crate::rollout_api::{daemonset, list, node, ticket, NS};
 use crate::support::fleet::ControlPlane;
 use crate::support::prometheus::{self, state_of, Prometheus};
 
-use kata_live::rollout::access::Access;
+use kata_live::pace::view::access::Access;
+use kata_live::pace::view::exporter::{self, Tls};
 use kata_live::rollout::client::{self, Target};
-use kata_live::rollout::exporter::{self, Tls};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -192,7 +192,7 @@ fn start_exporter(kubeconfig: PathBuf, tls: Tls) -> Exporter {
                 .expect("the exporter's port");
             let access = Access::new(kube.clone());
             tokio::select! {
-                r = exporter::feed(kube, &target, &tx) => eprintln!("exporter: the feed ended: {r:?}"),
+                r = client::feed(kube, &target, &tx) => eprintln!("exporter: the feed ended: {r:?}"),
                 r = exporter::serve(listener, Some(tls), Some(access), rx) => eprintln!("exporter: serving ended: {r:?}"),
                 _ = stopped => {}
             }

@@ -64,6 +64,7 @@ mod pace_api;
 mod pace_decider;
 mod pace_hostile;
 mod pace_privilege;
+mod pace_privilege_decider;
 mod packaging_catalog;
 mod packaging_config;
 mod packaging_daemonset;

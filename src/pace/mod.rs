@@ -20,6 +20,10 @@
 //!   MachineConfigPool and its `maxUnavailable`, or the configured pool and budget),
 //!   cordoning the node first; it passes a node that cannot go, naming it; it ends a done
 //!   turn's cordon ([`cordon::at_end`]) and frees the request of a deleted Node.
+//! - **One view of the rollout** ([`view`], pure, with its figures and their `/metrics`
+//!   server): what the decider serves on `/metrics` and the administrator's
+//!   `kubectl-kata_live rollout status` (src/rollout/) shows, built from the same requests,
+//!   Nodes and pacing.
 //! - **A failed node keeps its place** in the budget (`failed`, with why): the rollout stops
 //!   there until a person acts; its cordon stays as its agent left it (ended only if the run
 //!   left the node fit). No lease duration: a node that is not proven never gives its place
@@ -39,6 +43,7 @@ pub mod mco;
 pub mod pool;
 pub mod ticket;
 pub mod turn;
+pub mod view;
 
 pub use agent::{Agent, AgentConfig, PodRef, Settled};
 pub use cordon::RunEnd;

@@ -2,9 +2,9 @@
 //! with the administrator's kubeconfig, once (one GET, two LISTs) or kept by kube-runtime's
 //! reflectors for `--watch`, and the decider's Deployment (its budget and pool) read once. Everything it reads goes to the pure [`RolloutView`].
 
-use super::view::{Pacing, RolloutView, Seen};
 use super::RolloutError;
 use crate::pace::ticket::{Ticket, TICKET_LABEL};
+use crate::pace::view::{Pacing, RolloutView, Seen};
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -275,4 +275,21 @@ pub async fn watch(
         }
     }
     Ok(())
+}
+
+/// Keeps `tx` holding the rollout's newest view for [`crate::pace::view::exporter::serve`],
+/// from the reflectors of `rollout status --watch` (list then watch; relists and back-off are kube-runtime's), until the rollout's
+/// namespace cannot be read at all. Every change of a ticket, a Node of the pool or the
+/// DaemonSet builds a new view.
+pub async fn feed(
+    kube: kube::Client,
+    target: &Target<'_>,
+    tx: &tokio::sync::watch::Sender<Option<RolloutView>>,
+) -> Result<(), RolloutError> {
+    let show = |v: &RolloutView| {
+        tx.send_replace(Some(v.clone()));
+        true
+    };
+    let error = |e: &str| tracing::warn!("the rollout's watch: {e} (retrying)");
+    watch(kube, target, show, error).await
 }

@@ -2,22 +2,18 @@
 //! machine, like kubectl (their kubeconfig, its context, the namespace), or as the kubectl
 //! plugin `kubectl kata-live` (the same binary named `kubectl-kata_live`).
 //!
-//! A pure [`RolloutView`] ([`view`]) built from the tickets, the pool's Nodes, the DaemonSet
-//! and the time; its words ([`render`]); and a thin edge ([`client`]) that reads them: one
-//! GET and two LISTs, or kube-runtime's reflectors for `--watch`. Read-only: it needs `get`,
+//! The pure [`RolloutView`] ([`crate::pace::view`], shared with the decider's `/metrics`)
+//! built from the tickets, the pool's Nodes, the DaemonSet and the time; its words
+//! ([`render`]); and a thin edge ([`client`]) that reads them: one GET and two LISTs, or
+//! kube-runtime's reflectors for `--watch`. Read-only: it needs `get`,
 //! `list` and `watch` on Leases and DaemonSets in the namespace and on Nodes
 //! (packaging/rbac/kata-live-rollout-viewer.yaml), and writes nothing.
 
-pub mod access;
 pub mod client;
-pub mod exporter;
-pub mod metrics;
 pub mod render;
-pub mod view;
-
-pub use view::{Pacing, RolloutView, Seen};
 
 use crate::exit::ExitCode;
+use crate::pace::view::{self, RolloutView};
 use clap::{Args, Subcommand};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The view in words: the full screen (`rollout status`, and `--watch` on a terminal), one
 //! line (`--watch` on a pipe), and the bar both share.
 
-use super::view::{human, Phase, RolloutView};
+use crate::pace::view::{human, Phase, RolloutView};
 use std::fmt::Write;
 
 /// The bar's width in characters.
@@ -171,3 +171,6 @@ pub fn line(v: &RolloutView) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests;

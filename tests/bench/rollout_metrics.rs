@@ -1,4 +1,4 @@
-//! What a scrape of the rollout's `/metrics` costs the decider (src/rollout/metrics.rs): for
+//! What a scrape of the rollout's `/metrics` costs the decider (src/pace/view/metrics.rs): for
 //! pools of 100, 1,000 and 5,000 Nodes (every node labelled proven, its runtimeHandlers
 //! naming the handler; 60% done, 1 activating, the rest waiting), the text's size and the
 //! median CPU time of one render (the view is built when the watches see a change, not per
@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kata_live::pace::ticket::{State, Ticket};
-use kata_live::rollout::{RolloutView, Seen};
+use kata_live::pace::view::{RolloutView, Seen};
 use std::time::{Duration, Instant};
 
 fn node(i: usize) -> Node {
@@ -92,7 +92,7 @@ fn main() {
             let v = RolloutView::build(&seen);
             builds.push(t.elapsed());
             let t = Instant::now();
-            let text = kata_live::rollout::metrics::render(&v);
+            let text = kata_live::pace::view::metrics::render(&v);
             renders.push(t.elapsed());
             bytes = std::hint::black_box(text).len();
         }

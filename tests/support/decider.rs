@@ -103,18 +103,10 @@ impl Decider {
                 Some(&d.to_string()),
             );
         }
-        let token = cp.kubectl(&[
-            "-n",
-            "kata-live",
-            "create",
-            "token",
-            "kata-live-pace",
-            "--duration=4h",
-        ]);
         let admin =
             std::fs::read_to_string(cp.dir().join("admin.kubeconfig")).expect("a kubeconfig");
         let kubeconfig = cp.dir().join("kata-live-pace.kubeconfig");
-        std::fs::write(&kubeconfig, with_token(&admin, token.trim())).expect("its kubeconfig");
+        std::fs::write(&kubeconfig, with_token(&admin, &token(cp))).expect("its kubeconfig");
         let mut env = deployment_env(&docs);
         // Served by the Deployment's pod on its own port; here the host's ports are shared.
         env.retain(|(k, _)| k != "KATA_LIVE_METRICS_ADDRESS");
@@ -137,6 +129,21 @@ impl Drop for Decider {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A token of the decider's service account (kata-live-pace.yaml's, applied), as its
+/// Deployment's pods hold one.
+pub fn token(cp: &ControlPlane) -> String {
+    cp.kubectl(&[
+        "-n",
+        "kata-live",
+        "create",
+        "token",
+        "kata-live-pace",
+        "--duration=4h",
+    ])
+    .trim()
+    .to_string()
 }
 
 /// packaging/daemonset/kata-live-pace.yaml's documents, as JSON.

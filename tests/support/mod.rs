@@ -12,6 +12,7 @@ pub mod kata;
 pub mod kube_bin;
 pub mod kubelet_node;
 pub mod node;
+pub mod privilege;
 pub mod prometheus;
 pub mod referee;
 pub mod systemd_fake;

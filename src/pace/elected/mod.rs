@@ -15,9 +15,9 @@ pub use writes::GRANTED_BY_ANNOTATION;
 use crate::cluster::api::api_error;
 use crate::pace::decider::{self, pools::Scope, Decision, World};
 use crate::pace::turn::Budget;
-use crate::rollout::access::Access;
-use crate::rollout::exporter::{self, Tls};
-use crate::rollout::view::{Pacing, RolloutView, Seen};
+use crate::pace::view::access::Access;
+use crate::pace::view::exporter::{self, Tls};
+use crate::pace::view::{Pacing, RolloutView, Seen};
 use clap::Parser;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -175,8 +175,8 @@ fn node_selector(ds: &DynamicObject) -> String {
         .join(",")
 }
 
-/// Whether the MachineConfigPools' API is served (a list of one; 404: no such API).
-/// Refuses a node where an agent runs ([`placement`]), unless the administrator opted in.
+/// Refuses a node where an agent runs ([`placement`]): one its namespace's DaemonSets select,
+/// or one an agent's pod is bound to; unless the administrator opted in.
 async fn check_placement(cfg: &Config, client: &kube::Client) -> Result<(), ElectedError> {
     let Some(node) = &cfg.node_name else {
         say("NODE_NAME is not set: whether an agent runs on this node is not checked");
@@ -208,31 +208,64 @@ async fn check_placement(cfg: &Config, client: &kube::Client) -> Result<(), Elec
     let selectors: Vec<placement::Selector> = list
         .items
         .iter()
-        .map(|ds| placement::Selector {
-            daemonset: ds.metadata.name.clone().unwrap_or_default(),
-            labels: ds.data["spec"]["template"]["spec"]["nodeSelector"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                .collect(),
+        .map(|ds| {
+            let spec = &ds.data["spec"]["template"]["spec"];
+            placement::Selector {
+                daemonset: ds.metadata.name.clone().unwrap_or_default(),
+                labels: spec["nodeSelector"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect(),
+                // Kubernetes' default when the template names none.
+                service_account: spec["serviceAccountName"]
+                    .as_str()
+                    .unwrap_or("default")
+                    .to_string(),
+            }
+        })
+        .collect();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client.clone(), &cfg.namespace);
+    let bound: Vec<placement::Bound> = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(api_err(format!(
+            "listing the pods of {} bound to node {node}",
+            cfg.namespace
+        )))?
+        .items
+        .into_iter()
+        .map(|p| placement::Bound {
+            pod: p.metadata.name.unwrap_or_default(),
+            service_account: p
+                .spec
+                .and_then(|s| s.service_account_name)
+                .unwrap_or_else(|| "default".into()),
         })
         .collect();
     let labels = own.metadata.labels.unwrap_or_default();
-    match placement::agents_on(&labels, &selectors) {
-        None => Ok(()),
-        Some(sets) if cfg.share_nodes_with_agents => {
+    let why = placement::agents_on(&labels, &selectors)
+        .into_iter()
+        .chain(placement::agent_pods(&bound, &selectors))
+        .collect::<Vec<_>>()
+        .join("; ");
+    match why {
+        w if w.is_empty() => Ok(()),
+        w if cfg.share_nodes_with_agents => {
             say(&format!(
-                "running on node {node}, where the agents of {sets} run, as \
+                "running on node {node}, where agents run ({w}), as \
                  KATA_LIVE_PACE_SHARE_NODES_WITH_AGENTS=true allows: an agent there can read \
                  this decider's token"
             ));
             Ok(())
         }
-        Some(sets) => Err(ElectedError::Placement(placement::refusal(node, &sets))),
+        w => Err(ElectedError::Placement(placement::refusal(node, &w))),
     }
 }
 
+/// Whether the MachineConfigPools' API is served (a list of one; 404: no such API).
 async fn mco_served(client: &kube::Client) -> Result<bool, ElectedError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &stores::mcp_resource());
     match api.list_metadata(&ListParams::default().limit(1)).await {
@@ -245,7 +278,7 @@ async fn mco_served(client: &kube::Client) -> Result<bool, ElectedError> {
     }
 }
 
-/// Binds `address` and serves the rollout's `/metrics` there (src/rollout/exporter.rs), each
+/// Binds `address` and serves the rollout's `/metrics` there (src/pace/view/exporter.rs), each
 /// scrape's token checked with the API server; the view is sent on the channel returned.
 async fn metrics(
     cfg: &Config,

@@ -7,8 +7,8 @@
 use super::say;
 use crate::pace::decider::pools::Mcp;
 use crate::pace::ticket::{Ticket, TICKET_LABEL};
+use crate::pace::view::Pacing;
 use crate::pace::PAUSE_ANNOTATION;
-use crate::rollout::view::Pacing;
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};

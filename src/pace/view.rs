@@ -1,7 +1,13 @@
 //! The rollout as an administrator sees it (pure): built from the tickets, the pool's Nodes,
 //! what the DaemonSet says of the pacing, and the time. Nothing here knows how they were
-//! read: `kubectl-kata_live rollout status` lists and watches them ([`super::client`]); a decider
-//! that keeps them in its informers' stores (docs/pacing-design.md) can feed the same view.
+//! read: `kubectl-kata_live rollout status` lists and watches them (src/rollout/client.rs);
+//! the decider keeps them in its reflectors' stores ([`super::elected`]) and serves the same
+//! view's figures ([`metrics`]) on `/metrics` ([`exporter`], each scrape checked by
+//! [`access`]). Below both: the decider does not depend on the administrator's client.
+
+pub mod access;
+pub mod exporter;
+pub mod metrics;
 
 use crate::exit::ExitCode;
 use crate::pace::ticket::{State, Ticket};

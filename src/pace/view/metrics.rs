@@ -11,7 +11,7 @@
 //! gauges recomputed from the view on each scrape need no registry, and the per-node figures
 //! already use it (the host binary's size ruled the crate out there).
 
-use super::view::{FailReason, Phase, Reason, RolloutView};
+use super::{FailReason, Phase, Reason, RolloutView};
 use crate::metrics::Text;
 
 /// Every state a node of the pool is counted in (`kata_live_rollout_nodes{state}`).

@@ -1,8 +1,8 @@
 use super::*;
 use crate::pace::ticket::{State, Ticket};
 use crate::pace::turn::Budget;
-use crate::rollout::view::tests::node;
-use crate::rollout::view::{Pacing, Seen};
+use crate::pace::view::tests::node;
+use crate::pace::view::{Pacing, Seen};
 use k8s_openapi::api::core::v1::{Node, NodeRuntimeHandler};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;

@@ -1,7 +1,8 @@
 //! The rollout's `/metrics` over HTTP(S): the text of [`super::metrics`] for the newest
-//! [`RolloutView`] a `tokio::sync::watch` holds, kept fresh by [`feed`] (the reflectors of
-//! `rollout status --watch`). For the decider (`kata-live-pace`) to serve: it binds, gives the
-//! cert/key pair the platform mounts, and calls [`serve`].
+//! [`RolloutView`] a `tokio::sync::watch` holds, kept fresh by its feeder (the decider's
+//! stores; `rollout status --watch`'s reflectors in src/rollout/client.rs's `feed`). For the
+//! decider (`kata-live-pace`) to serve: it binds, gives the cert/key pair the platform mounts,
+//! and calls [`serve`].
 //!
 //! TLS from a PEM cert/key pair on disk (OpenShift's service CA writes them into the Secret
 //! the Service's `service.beta.openshift.io/serving-cert-secret-name` names, and rotates
@@ -14,9 +15,7 @@
 //! `/metrics` (SubjectAccessReview), the rule kube-rbac-proxy applies, in-process.
 
 use super::access::{Access, Verdict};
-use super::client::{self, Target};
-use super::view::RolloutView;
-use super::RolloutError;
+use super::RolloutView;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{header, Method, Request, Response, StatusCode};
@@ -251,27 +250,10 @@ fn is_transient(e: &std::io::Error) -> bool {
         || matches!(e.raw_os_error(), Some(23 | 24))
 }
 
-/// Keeps `tx` holding the rollout's newest view, from the reflectors of `rollout status
-/// --watch` (list then watch; relists and back-off are kube-runtime's), until the rollout's
-/// namespace cannot be read at all. Every change of a ticket, a Node of the pool or the
-/// DaemonSet builds a new view.
-pub async fn feed(
-    kube: kube::Client,
-    target: &Target<'_>,
-    tx: &watch::Sender<Option<RolloutView>>,
-) -> Result<(), RolloutError> {
-    let show = |v: &RolloutView| {
-        tx.send_replace(Some(v.clone()));
-        true
-    };
-    let error = |e: &str| tracing::warn!("the rollout's watch: {e} (retrying)");
-    client::watch(kube, target, show, error).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::view::Seen;
+    use crate::pace::view::Seen;
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> crate::http::Answer {
         let connect = async move {
