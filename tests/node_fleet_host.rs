@@ -19,7 +19,7 @@ use support::kata::KataNode;
 fn the_host_run_labels_its_own_node_with_kubelets_credentials() {
     let _one = support::kata::serial();
     // Ports of this module's own: tests/run runs the fleet modules beside each other.
-    let cp = ControlPlane::start_on(&["kl-host-a"], 19243, 26590);
+    let cp = ControlPlane::start_on(&["kl-host-a"], 19443, 26790);
     // Another node's Node object (no kubelet behind it): A's credentials may not change it.
     cp.kubectl_in(
         &["apply", "-f", "-"],
