@@ -1,5 +1,7 @@
 //! What the failure scenarios (tests/node_failures.rs, tests/node_failures_waits.rs) share:
 //! reading status.json and the journal, the operator's own drop-in, the hold on kubelet.
+// Used by the suite's failure modules only; the benches include tests/support/ too.
+#![allow(dead_code)]
 
 use super::kata::KataNode;
 use super::kata::DROP_IN;
