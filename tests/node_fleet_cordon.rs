@@ -89,13 +89,13 @@ fn a_unit_still_deactivating_past_the_pods_deadline_keeps_its_node_cordoned() {
     );
     let _decider = Decider::shipped(&cp);
     cp.kubectl(&["label", "node", &a.name, &format!("{PICK}=yes")]);
-    let mut ds: serde_json::Value =
-        serde_json::from_str(&daemonset("kata-live-install.yaml")).expect("the DaemonSet");
-    ds["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array_mut()
-        .expect("the container's env")
-        .push(serde_json::json!({"name": "KATA_LIVE_POD_FOLLOW_MARGIN", "value": MARGIN}));
-    cp.kubectl_in(&["apply", "-f", "-"], Some(&ds.to_string()));
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&daemonset_with_env(
+            "kata-live-install.yaml",
+            &[("KATA_LIVE_POD_FOLLOW_MARGIN", MARGIN)],
+        )),
+    );
     wait("A takes its turn", Duration::from_secs(180), &|cp| {
         holders(cp) == [a.name.clone()]
     });

@@ -4,6 +4,11 @@ use super::*;
 
 /// A packaged DaemonSet as this harness must run it (see the file's header), as JSON.
 pub fn daemonset(file: &str) -> String {
+    daemonset_with_env(file, &[])
+}
+
+/// [`daemonset`] with `extra` added to its container's environment.
+pub fn daemonset_with_env(file: &str, extra: &[(&str, &str)]) -> String {
     let mut v: serde_json::Value = serde_norway::from_str(&manifest(file)).expect("YAML");
     let pod = &mut v["spec"]["template"]["spec"];
     pod["hostNetwork"] = true.into();
@@ -13,6 +18,9 @@ pub fn daemonset(file: &str) -> String {
         .expect("the container's env");
     env.push(serde_json::json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}));
     env.push(serde_json::json!({"name": "KUBERNETES_SERVICE_PORT", "value": API_PORT.to_string()}));
+    for (name, value) in extra {
+        env.push(serde_json::json!({"name": name, "value": value}));
+    }
     v.to_string()
 }
 
