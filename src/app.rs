@@ -78,6 +78,8 @@ fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
         Command::Status => "status",
         _ => "verify",
     };
+    // Every command still refuses a set (install's set path is not yet proven on a node:
+    // never a silent partial success).
     config::refuse_a_set(&loaded, verb)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -121,6 +123,13 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
     tracing::debug!(runtime = %kind, "runtime: {rt_why}");
     let ctx = Ctx {
         rt: crate::runtime::for_config(&loaded.config, kind),
+        more: match cli.command {
+            Command::Install(_) => crate::runtime::for_set(&loaded.config, kind)
+                .into_iter()
+                .skip(1)
+                .collect(),
+            _ => Vec::new(),
+        },
         rt_why,
         rt_problem,
         host: host.clone(),

@@ -35,7 +35,7 @@ impl Backup {
 pub struct BackupStore {
     root: PathBuf,
     dir: PathBuf,
-    name: &'static str,
+    name: String,
 }
 
 impl BackupStore {
@@ -44,11 +44,11 @@ impl BackupStore {
     }
 
     /// A backup of another file than the drop-in (`NAME.json`, `NAME.orig`).
-    pub fn named(root: impl Into<PathBuf>, state_dir: &Path, name: &'static str) -> Self {
+    pub fn named(root: impl Into<PathBuf>, state_dir: &Path, name: impl Into<String>) -> Self {
         BackupStore {
             root: root.into(),
             dir: state_dir.join("backup"),
-            name,
+            name: name.into(),
         }
     }
 

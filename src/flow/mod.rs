@@ -6,6 +6,7 @@ mod baseline;
 pub mod main_file;
 mod paths;
 mod prove;
+mod prove_set;
 mod restart;
 mod rollback;
 pub mod step;
@@ -13,6 +14,7 @@ pub mod step;
 pub use baseline::{preflight, Baseline};
 pub use paths::refuse_unwritable;
 pub use prove::{prove, ProofSpec};
+pub use prove_set::{prove_more, set_missing, HandlerProof};
 pub use restart::{activate, newest_artifact_us, newest_config_us, Activated};
 pub use rollback::{
     prove_back, put_back, reactivate_and_prove_back, restore_drop_in, rollback, rollback_cut_off,
@@ -55,6 +57,10 @@ pub struct Ctx {
     pub json: bool,
     /// The container runtime this run changes (CRI-O or containerd), and why that one.
     pub rt: Box<dyn crate::runtime::Runtime>,
+    /// The set's further handlers (`[handlers.NAME]`, issue 62), each its own drop-in, on the
+    /// same runtime as `rt`: written, backed up, activated (once, with `rt`'s) and proven
+    /// beside it. Empty for a one-handler configuration.
+    pub more: Vec<Box<dyn crate::runtime::Runtime>>,
     pub rt_why: String,
     /// Why the runtime could not be decided (neither or both serve, or a setting it cannot
     /// honour): the preflight refuses the run with it.
@@ -346,6 +352,29 @@ impl Ctx {
         BackupStore::new(&self.host.root, &self.host.path(STATE_DIR))
     }
 
+    /// A further handler's drop-in.
+    pub fn drop_in_of(&self, rt: &dyn crate::runtime::Runtime) -> DropIn {
+        DropIn::new(&self.host.root, self.host.path(rt.drop_in_path()))
+    }
+
+    /// The backup of a further handler's drop-in (`drop-in-NAME`), kept and cleared with the
+    /// first handler's.
+    pub fn backups_of(&self, rt: &dyn crate::runtime::Runtime) -> BackupStore {
+        BackupStore::named(
+            &self.host.root,
+            &self.host.path(STATE_DIR),
+            format!("drop-in-{}", rt.handler_name()),
+        )
+    }
+
+    /// Removes the backups of the further handlers' drop-ins (the first's is `backups()`).
+    pub fn clear_more_backups(&self) -> Result<(), crate::files::FileError> {
+        for rt in &self.more {
+            self.backups_of(rt.as_ref()).clear()?;
+        }
+        Ok(())
+    }
+
     /// The backup of containerd's main file, taken before kata-live edits its `imports`.
     pub fn main_backups(&self) -> BackupStore {
         BackupStore::named(&self.host.root, &self.host.path(STATE_DIR), "runtime-main")
@@ -428,6 +457,20 @@ pub fn save_backup_once(
                 content: current.clone(),
             })
             .map_err(|e| node_file("saving the backup of the drop-in")(&e))?;
+        // The set's further drop-ins, under the same flag: one operation, one way back.
+        for rt in &ctx.more {
+            let drop_in = ctx.drop_in_of(rt.as_ref());
+            let current = drop_in
+                .read()
+                .map_err(|e| node_file("reading a further handler's drop-in")(&e))?;
+            ctx.backups_of(rt.as_ref())
+                .save(&Backup {
+                    path: rt.drop_in_path().into(),
+                    existed: current.is_some(),
+                    content: current,
+                })
+                .map_err(|e| node_file("saving the backup of a further handler's drop-in")(&e))?;
+        }
         journal.backup_saved = true;
     }
     Ok(())

@@ -16,10 +16,10 @@ fn changed_us(p: &Path) -> u64 {
 /// removal there changes its mtime), the drop-in, and the runtime's files.
 pub fn newest_artifact_us(ctx: &Ctx) -> u64 {
     newest_config_us(ctx).max(
-        ctx.rt
-            .artifacts()
-            .iter()
-            .map(|p| changed_us(&ctx.host.path(p)))
+        std::iter::once(&ctx.rt)
+            .chain(&ctx.more)
+            .flat_map(|rt| rt.artifacts())
+            .map(|p| changed_us(&ctx.host.path(&p)))
             .max()
             .unwrap_or(0),
     )
@@ -27,9 +27,12 @@ pub fn newest_artifact_us(ctx: &Ctx) -> u64 {
 
 /// When the configuration CRI-O reads at start last changed: the drop-in and its directory.
 pub fn newest_config_us(ctx: &Ctx) -> u64 {
-    let drop_in = ctx.rt.drop_in_path();
-    let mut paths = vec![drop_in.to_path_buf()];
-    paths.extend(drop_in.parent().map(Path::to_path_buf));
+    let mut paths = Vec::new();
+    for rt in std::iter::once(&ctx.rt).chain(&ctx.more) {
+        let drop_in = rt.drop_in_path();
+        paths.push(drop_in.to_path_buf());
+        paths.extend(drop_in.parent().map(Path::to_path_buf));
+    }
     paths
         .iter()
         .map(|p| changed_us(&ctx.host.path(p)))

@@ -88,6 +88,30 @@ pub fn restore_drop_in(
         rep.end(StepOutcome::Failed, msg.clone());
         return Err(Rollback::Failed(msg));
     }
+    // The set's further drop-ins, each from its own backup, byte for byte.
+    for rt in &ctx.more {
+        let drop_in = ctx.drop_in_of(rt.as_ref());
+        let restored = ctx
+            .backups_of(rt.as_ref())
+            .load()
+            .and_then(|b| drop_in.restore_backup(b.as_ref()));
+        if let Err(e) = restored {
+            let why = match e.node_fault() {
+                Some(f) => format!("{f}: {}", f.advice()),
+                None => e.to_string(),
+            };
+            let msg = format!(
+                "the previous drop-in of handler {} could not be restored ({why}); {} holds the \
+                 new content and {}; the saved original is under {}/backup/",
+                rt.handler_name(),
+                drop_in.path().display(),
+                what_runs(ctx, runtime_read_it),
+                ctx.host.path(STATE_DIR).display()
+            );
+            rep.end(StepOutcome::Failed, msg.clone());
+            return Err(Rollback::Failed(msg));
+        }
+    }
     rep.end(StepOutcome::Ran, "previous drop-in restored".to_string());
     Ok(())
 }
@@ -184,6 +208,9 @@ pub async fn prove_back(
                     tracing::warn!("rolled back, but a backup could not be removed: {e}");
                 }
             }
+            if let Err(e) = ctx.clear_more_backups() {
+                tracing::warn!("rolled back, but a backup could not be removed: {e}");
+            }
             if let Err(e) = ctx.journals().clear() {
                 tracing::warn!("rolled back, but the state journal could not be removed: {e}");
             }
@@ -250,7 +277,15 @@ pub async fn stop_before_activation(
     }
     rep.begin("stop", &format!("undoing the drop-in change ({signal})"));
     let drop_in = ctx.drop_in();
-    if let Err(e) = drop_in.restore_backup(backup.as_ref()) {
+    let restored = drop_in.restore_backup(backup.as_ref()).and_then(|_| {
+        ctx.more.iter().try_for_each(|rt| {
+            let b = ctx.backups_of(rt.as_ref()).load()?;
+            ctx.drop_in_of(rt.as_ref())
+                .restore_backup(b.as_ref())
+                .map(|_| ())
+        })
+    });
+    if let Err(e) = restored {
         let msg = format!(
             "the previous drop-in could not be restored ({e}); {} holds the new content, which \
              the running {rt} has not read; the saved original is under {}/backup/",
@@ -271,6 +306,10 @@ pub async fn stop_before_activation(
     }
     for (what, r) in [
         ("backup", ctx.backups().clear().map_err(|e| e.to_string())),
+        (
+            "backup",
+            ctx.clear_more_backups().map_err(|e| e.to_string()),
+        ),
         (
             "state journal",
             ctx.journals().clear().map_err(|e| e.to_string()),

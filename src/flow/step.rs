@@ -150,6 +150,8 @@ pub struct Run {
     pub activated: Option<Activated>,
     /// Install: the handler table kata-live wrote (the effective definition must match).
     pub wrote: Option<toml::Table>,
+    /// Install of a set: each further handler's name and the table written for it.
+    pub wrote_more: Vec<(String, Option<toml::Table>)>,
     /// Uninstall --force: pods expected to go away.
     pub expendable: Vec<String>,
     /// Words for the final line, added by the steps that have something to say.
@@ -292,6 +294,7 @@ async fn run_steps(
         staged_instead: None,
         reinstall: None,
         backup: None,
+        wrote_more: Vec::new(),
         activated: None,
         wrote: None,
         expendable: Vec::new(),
@@ -597,6 +600,10 @@ fn put_files_back(
     }
     for (what, r) in [
         ("backup", ctx.backups().clear().map_err(|e| e.to_string())),
+        (
+            "backup",
+            ctx.clear_more_backups().map_err(|e| e.to_string()),
+        ),
         (
             "backup",
             ctx.main_backups().clear().map_err(|e| e.to_string()),

@@ -70,6 +70,8 @@ pub trait Runtime {
     /// The table header as the operator finds it in the files, e.g.
     /// `[crio.runtime.runtimes.kata-remote]`.
     fn table_name(&self) -> String;
+    /// The handler this runtime's drop-in declares.
+    fn handler_name(&self) -> &str;
     /// The drop-in's content. `daemon_version`: the running daemon's CRI version, when the
     /// form depends on it (containerd 1.7 replaces plugin sections whole).
     fn render(&self, host: &Host, daemon_version: Option<&str>) -> Result<String, RuntimeError>;

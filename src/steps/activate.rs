@@ -171,8 +171,19 @@ impl Step for Prove {
                 rep.end(crate::report::StepOutcome::Failed, why.clone());
             }
             proof?;
+            // The set's further handlers, each proven before any backup goes: one that does
+            // not hold rolls every handler back.
+            if self.want_listed && !ctx.more.is_empty() {
+                crate::flow::prove_more(ctx, rep, &run.wrote_more)
+                    .await
+                    .map_err(Failure::NotProven)?;
+            }
             let left = [
                 left_after_proof("removing the backup of the drop-in", ctx.backups().clear())?,
+                left_after_proof(
+                    "removing the backups of the further handlers' drop-ins",
+                    ctx.clear_more_backups(),
+                )?,
                 left_after_proof(
                     "removing the backup of the main file",
                     ctx.main_backups().clear(),
@@ -190,6 +201,12 @@ impl Step for Prove {
             } else {
                 format!("handler {h} removed and proven gone")
             });
+            if self.want_listed {
+                for (name, _) in &run.wrote_more {
+                    run.summary
+                        .push(format!("handler {name} is served by the running {rt}"));
+                }
+            }
             run.summary.extend(left.into_iter().flatten());
             Ok(Done::ran("proven"))
         })

@@ -22,6 +22,13 @@ fn keep_backup(ctx: &Ctx, run: &mut Run) -> Result<Option<Vec<u8>>, FlowError> {
     Ok(current)
 }
 
+/// A further handler's drop-in, in the form the running daemon reads.
+fn rendered(ctx: &Ctx, run: &Run, rt: &dyn crate::runtime::Runtime) -> Result<String, FlowError> {
+    let version = run.base.as_ref().map(|b| b.view.runtime_version.as_str());
+    rt.render(&ctx.host, version)
+        .map_err(|e| FlowError::Refused(e.to_string()))
+}
+
 pub struct WriteDropIn;
 
 impl WriteDropIn {
@@ -69,12 +76,33 @@ impl Step for WriteDropIn {
             let state = files::classify(current.as_deref(), &desired);
             run.drop_in_changed = state != DropInState::Ours;
             run.wrote = ctx.rt.written_table(&ctx.host, &desired);
-            Ok(Done::skipped(format!(
+            let mut words = format!(
                 "dry run: the drop-in is {}; would {}write {}",
                 state,
                 if run.drop_in_changed { "" } else { "not " },
                 drop_in.path().display()
-            )))
+            );
+            for rt in &ctx.more {
+                let desired = rendered(ctx, run, rt.as_ref())?;
+                let drop_in = ctx.drop_in_of(rt.as_ref());
+                let current = drop_in
+                    .read()
+                    .map_err(|e| node_file("reading a further handler's drop-in")(&e))?;
+                let state = files::classify(current.as_deref(), &desired);
+                run.drop_in_changed |= state != DropInState::Ours;
+                words.push_str(&format!(
+                    "; handler {}: {}, would {}write {}",
+                    rt.handler_name(),
+                    state,
+                    if state == DropInState::Ours {
+                        "not "
+                    } else {
+                        ""
+                    },
+                    drop_in.path().display()
+                ));
+            }
+            Ok(Done::skipped(words))
         })
     }
     fn apply<'a>(
@@ -91,10 +119,29 @@ impl Step for WriteDropIn {
                 .map_err(|e| node_file("writing the drop-in")(&e))?;
             run.drop_in_changed = change.outcome.changed();
             run.wrote = ctx.rt.written_table(&ctx.host, &desired);
-            Ok(Done::ran_if(
-                run.drop_in_changed,
-                format!("{} {}", change.outcome, drop_in.path().display()),
-            ))
+            let mut words = format!("{} {}", change.outcome, drop_in.path().display());
+            // Each further handler its own file: one whose content is already right is not
+            // written (its mtime, which the activation judges by, stays).
+            run.wrote_more.clear();
+            for rt in &ctx.more {
+                let desired = rendered(ctx, run, rt.as_ref())?;
+                let drop_in = ctx.drop_in_of(rt.as_ref());
+                let change = drop_in
+                    .write(&desired)
+                    .map_err(|e| node_file("writing a further handler's drop-in")(&e))?;
+                run.drop_in_changed |= change.outcome.changed();
+                run.wrote_more.push((
+                    rt.handler_name().to_string(),
+                    rt.written_table(&ctx.host, &desired),
+                ));
+                words.push_str(&format!(
+                    "; handler {}: {} {}",
+                    rt.handler_name(),
+                    change.outcome,
+                    drop_in.path().display()
+                ));
+            }
+            Ok(Done::ran_if(run.drop_in_changed, words))
         })
     }
 }

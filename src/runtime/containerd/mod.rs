@@ -130,6 +130,9 @@ impl Runtime for Containerd {
     fn drop_in_key(&self) -> &'static str {
         "containerd.drop_in"
     }
+    fn handler_name(&self) -> &str {
+        &self.handler.name
+    }
     fn table_name(&self) -> String {
         format!(
             "[{}]",

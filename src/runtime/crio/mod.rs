@@ -65,6 +65,9 @@ impl Runtime for Crio {
     fn drop_in_key(&self) -> &'static str {
         "handler.drop_in"
     }
+    fn handler_name(&self) -> &str {
+        &self.handler.name
+    }
     fn table_name(&self) -> String {
         format!("[crio.runtime.runtimes.{}]", self.handler.name)
     }
