@@ -72,15 +72,6 @@ fn dispatch(cli: &Cli, host: &Host) -> Result<ExitCode, AppError> {
         print_config(&loaded, host, cli.global.json);
         return Ok(ExitCode::Ok);
     }
-    let verb = match cli.command {
-        Command::Install(_) => "install",
-        Command::Uninstall(_) => "uninstall",
-        Command::Status => "status",
-        _ => "verify",
-    };
-    // Every command still refuses a set (install's set path is not yet proven on a node:
-    // never a silent partial success).
-    config::refuse_a_set(&loaded, verb)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -123,13 +114,11 @@ async fn dispatch_async(cli: &Cli, host: &Host, loaded: Loaded) -> Result<ExitCo
     tracing::debug!(runtime = %kind, "runtime: {rt_why}");
     let ctx = Ctx {
         rt: crate::runtime::for_config(&loaded.config, kind),
-        more: match cli.command {
-            Command::Install(_) => crate::runtime::for_set(&loaded.config, kind)
-                .into_iter()
-                .skip(1)
-                .collect(),
-            _ => Vec::new(),
-        },
+        // The set's further handlers: every command acts on the whole set.
+        more: crate::runtime::for_set(&loaded.config, kind)
+            .into_iter()
+            .skip(1)
+            .collect(),
         rt_why,
         rt_problem,
         host: host.clone(),

@@ -11,7 +11,14 @@ fn after_help() -> &'static str {
     TEXT.get_or_init(|| {
         format!(
             "{}\nConfiguration: TOML fragments in /usr/lib/kata-live/config.d/ and /etc/kata-live/config.d/\n\
-             (see `kata-live config`). Logs go to the journal: journalctl -t kata-live",
+             (see `kata-live config`). Two handlers, installed in one run with one restart:\n\n\
+             \x20   [handler]\n\
+             \x20   name = \"kata-remote\"\n\
+             \x20   [handler.crio]\n\
+             \x20   runtime_config_path = \"/opt/kata/configuration-remote.toml\"\n\
+             \x20   [handlers.kata.crio]\n\
+             \x20   runtime_config_path = \"/opt/kata/configuration.toml\"\n\n\
+             Logs go to the journal: journalctl -t kata-live",
             ExitCode::help_table()
         )
     })
@@ -114,6 +121,9 @@ impl Global {
 pub enum Command {
     /// Install the package live, declare the handler, restart CRI-O, and prove it.
     ///
+    /// With a set of handlers ([handler] and each [handlers.NAME]): every handler's drop-in,
+    /// one restart for the set (none when nothing changed), each handler proven.
+    ///
     /// Before anything changes: CRI-O's configuration files are read in CRI-O's order
     /// (crio.conf, then every regular file of crio.conf.d, recursively, lexical, any name).
     /// A later file that declares [crio.runtime.runtimes.NAME] would replace kata-live's
@@ -128,6 +138,8 @@ pub enum Command {
     /// keys and rolls back (exit 13).
     Install(RunArgs),
     /// Remove the handler (refused while pods use it), restart CRI-O, prove, remove the package.
+    ///
+    /// With a set of handlers: every handler of the set, refused while pods run under any.
     ///
     /// Pods on the handler: CRI-O leaves PodSandbox.runtime_handler empty, so the handler of
     /// each sandbox (any state) is taken from runtime_handler when the runtime fills it

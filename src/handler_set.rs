@@ -4,8 +4,8 @@
 //! it, and not at all when none does. Which files change is decided per handler too, so
 //! that a change to one handler's table writes that handler's file alone.
 //!
-//! Not yet driven by the install and uninstall flows, which still act on `[handler]` alone
-//! and refuse a set ([`crate::config::refuse_a_set`]).
+//! The install and uninstall flows drive it from their activation step
+//! (`steps::activate`), with what preflight saw of each handler.
 
 use crate::plan::{decide_activation, Activation, ActivationInputs};
 use serde::Serialize;

@@ -72,6 +72,9 @@ pub struct Observation {
     pub effective_definition: serde_json::Value,
     #[serde(skip)]
     pub definition_problem: Option<String>,
+    /// The set's further handlers, each observed as the proof observes it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub handlers: Vec<flow::HandlerProof>,
     /// The running runtime started after the drop-in and the runtime files changed.
     pub runtime_newer_than_artifacts: bool,
     pub kubelet: Observed<Evidence>,
@@ -222,6 +225,19 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         Some(w) => ctx.rt.effective(&ctx.host, w).await,
         None => (serde_json::Value::Null, None),
     };
+    let mut handlers = Vec::new();
+    if let Ok(cli) = &cri {
+        for rt in &ctx.more {
+            let wrote = rt
+                .render(&ctx.host, daemon_version)
+                .ok()
+                .and_then(|t| rt.written_table(&ctx.host, &t));
+            handlers.push(
+                flow::observe_handler(ctx, cli, rt.as_ref(), true, wrote.as_ref(), Duration::ZERO)
+                    .await,
+            );
+        }
+    }
     let kubelet = match (&crio, ctx.unit(&c.units.kubelet).await) {
         (Ok(cs), Ok(ks)) => {
             let inputs = kubelet::ReconnectInputs::from_config(
@@ -267,6 +283,7 @@ async fn observe(ctx: &Ctx, canary: bool) -> Observation {
         pods_on_handler: pods_on_handler.into(),
         effective_definition,
         definition_problem,
+        handlers,
         runtime_newer_than_artifacts: crio_newer,
         kubelet: kubelet.into(),
         canary: canary.map(|c| c.map(|()| "ok").into()),
@@ -290,7 +307,13 @@ pub fn judge(o: &Observation) -> proof::Verdict {
         .as_ref()
         .map(|c| c.as_result().map(|_| ()).map_err(|e| e.clone()));
     obs.definition_problem = o.definition_problem.clone();
-    proof::verdict(&obs, &o.runtime_words)
+    let mut v = proof::verdict(&obs, &o.runtime_words);
+    let more = flow::set_missing(&o.handlers, o.runtime_name, true);
+    if !more.is_empty() {
+        v.proven = false;
+        v.missing.extend(more);
+    }
+    v
 }
 
 /// A grouped summary: sections of (key, value) rows, keys aligned across all sections.
@@ -490,6 +513,26 @@ pub fn render(o: &Observation, verdict: Option<&proof::Verdict>) -> String {
                 "the running {rt}'s effective table is the one kata-live writes"
             )),
     );
+    for h in &o.handlers {
+        let listed = match (&h.cri_error, h.listed) {
+            (Some(e), _) => format!("unknown (CRI Status failed: {e})"),
+            (None, Some(true)) => "listed".to_string(),
+            (None, Some(false)) => "NOT listed".to_string(),
+            (None, None) => "UNKNOWN (the runtime reports no handlers)".to_string(),
+        };
+        let table = h.definition_problem.clone().unwrap_or_else(|| {
+            if h.listed == Some(true) {
+                "its effective table is the one kata-live writes".to_string()
+            } else {
+                "its table not read".to_string()
+            }
+        });
+        row(
+            rows,
+            &format!("handler {}", h.handler),
+            format!("{listed}; {table}"),
+        );
+    }
     match o.pods_on_handler.as_result() {
         Ok(p) => row(rows, "pods on handler", p.describe()),
         Err(e) => row(rows, "pods on handler", format!("unknown: {e}")),

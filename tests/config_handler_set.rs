@@ -257,10 +257,10 @@ fn existing_fragments_are_one_handler_sets_unchanged() {
     assert!(loaded >= 5, "{loaded} of {} fragments loaded", files.len());
 }
 
-/// Until the runs serve a set, every command but `config` refuses one (exit 2), naming the
-/// fragment and the further handler, rather than serve only the first.
+/// `config` shows the set; every other command takes it (none refuses a set as a
+/// configuration problem: here each gets as far as the bus, which is not there).
 #[test]
-fn commands_other_than_config_refuse_a_set_by_name() {
+fn config_shows_the_set_and_every_command_takes_it() {
     let r = tempfile::tempdir().unwrap();
     let d = r.path().join("etc/kata-live/config.d");
     std::fs::create_dir_all(&d).unwrap();
@@ -299,12 +299,8 @@ fn commands_other_than_config_refuse_a_set_by_name() {
     for cmd in ["install", "uninstall", "status", "verify"] {
         let out = run(&[cmd]);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
-        assert!(
-            err.contains("60-site.toml") && err.contains("handlers.kata"),
-            "{cmd}: {err}"
-        );
-        assert!(err.contains(&format!("kata-live {cmd}`")), "{err}");
+        assert_ne!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(err.contains("/nonexistent"), "{cmd}: {err}");
     }
 }
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use support::crio_real::{
     crictl, crictl_ok, inspectp, probe, runp, sandbox_handler, status_handlers, stop_remove,
-    OCI_CONFIG, OCI_PACKAGE,
+    OCI_CONFIG, OCI_PACKAGE, VM_CONFIG, VM_PACKAGE,
 };
 use support::kata::{ids, outcomes, serial, show, KataNode, Run};
 use support::node::{Node, NodeOptions};
@@ -39,21 +39,6 @@ mod stops;
 const HANDLER: &str = "kata-remote";
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The handler as OpenShift declares it (`vm`, containerd-shim-kata-v2), but without
-/// `runtime_config_path`: the shim is containerd 1.7's runc shim, which cannot take the
-/// options CRI-O builds from that file (a `runtimeoptions.v1.Options`).
-const VM_CONFIG: &str = r#"
-[handler.crio]
-runtime_type = "vm"
-runtime_path = "/usr/bin/containerd-shim-kata-v2"
-runtime_root = "/run/vc"
-runtime_config_path = ""
-privileged_without_host_devices = true
-runtime_pull_image = false
-allowed_annotations = ["io.kubernetes.cri-o.Devices"]
-"#;
-
-const VM_PACKAGE: &str = "kata-containers /usr/bin/containerd-shim-kata-v2 /usr/local/libexec/kata-live-test/containerd-shim-runc-v2\n";
 
 /// A real-CRI-O node whose stand-in package brings `package` (fake-rpm-ostree's `files`).
 fn boot(config: &str, package: &str) -> KataNode {

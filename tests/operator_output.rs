@@ -409,6 +409,7 @@ fn observation() -> Observation {
         package_versions: Vec::new(),
         effective_definition: serde_json::Value::Null,
         definition_problem: None,
+        handlers: Vec::new(),
         runtime_newer_than_artifacts: true,
         kubelet: Observed::Value(Evidence {
             unit: Check::ok("kubelet.service active/running, MainPID 71, started after CRI-O"),

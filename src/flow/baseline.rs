@@ -6,6 +6,8 @@ pub struct Baseline {
     pub crio: UnitState,
     pub kubelet: UnitState,
     pub view: RuntimeView,
+    /// The set's further handlers, each as the running runtime listed it at preflight.
+    pub more_presence: Vec<(String, HandlerPresence)>,
     pub pods: PodSnapshot,
     pub kubelet_evidence: Evidence,
     /// The runtime files, each with the SHA-256 the host showed (`None`: not visible): what
@@ -98,12 +100,21 @@ async fn preflight_inner(ctx: &Ctx) -> Result<Baseline, FlowError> {
         .pod_snapshot_with_handlers()
         .await
         .map_err(|e| refuse("listing pods", &e))?;
-    let (binary, others) = ctx.rt.runtime_files(&ctx.host);
-    let paths: Vec<_> = std::iter::once(binary).chain(others).collect();
+    // Each further handler of the set as the runtime lists it (or not), from one Status.
+    let mut more_presence = Vec::new();
+    for rt in &ctx.more {
+        let v = cri
+            .runtime_view(rt.handler_name())
+            .await
+            .map_err(|e| refuse("CRI Status", &e))?;
+        more_presence.push((rt.handler_name().to_string(), v.handler_presence));
+    }
+    let paths = ctx.runtime_paths();
     Ok(Baseline {
         crio,
         kubelet,
         view,
+        more_presence,
         pods,
         kubelet_evidence,
         files: crate::visibility::found(&ctx.host, &paths),

@@ -14,7 +14,7 @@ pub mod step;
 pub use baseline::{preflight, Baseline};
 pub use paths::refuse_unwritable;
 pub use prove::{prove, ProofSpec};
-pub use prove_set::{prove_more, set_missing, HandlerProof};
+pub use prove_set::{observe_handler, prove_more, prove_more_back, set_missing, HandlerProof};
 pub use restart::{activate, newest_artifact_us, newest_config_us, Activated};
 pub use rollback::{
     prove_back, put_back, reactivate_and_prove_back, restore_drop_in, rollback, rollback_cut_off,
@@ -352,6 +352,39 @@ impl Ctx {
         BackupStore::new(&self.host.root, &self.host.path(STATE_DIR))
     }
 
+    /// Every handler's runtime of the run: `[handler]`'s first, then the set's further ones.
+    pub fn every_rt(&self) -> impl Iterator<Item = &dyn crate::runtime::Runtime> {
+        std::iter::once(self.rt.as_ref()).chain(self.more.iter().map(|r| r.as_ref()))
+    }
+
+    /// Every handler's runtime files as the configuration names them on the host, the first
+    /// handler's binary first, each path once (two handlers may share a shim).
+    pub fn runtime_paths(&self) -> Vec<std::path::PathBuf> {
+        let mut paths = Vec::new();
+        for rt in self.every_rt() {
+            let (binary, others) = rt.runtime_files(&self.host);
+            for p in std::iter::once(binary).chain(others) {
+                if !paths.contains(&p) {
+                    paths.push(p);
+                }
+            }
+        }
+        paths
+    }
+
+    /// The configuration key that names a handler's drop-in, as the operator sets it: the
+    /// first handler's own key, or the further handler's under `handlers.NAME`.
+    pub fn drop_in_key_of(&self, rt: &dyn crate::runtime::Runtime) -> String {
+        if std::ptr::addr_eq(rt, self.rt.as_ref()) {
+            return rt.drop_in_key().to_string();
+        }
+        let key = match rt.kind() {
+            crate::config::RuntimeKind::Crio => "drop_in",
+            crate::config::RuntimeKind::Containerd => "containerd_drop_in",
+        };
+        format!("handlers.{}.{key}", rt.handler_name())
+    }
+
     /// A further handler's drop-in.
     pub fn drop_in_of(&self, rt: &dyn crate::runtime::Runtime) -> DropIn {
         DropIn::new(&self.host.root, self.host.path(rt.drop_in_path()))
@@ -443,13 +476,16 @@ pub fn note_stop_during_activation(rep: &mut Reporter) -> Option<&'static str> {
 }
 
 /// Keeps the drop-in's pre-change content, once per operation: a run resuming an
-/// interrupted one keeps that run's backup, which holds the true pre-change state.
+/// interrupted one keeps that run's backup, which holds the true pre-change state. So does
+/// each further handler's drop-in; one the interrupted run had no backup of (the set grew
+/// since, so that run never wrote its file) gets its own now, before its file changes.
 pub fn save_backup_once(
     ctx: &Ctx,
     journal: &mut Journal,
     current: &Option<Vec<u8>>,
 ) -> Result<(), FlowError> {
-    if !journal.backup_saved {
+    let resumed = journal.backup_saved;
+    if !resumed {
         ctx.backups()
             .save(&Backup {
                 path: ctx.rt.drop_in_path().into(),
@@ -457,22 +493,26 @@ pub fn save_backup_once(
                 content: current.clone(),
             })
             .map_err(|e| node_file("saving the backup of the drop-in")(&e))?;
-        // The set's further drop-ins, under the same flag: one operation, one way back.
-        for rt in &ctx.more {
-            let drop_in = ctx.drop_in_of(rt.as_ref());
-            let current = drop_in
-                .read()
-                .map_err(|e| node_file("reading a further handler's drop-in")(&e))?;
-            ctx.backups_of(rt.as_ref())
-                .save(&Backup {
-                    path: rt.drop_in_path().into(),
-                    existed: current.is_some(),
-                    content: current,
-                })
-                .map_err(|e| node_file("saving the backup of a further handler's drop-in")(&e))?;
-        }
-        journal.backup_saved = true;
     }
+    for rt in &ctx.more {
+        let store = ctx.backups_of(rt.as_ref());
+        // An unreadable backup is the rollback's to report, where it is needed.
+        if resumed && !matches!(store.load(), Ok(None)) {
+            continue;
+        }
+        let current = ctx
+            .drop_in_of(rt.as_ref())
+            .read()
+            .map_err(|e| node_file("reading a further handler's drop-in")(&e))?;
+        store
+            .save(&Backup {
+                path: rt.drop_in_path().into(),
+                existed: current.is_some(),
+                content: current,
+            })
+            .map_err(|e| node_file("saving the backup of a further handler's drop-in")(&e))?;
+    }
+    journal.backup_saved = true;
     Ok(())
 }
 
@@ -481,9 +521,20 @@ pub fn save_backup_once(
 /// one while the rollback puts the backup back where it came from, leaving one of the two
 /// changed: refused before anything is touched, with what to do.
 pub fn refuse_moved_backups(ctx: &Ctx) -> Result<(), FlowError> {
-    let mut pending = vec![(ctx.backups(), ctx.rt.drop_in_path(), ctx.rt.drop_in_key())];
+    let mut pending = vec![(
+        ctx.backups(),
+        ctx.rt.drop_in_path(),
+        ctx.rt.drop_in_key().to_string(),
+    )];
+    for rt in &ctx.more {
+        pending.push((
+            ctx.backups_of(rt.as_ref()),
+            rt.drop_in_path(),
+            ctx.drop_in_key_of(rt.as_ref()),
+        ));
+    }
     if let Some(imp) = ctx.rt.import() {
-        pending.push((ctx.main_backups(), imp.main, imp.main_key));
+        pending.push((ctx.main_backups(), imp.main, imp.main_key.to_string()));
     }
     for (store, configured, key) in pending {
         // An unreadable backup is the rollback's to report, where it is needed.

@@ -33,6 +33,16 @@ pub fn written(ctx: &Ctx) -> Vec<(String, PathBuf)> {
     for p in ctx.backups().paths() {
         v.push(("the drop-in's backup".to_string(), p));
     }
+    for more in &ctx.more {
+        let h = more.handler_name();
+        v.push((
+            format!("{rt}'s drop-in for handler {h}"),
+            ctx.drop_in_of(more.as_ref()).path().to_path_buf(),
+        ));
+        for p in ctx.backups_of(more.as_ref()).paths() {
+            v.push((format!("the backup of handler {h}'s drop-in"), p));
+        }
+    }
     if let Some(import) = ctx.rt.import() {
         v.push((
             format!("{rt}'s main configuration file"),

@@ -201,6 +201,11 @@ pub async fn prove_back(
             return yielded(ctx, &why);
         }
     };
+    // Then the set's further handlers, each as preflight found it.
+    let proof = match proof {
+        Ok(()) => super::prove_set::prove_more_back(ctx, rep, baseline).await,
+        missing => missing,
+    };
     match proof {
         Ok(()) => {
             for store in [ctx.backups(), ctx.main_backups()] {

@@ -14,20 +14,33 @@ pub struct Activate {
 }
 
 impl Activate {
+    /// One activation for the whole set ([`crate::handler_set`]): each handler judged as a
+    /// one-handler run judges its own, from what preflight saw of it; one restart at most.
     fn decide(&self, ctx: &Ctx, run: &Run) -> Result<Activation, FlowError> {
         let base = run.baseline()?;
-        Ok(plan::decide_activation(&plan::ActivationInputs {
+        let inputs = |listed: Option<bool>| plan::ActivationInputs {
             drop_in_changed: run.drop_in_changed,
             package_newly_live: run.journal.package_newly_live,
             crio_started_us: base.crio.exec_main_start_us,
             newest_artifact_us: crate::flow::newest_artifact_us(ctx),
             newest_config_us: crate::flow::newest_config_us(ctx),
             files_checked_at_start: ctx.rt.checks_files_at_start(),
-            handler_listed: base.view.handler_presence.as_listed(),
+            handler_listed: listed,
             want_listed: self.want_listed,
             strategy: ctx.cfg.activation.strategy,
             runtime: ctx.rt.name(),
-        }))
+        };
+        let set: Vec<(String, plan::ActivationInputs)> = std::iter::once((
+            ctx.cfg.handler.name.clone(),
+            inputs(base.view.handler_presence.as_listed()),
+        ))
+        .chain(
+            base.more_presence
+                .iter()
+                .map(|(name, p)| (name.clone(), inputs(p.as_listed()))),
+        )
+        .collect();
+        Ok(crate::handler_set::decide_set_activation(&set).activation)
     }
 }
 
@@ -173,8 +186,8 @@ impl Step for Prove {
             proof?;
             // The set's further handlers, each proven before any backup goes: one that does
             // not hold rolls every handler back.
-            if self.want_listed && !ctx.more.is_empty() {
-                crate::flow::prove_more(ctx, rep, &run.wrote_more)
+            if !ctx.more.is_empty() {
+                crate::flow::prove_more(ctx, rep, self.want_listed, &run.wrote_more)
                     .await
                     .map_err(Failure::NotProven)?;
             }
@@ -201,11 +214,13 @@ impl Step for Prove {
             } else {
                 format!("handler {h} removed and proven gone")
             });
-            if self.want_listed {
-                for (name, _) in &run.wrote_more {
-                    run.summary
-                        .push(format!("handler {name} is served by the running {rt}"));
-                }
+            for more in &ctx.more {
+                let name = more.handler_name();
+                run.summary.push(if self.want_listed {
+                    format!("handler {name} is served by the running {rt}")
+                } else {
+                    format!("handler {name} removed and proven gone")
+                });
             }
             run.summary.extend(left.into_iter().flatten());
             Ok(Done::ran("proven"))

@@ -22,6 +22,35 @@ fn keep_backup(ctx: &Ctx, run: &mut Run) -> Result<Option<Vec<u8>>, FlowError> {
     Ok(current)
 }
 
+fn present(there: bool) -> &'static str {
+    if there {
+        "present"
+    } else {
+        "absent"
+    }
+}
+
+/// Each further handler's drop-in, in the set's order: `act` does this step's part to it and
+/// says whether that changes it, in words the step's own words gain (`; handler NAME: …`).
+fn each_further(
+    ctx: &Ctx,
+    run: &mut Run,
+    words: &mut String,
+    mut act: impl FnMut(
+        &mut Run,
+        &dyn crate::runtime::Runtime,
+        &files::DropIn,
+    ) -> Result<(bool, String), FlowError>,
+) -> Result<(), FlowError> {
+    for rt in &ctx.more {
+        let drop_in = ctx.drop_in_of(rt.as_ref());
+        let (changed, said) = act(run, rt.as_ref(), &drop_in)?;
+        run.drop_in_changed |= changed;
+        words.push_str(&format!("; handler {}: {said}", rt.handler_name()));
+    }
+    Ok(())
+}
+
 /// A further handler's drop-in, in the form the running daemon reads.
 fn rendered(ctx: &Ctx, run: &Run, rt: &dyn crate::runtime::Runtime) -> Result<String, FlowError> {
     let version = run.base.as_ref().map(|b| b.view.runtime_version.as_str());
@@ -82,26 +111,19 @@ impl Step for WriteDropIn {
                 if run.drop_in_changed { "" } else { "not " },
                 drop_in.path().display()
             );
-            for rt in &ctx.more {
-                let desired = rendered(ctx, run, rt.as_ref())?;
-                let drop_in = ctx.drop_in_of(rt.as_ref());
+            each_further(ctx, run, &mut words, |run, rt, drop_in| {
+                let desired = rendered(ctx, run, rt)?;
                 let current = drop_in
                     .read()
                     .map_err(|e| node_file("reading a further handler's drop-in")(&e))?;
                 let state = files::classify(current.as_deref(), &desired);
-                run.drop_in_changed |= state != DropInState::Ours;
-                words.push_str(&format!(
-                    "; handler {}: {}, would {}write {}",
-                    rt.handler_name(),
-                    state,
-                    if state == DropInState::Ours {
-                        "not "
-                    } else {
-                        ""
-                    },
-                    drop_in.path().display()
-                ));
-            }
+                let ours = state == DropInState::Ours;
+                let not = if ours { "not " } else { "" };
+                Ok((
+                    !ours,
+                    format!("{state}, would {not}write {}", drop_in.path().display()),
+                ))
+            })?;
             Ok(Done::skipped(words))
         })
     }
@@ -123,24 +145,18 @@ impl Step for WriteDropIn {
             // Each further handler its own file: one whose content is already right is not
             // written (its mtime, which the activation judges by, stays).
             run.wrote_more.clear();
-            for rt in &ctx.more {
-                let desired = rendered(ctx, run, rt.as_ref())?;
-                let drop_in = ctx.drop_in_of(rt.as_ref());
+            each_further(ctx, run, &mut words, |run, rt, drop_in| {
+                let desired = rendered(ctx, run, rt)?;
                 let change = drop_in
                     .write(&desired)
                     .map_err(|e| node_file("writing a further handler's drop-in")(&e))?;
-                run.drop_in_changed |= change.outcome.changed();
                 run.wrote_more.push((
                     rt.handler_name().to_string(),
                     rt.written_table(&ctx.host, &desired),
                 ));
-                words.push_str(&format!(
-                    "; handler {}: {} {}",
-                    rt.handler_name(),
-                    change.outcome,
-                    drop_in.path().display()
-                ));
-            }
+                let said = format!("{} {}", change.outcome, drop_in.path().display());
+                Ok((change.outcome.changed(), said))
+            })?;
             Ok(Done::ran_if(run.drop_in_changed, words))
         })
     }
@@ -186,15 +202,24 @@ impl Step for RemoveDropIn {
                 .read()
                 .map_err(|e| node_file("reading the drop-in")(&e))?;
             run.drop_in_changed = current.is_some();
-            Ok(Done::skipped(format!(
+            let mut words = format!(
                 "dry run: would remove {} ({})",
                 drop_in.path().display(),
-                if current.is_some() {
-                    "present"
-                } else {
-                    "absent"
-                }
-            )))
+                present(current.is_some())
+            );
+            each_further(ctx, run, &mut words, |_, _, drop_in| {
+                let there = drop_in
+                    .read()
+                    .map_err(|e| node_file("reading a further handler's drop-in")(&e))?
+                    .is_some();
+                let said = format!(
+                    "would remove {} ({})",
+                    drop_in.path().display(),
+                    present(there)
+                );
+                Ok((there, said))
+            })?;
+            Ok(Done::skipped(words))
         })
     }
     fn apply<'a>(
@@ -209,10 +234,15 @@ impl Step for RemoveDropIn {
                 .remove()
                 .map_err(|e| node_file("removing the drop-in")(&e))?;
             run.drop_in_changed = change.outcome.changed();
-            Ok(Done::ran_if(
-                run.drop_in_changed,
-                format!("{} {}", change.outcome, drop_in.path().display()),
-            ))
+            let mut words = format!("{} {}", change.outcome, drop_in.path().display());
+            each_further(ctx, run, &mut words, |_, _, drop_in| {
+                let change = drop_in
+                    .remove()
+                    .map_err(|e| node_file("removing a further handler's drop-in")(&e))?;
+                let said = format!("{} {}", change.outcome, drop_in.path().display());
+                Ok((change.outcome.changed(), said))
+            })?;
+            Ok(Done::ran_if(run.drop_in_changed, words))
         })
     }
 }

@@ -513,10 +513,9 @@ impl Step for PostInstall {
     }
 }
 
-/// The runtime's files (its binary first) as the configuration names them on the host.
+/// Every handler's runtime files as the configuration names them on the host.
 fn runtime_paths(ctx: &Ctx) -> Vec<std::path::PathBuf> {
-    let (binary, others) = ctx.rt.runtime_files(&ctx.host);
-    std::iter::once(binary).chain(others).collect()
+    ctx.runtime_paths()
 }
 
 fn as_paths(paths: &[std::path::PathBuf]) -> Vec<&std::path::Path> {

@@ -78,54 +78,73 @@ impl Step for RuntimeFiles {
         rep: &'a mut Reporter,
     ) -> StepResult<'a> {
         Box::pin(async move {
-            let rt = &ctx.rt;
-            if let Some(refusal) = rt.refusal(&ctx.host) {
+            if let Some(refusal) = ctx.rt.refusal(&ctx.host) {
                 return Err(FlowError::Refused(refusal).into());
             }
-            let table = rt.table_name();
-            let drop_in = rt.drop_in_path();
-            let list = |v: &[std::path::PathBuf]| {
-                v.iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let s = rt
-                .shadowing(&ctx.host)
-                .map_err(|e| FlowError::Refused(e.to_string()))?;
-            rep.evidence(&self.name.replace('-', "_"), &s);
-            if self.removing && !(s.before.is_empty() && s.after.is_empty()) {
-                let files: Vec<_> = s.before.iter().chain(&s.after).cloned().collect();
-                return Err(FlowError::Refused(format!(
-                    "{} also declare(s) {table}: {} would keep serving the handler with that definition once kata-live's drop-in is gone. Remove that table (or the file) first, then re-run",
-                    list(&files),
-                    rt.name()
-                ))
-                .into());
+            // Each handler of the set by its own table and drop-in.
+            let mut words = Vec::new();
+            for rt in ctx.every_rt() {
+                words.push(self.judge(ctx, rt, rep)?);
             }
-            if !s.after.is_empty() {
-                return Err(FlowError::Refused(format!(
-                    "{} also declare(s) {table} and sort(s) after {}: {}. \
-                     Remove that table from the file (or the file), or set {} to a name that sorts after it, then re-run",
-                    list(&s.after),
-                    drop_in.display(),
-                    rt.later_file_effect(),
-                    rt.drop_in_key()
-                ))
-                .into());
-            }
-            if s.before.is_empty() {
-                return Ok(Done::ran(format!("no other file declares {table}")));
-            }
-            let d = format!(
-                "{} declare(s) {table} too and sort(s) before {}: {}",
-                list(&s.before),
-                drop_in.display(),
-                rt.earlier_file_effect()
-            );
-            tracing::warn!("{d}");
-            Ok(Done::ran(d))
+            Ok(Done::ran(words.join("; ")))
         })
+    }
+}
+
+impl RuntimeFiles {
+    /// One handler's table against the other files: refused, or what the operator is told.
+    fn judge(
+        &self,
+        ctx: &Ctx,
+        rt: &dyn crate::runtime::Runtime,
+        rep: &mut Reporter,
+    ) -> Result<String, FlowError> {
+        let table = rt.table_name();
+        let drop_in = rt.drop_in_path();
+        let list = |v: &[std::path::PathBuf]| {
+            v.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let s = rt
+            .shadowing(&ctx.host)
+            .map_err(|e| FlowError::Refused(e.to_string()))?;
+        let evidence = self.name.replace('-', "_");
+        if std::ptr::addr_eq(rt, ctx.rt.as_ref()) {
+            rep.evidence(&evidence, &s);
+        } else {
+            rep.evidence(&format!("{evidence}.{}", rt.handler_name()), &s);
+        }
+        if self.removing && !(s.before.is_empty() && s.after.is_empty()) {
+            let files: Vec<_> = s.before.iter().chain(&s.after).cloned().collect();
+            return Err(FlowError::Refused(format!(
+                "{} also declare(s) {table}: {} would keep serving the handler with that definition once kata-live's drop-in is gone. Remove that table (or the file) first, then re-run",
+                list(&files),
+                rt.name()
+            )));
+        }
+        if !s.after.is_empty() {
+            return Err(FlowError::Refused(format!(
+                "{} also declare(s) {table} and sort(s) after {}: {}. \
+                 Remove that table from the file (or the file), or set {} to a name that sorts after it, then re-run",
+                list(&s.after),
+                drop_in.display(),
+                rt.later_file_effect(),
+                ctx.drop_in_key_of(rt)
+            )));
+        }
+        if s.before.is_empty() {
+            return Ok(format!("no other file declares {table}"));
+        }
+        let d = format!(
+            "{} declare(s) {table} too and sort(s) before {}: {}",
+            list(&s.before),
+            drop_in.display(),
+            rt.earlier_file_effect()
+        );
+        tracing::warn!("{d}");
+        Ok(d)
     }
 }
 
@@ -150,20 +169,38 @@ impl Step for RefuseIfInUse {
         Box::pin(async move {
             // The handler of each sandbox as preflight determined it (CRI-O tells it only in
             // the verbose status); a sandbox whose handler cannot be told may be on ours.
-            let on = crate::cri::pods_on_handler(&run.baseline()?.pods, &ctx.cfg.handler.name);
-            rep.evidence("pods_on_handler", &on);
-            if on.is_empty() {
+            // Every handler the run removes: the whole set.
+            let base = run.baseline()?;
+            let mut described = Vec::new();
+            let mut names = Vec::new();
+            for rt in ctx.every_rt() {
+                let on = crate::cri::pods_on_handler(&base.pods, rt.handler_name());
+                if std::ptr::addr_eq(rt, ctx.rt.as_ref()) {
+                    rep.evidence("pods_on_handler", &on);
+                } else {
+                    rep.evidence(&format!("pods_on_handler.{}", rt.handler_name()), &on);
+                }
+                if !on.is_empty() {
+                    described.push(on.describe());
+                    for n in on.names() {
+                        if !names.contains(&n) {
+                            names.push(n);
+                        }
+                    }
+                }
+            }
+            if described.is_empty() {
                 return Ok(Done::ran("none"));
             }
+            let described = described.join("; ");
             if !self.force {
                 return Err(FlowError::Refused(format!(
-                    "{}. Drain them (or delete them) first, or re-run with --force to break them",
-                    on.describe()
+                    "{described}. Drain them (or delete them) first, or re-run with --force to break them"
                 ))
                 .into());
             }
-            run.expendable = on.names();
-            Ok(Done::ran(format!("--force: {} will fail", on.describe())))
+            run.expendable = names;
+            Ok(Done::ran(format!("--force: {described} will fail")))
         })
     }
 }

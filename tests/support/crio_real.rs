@@ -23,6 +23,23 @@ allowed_annotations = []
 pub const OCI_PACKAGE: &str =
     "kata-containers /usr/bin/kata-crun /usr/local/bin/runc-node-limits\n";
 
+/// The handler as OpenShift declares it (`vm`, containerd-shim-kata-v2), but without
+/// `runtime_config_path`: the shim is containerd 1.7's runc shim, which cannot take the
+/// options CRI-O builds from that file (a `runtimeoptions.v1.Options`).
+pub const VM_CONFIG: &str = r#"
+[handler.crio]
+runtime_type = "vm"
+runtime_path = "/usr/bin/containerd-shim-kata-v2"
+runtime_root = "/run/vc"
+runtime_config_path = ""
+privileged_without_host_devices = true
+runtime_pull_image = false
+allowed_annotations = ["io.kubernetes.cri-o.Devices"]
+"#;
+
+/// What the stand-in package brings for [`VM_CONFIG`]: the runc shim under the Kata shim's name.
+pub const VM_PACKAGE: &str = "kata-containers /usr/bin/containerd-shim-kata-v2 /usr/local/libexec/kata-live-test/containerd-shim-runc-v2\n";
+
 // crictl on a real-CRI-O node (the real one, of CRI-O's minor): what the scenarios judge by.
 
 /// crictl inside the node (the real one, of CRI-O's minor), within a deadline.

@@ -224,23 +224,3 @@ fn blamed(l: &Loaded, e: ConfigError, table: &str, name: &str) -> ConfigError {
         other => other,
     }
 }
-
-/// Until the runs serve a set, a configuration with further handlers is refused by every
-/// command but `config` (exit 2), rather than a run that silently serves only the first.
-pub fn refuse_a_set(l: &Loaded, command: &str) -> Result<(), ConfigError> {
-    let set = l.config.handler_set();
-    let Some(second) = set.get(1) else {
-        return Ok(());
-    };
-    let names: Vec<&str> = set.iter().map(|s| s.handler.name.as_str()).collect();
-    Err(ConfigError::key(
-        &l.source_of_table(&second.key, &[]),
-        &second.key,
-        format!(
-            "handler {}: a set of handlers ({}) is checked and shown by `kata-live config`, but `kata-live {command}` of this version acts on one handler ([handler], {}); remove the [handlers.*] tables to run it",
-            second.handler.name,
-            names.join(", "),
-            set[0].handler.name
-        ),
-    ))
-}

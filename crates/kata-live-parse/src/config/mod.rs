@@ -16,7 +16,7 @@ mod render;
 mod schema;
 mod validate;
 
-pub use handlers::{refuse_a_set, HandlerEntry, HandlerSpec};
+pub use handlers::{HandlerEntry, HandlerSpec};
 pub use load::*;
 pub use schema::*;
 pub use validate::*;
