@@ -91,6 +91,18 @@ impl Program {
     /// on it before the kill.
     pub fn interrupt_first(mut self, signal: Signal, grace: Duration) -> Self {
         self.interrupt = Some((signal, grace));
+        // A signal ignored when kata-live started (a shell's background job ignores SIGINT)
+        // would be ignored by the program too, and a shell cannot even trap it: the program
+        // gets that signal's default disposition, so that it can answer it.
+        // SAFETY: the closure runs in the forked child before exec and calls only
+        // sigaction(2), which is async-signal-safe; it touches no memory of the parent.
+        unsafe {
+            self.cmd.pre_exec(move || {
+                nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)
+                    .map(|_| ())
+                    .map_err(std::io::Error::from)
+            });
+        }
         self
     }
 
