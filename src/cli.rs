@@ -121,7 +121,7 @@ impl Global {
 pub enum Command {
     /// Install the package live, declare the handler, restart CRI-O, and prove it.
     ///
-    /// With a set of handlers ([handler] and each [handlers.NAME]): every handler's drop-in,
+    /// With a set of handlers (`[handler]` and each `[handlers.NAME]`): every handler's drop-in,
     /// one restart for the set (none when nothing changed), each handler proven.
     ///
     /// Before anything changes: CRI-O's configuration files are read in CRI-O's order

@@ -39,7 +39,6 @@ mod stops;
 const HANDLER: &str = "kata-remote";
 const WAIT: Duration = Duration::from_secs(60);
 
-
 /// A real-CRI-O node whose stand-in package brings `package` (fake-rpm-ostree's `files`).
 fn boot(config: &str, package: &str) -> KataNode {
     let opts = NodeOptions::crio_real().file("/var/lib/fake-rpm-ostree/files", package, 0o644);
