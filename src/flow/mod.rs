@@ -372,10 +372,25 @@ impl Ctx {
         paths
     }
 
+    /// Whether `rt` is the first handler's (`[handler]`), not a further one of the set.
+    pub fn is_first(&self, rt: &dyn crate::runtime::Runtime) -> bool {
+        std::ptr::addr_eq(rt, self.rt.as_ref())
+    }
+
+    /// An evidence key for one handler of the set: `key` for the first handler (as before
+    /// there were sets), `key.NAME` for a further one.
+    pub fn evidence_key(&self, rt: &dyn crate::runtime::Runtime, key: &str) -> String {
+        if self.is_first(rt) {
+            key.to_string()
+        } else {
+            format!("{key}.{}", rt.handler_name())
+        }
+    }
+
     /// The configuration key that names a handler's drop-in, as the operator sets it: the
     /// first handler's own key, or the further handler's under `handlers.NAME`.
     pub fn drop_in_key_of(&self, rt: &dyn crate::runtime::Runtime) -> String {
-        if std::ptr::addr_eq(rt, self.rt.as_ref()) {
+        if self.is_first(rt) {
             return rt.drop_in_key().to_string();
         }
         let key = match rt.kind() {

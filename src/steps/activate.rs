@@ -18,12 +18,15 @@ impl Activate {
     /// one-handler run judges its own, from what preflight saw of it; one restart at most.
     fn decide(&self, ctx: &Ctx, run: &Run) -> Result<Activation, FlowError> {
         let base = run.baseline()?;
+        // The files' times once for the set: every handler is judged by the same files.
+        let newest_artifact_us = crate::flow::newest_artifact_us(ctx);
+        let newest_config_us = crate::flow::newest_config_us(ctx);
         let inputs = |listed: Option<bool>| plan::ActivationInputs {
             drop_in_changed: run.drop_in_changed,
             package_newly_live: run.journal.package_newly_live,
             crio_started_us: base.crio.exec_main_start_us,
-            newest_artifact_us: crate::flow::newest_artifact_us(ctx),
-            newest_config_us: crate::flow::newest_config_us(ctx),
+            newest_artifact_us,
+            newest_config_us,
             files_checked_at_start: ctx.rt.checks_files_at_start(),
             handler_listed: listed,
             want_listed: self.want_listed,

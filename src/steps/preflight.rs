@@ -110,12 +110,7 @@ impl RuntimeFiles {
         let s = rt
             .shadowing(&ctx.host)
             .map_err(|e| FlowError::Refused(e.to_string()))?;
-        let evidence = self.name.replace('-', "_");
-        if std::ptr::addr_eq(rt, ctx.rt.as_ref()) {
-            rep.evidence(&evidence, &s);
-        } else {
-            rep.evidence(&format!("{evidence}.{}", rt.handler_name()), &s);
-        }
+        rep.evidence(&ctx.evidence_key(rt, &self.name.replace('-', "_")), &s);
         if self.removing && !(s.before.is_empty() && s.after.is_empty()) {
             let files: Vec<_> = s.before.iter().chain(&s.after).cloned().collect();
             return Err(FlowError::Refused(format!(
@@ -175,11 +170,7 @@ impl Step for RefuseIfInUse {
             let mut names = Vec::new();
             for rt in ctx.every_rt() {
                 let on = crate::cri::pods_on_handler(&base.pods, rt.handler_name());
-                if std::ptr::addr_eq(rt, ctx.rt.as_ref()) {
-                    rep.evidence("pods_on_handler", &on);
-                } else {
-                    rep.evidence(&format!("pods_on_handler.{}", rt.handler_name()), &on);
-                }
+                rep.evidence(&ctx.evidence_key(rt, "pods_on_handler"), &on);
                 if !on.is_empty() {
                     described.push(on.describe());
                     for n in on.names() {
